@@ -1,0 +1,31 @@
+# One virtualenv (.venv) holds the hooks server, the test tools and the MXNet example.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXAMPLE ?= examples/local/dist-train-digits.yaml
+
+.PHONY: setup run test bench lint clean
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt -r requirements-mxnet.txt
+	touch $@
+
+setup: $(STAMP)
+
+## Run the example MXJob to Succeeded on the local cluster (no Kubernetes needed).
+run: setup
+	$(BIN)/python -m localcluster run $(EXAMPLE)
+
+## Run the whole test suite.
+test: setup
+	$(BIN)/python -m pytest
+
+## Time the pure sync and the HTTP round trip for 1 to 5,000 replicas.
+bench: setup
+	$(BIN)/python benchmarks/sync_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""MXJob operator hooks: pure sync logic (every module but app) and the Flask shell (app)."""
