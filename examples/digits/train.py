@@ -1,0 +1,132 @@
+"""Distributed MXNet training of a small MLP on scikit-learn's digits data set (ships with the package).
+
+One script for every role: ps-lite reads DMLC_ROLE at `import mxnet`. For `scheduler` and `server`
+the import itself runs that role until the job ends and then exits the process, so only workers go
+on to train. The operator sets DMLC_ROLE, DMLC_PS_ROOT_URI/PORT and DMLC_NUM_SERVER/WORKER.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kv-store", default="dist_sync", help="MXNet kvstore type (dist_sync, local, ...)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32, help="per worker")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--min-accuracy",
+        type=float,
+        default=0.9,
+        help="exit 1 when the final validation accuracy is below this, so the job fails honestly",
+    )
+    return parser.parse_args(argv)
+
+
+def import_mxnet(role: str):
+    """Import mxnet; for the scheduler and server roles this runs the role and exits."""
+    if role in ("scheduler", "server"):
+        print(
+            f"[{role}] starting ps-lite {role}: scheduler at "
+            f"{os.environ.get('DMLC_PS_ROOT_URI')}:{os.environ.get('DMLC_PS_ROOT_PORT')}, "
+            f"{os.environ.get('DMLC_NUM_SERVER')} server(s), {os.environ.get('DMLC_NUM_WORKER')} worker(s)",
+            flush=True,
+        )
+    try:
+        import mxnet as mx
+    except SystemExit:
+        # mxnet's kvstore_server module calls sys.exit() once the scheduler or server is done.
+        print(f"[{role}] all nodes finished; {role} exiting", flush=True)
+        raise
+    return mx
+
+
+def load_data(seed: int):
+    """The digits data set split 80/20 (stratified, fixed seed), features scaled to [0, 1]."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.float32)
+    return train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+
+
+def shard(x, y, rank: int, num_workers: int):
+    """This worker's equal-sized slice: dist_sync needs every worker to push the same number of batches."""
+    per_worker = len(x) // num_workers
+    start = rank * per_worker
+    return x[start : start + per_worker], y[start : start + per_worker]
+
+
+def evaluate(mx, net, x, y, batch_size: int) -> float:
+    """Accuracy of `net` on (x, y)."""
+    metric = mx.metric.Accuracy()
+    for batch_x, batch_y in mx.gluon.data.DataLoader(
+        mx.gluon.data.ArrayDataset(x, y), batch_size=batch_size, shuffle=False
+    ):
+        metric.update(labels=[batch_y], preds=[net(batch_x)])
+    return metric.get()[1]
+
+
+def train(args: argparse.Namespace) -> int:
+    """Train as one worker of the job; return the process exit code."""
+    role = os.environ.get("DMLC_ROLE", "worker")
+    mx = import_mxnet(role)
+    from mxnet import autograd, gluon
+
+    mx.random.seed(args.seed)
+    kv = mx.kv.create(args.kv_store)
+    rank, num_workers = kv.rank, kv.num_workers
+    print(f"[worker {rank}] joined kvstore {kv.type} with {num_workers} worker(s)", flush=True)
+
+    x_train, x_val, y_train, y_val = load_data(args.seed)
+    x_shard, y_shard = shard(x_train, y_train, rank, num_workers)
+    print(f"[worker {rank}] training on {len(x_shard)} of {len(x_train)} samples", flush=True)
+
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(args.hidden, activation="relu"), gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(10))
+    # Same initial weights on every worker; with update_on_kvstore the server holds the master copy anyway.
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    loader = gluon.data.DataLoader(
+        gluon.data.ArrayDataset(x_shard, y_shard), batch_size=args.batch_size, shuffle=True, last_batch="discard"
+    )
+
+    val_acc = 0.0
+    for epoch in range(1, args.epochs + 1):
+        started = time.monotonic()
+        train_metric = mx.metric.Accuracy()
+        for batch_x, batch_y in loader:
+            with autograd.record():
+                out = net(batch_x)
+                loss = loss_fn(out, batch_y)
+            loss.backward()
+            trainer.step(batch_x.shape[0])
+            train_metric.update(labels=[batch_y], preds=[out])
+        val_acc = evaluate(mx, net, x_val, y_val, 256)
+        print(
+            f"[worker {rank}] epoch {epoch}/{args.epochs} train-accuracy={train_metric.get()[1]:.4f} "
+            f"validation-accuracy={val_acc:.4f} time={time.monotonic() - started:.2f}s",
+            flush=True,
+        )
+
+    print(f"[worker {rank}] final validation-accuracy={val_acc:.4f}", flush=True)
+    if val_acc < args.min_accuracy:
+        print(f"[worker {rank}] below --min-accuracy {args.min_accuracy}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(train(parse_args()))
