@@ -1,0 +1,77 @@
+"""gunicorn settings for the hooks server; loaded by `gunicorn --config python:hooks.gunicorn_conf`.
+
+Command-line flags (e.g. `--bind`, `--workers`) override every setting here.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+# Listen on every interface on 8080 (the Service maps port 80 to it); PORT lets a platform or a
+# test pick another port without rewriting the command.
+bind = [f"0.0.0.0:{os.environ.get('PORT', '8080')}"]
+
+# The sync is pure CPU under the GIL, so parallelism comes from processes. Two workers keep a
+# second request (another MXJob) moving while one large job is being synced.
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+
+# A few threads per worker only so that health probes and scrapes are not queued behind a long sync;
+# more would just contend for the GIL.
+worker_class = "gthread"
+threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+
+# Metacontroller gives up on a hook after 10 s and retries; a worker still busy at 30 s is stuck,
+# not slow, so gunicorn may replace it. The same bound applies to draining on shutdown.
+timeout = 30
+graceful_timeout = 30
+# Longer than a sync interval of a busy controller, so Metacontroller's keep-alive connections are
+# reused instead of reopened for every sync.
+keepalive = 30
+
+# gunicorn's worker heartbeat files. /dev/shm is a tmpfs in every container (writable even with a
+# read-only root filesystem), so heartbeats never wait on disk I/O; without it, /tmp (the pod
+# mounts an emptyDir there).
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else "/tmp"
+
+# No access log: the app writes one structured line per sync, and a line per health probe and
+# scrape would only bury them. gunicorn's own messages go to stderr as JSON, like the app's.
+accesslog = None
+errorlog = "-"
+loglevel = "info"
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "hooks.app.JsonFormatter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"},
+    },
+    # The root logger carries the app's per-sync lines ("hooks.app" propagates to it).
+    "root": {"level": "INFO", "handlers": ["stderr"]},
+    "loggers": {
+        "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+        "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": False},
+    },
+}
+
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def on_starting(server: object) -> None:
+    """Create the metrics directory, and empty it of a previous run's files (they would add up)."""
+    path = os.environ.get(_MULTIPROC_ENV)
+    if not path:
+        return
+    os.makedirs(path, exist_ok=True)
+    # Only the value files, never the directory itself: it may be an emptyDir mount point.
+    for stale in glob.glob(os.path.join(path, "*.db")):
+        os.remove(stale)
+
+
+def child_exit(server: object, worker: object) -> None:
+    """Drop a dead worker's live-gauge files; its counters stay so that totals never go down."""
+    if os.environ.get(_MULTIPROC_ENV):
+        # Imported here so that the master needs prometheus_client only in multiprocess mode.
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
