@@ -1,0 +1,226 @@
+"""The real server command: gunicorn with hooks/gunicorn_conf.py, two workers, on loopback."""
+
+from __future__ import annotations
+
+import http.client
+import importlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+GUNICORN = pathlib.Path(sys.executable).with_name("gunicorn")
+STARTUP_TIMEOUT = 30.0
+
+
+def mxjob_request(name: str) -> dict:
+    """A valid sync request for a new single-worker MXJob."""
+    template = {"spec": {"containers": [{"name": "mxnet", "image": "mxjob/digits:1"}]}}
+    return {
+        "controller": {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                       "metadata": {"name": "mxjob-controller"}},
+        "parent": {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+                   "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
+                   "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}}},
+        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "related": {},
+        "finalizing": False,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"):
+    """One request on a fresh connection (so the kernel may hand it to either worker)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Connection": "close"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+class Server:
+    """A running gunicorn and where its metrics and stderr go."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, metrics_dir: pathlib.Path, stderr: pathlib.Path):
+        self.proc, self.port, self.metrics_dir, self.stderr = proc, port, metrics_dir, stderr
+
+    def log_lines(self) -> list[str]:
+        return [line for line in self.stderr.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def server(tmp_path):
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    # A leftover from an earlier run: the server must clear it, or old counts would add up.
+    (metrics_dir / "counter_1.db").write_bytes(b"stale")
+    stderr_path = tmp_path / "stderr.log"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"PORT", "GUNICORN_CMD_ARGS"}}
+    env.update(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), WEB_CONCURRENCY="2")
+    with stderr_path.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [str(GUNICORN), "--config", "python:hooks.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+             "hooks.app:create_app()"],
+            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"gunicorn exited with {proc.returncode}:\n{stderr_path.read_text()}")
+            try:
+                if call(port, "GET", "/healthz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"gunicorn did not answer /healthz in {STARTUP_TIMEOUT}s:\n{stderr_path.read_text()}")
+            time.sleep(0.1)
+        yield Server(proc, port, metrics_dir, stderr_path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: only this server's processes
+                proc.wait(timeout=5)
+
+
+def ok_count_per_worker(metrics_dir: pathlib.Path, scratch: pathlib.Path) -> dict[str, float]:
+    """Each worker's own count of ok syncs, read from its value file alone."""
+    counts = {}
+    for path in metrics_dir.glob("counter_*.db"):
+        alone = scratch / path.stem
+        alone.mkdir(exist_ok=True)
+        shutil.copy(path, alone / path.name)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(alone))
+        counts[path.stem] = registry.get_sample_value("mxjob_hooks_syncs_total", {"outcome": "ok"}) or 0.0
+    return counts
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    status, body = call(port, "GET", "/metrics")
+    assert status == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+
+
+def test_two_workers_serve_syncs_and_metrics_add_up_across_them(server, tmp_path):
+    assert not (server.metrics_dir / "counter_1.db").exists()
+
+    sent = {"ok": 0, "bad_request": 0}
+    deadline = time.monotonic() + 30
+    # Keep sending until both workers have answered syncs, so the totals below span two processes.
+    while len([c for c in ok_count_per_worker(server.metrics_dir, tmp_path).values() if c > 0]) < 2:
+        assert time.monotonic() < deadline, "every sync went to one worker"
+        for _ in range(5):
+            status, body = call(server.port, "POST", "/sync", json.dumps(mxjob_request(f"job{sent['ok']}")).encode())
+            assert status == 200, body
+            assert json.loads(body)["children"]
+            sent["ok"] += 1
+        status, body = call(server.port, "POST", "/sync", b"hello", content_type="text/plain")
+        assert status == 400 and b"Content-Type" in body
+        sent["bad_request"] += 1
+
+    # Whichever worker answers the scrape, it reports the sum over both.
+    for _ in range(6):
+        samples = scrape(server.port)
+        assert samples[("mxjob_hooks_syncs_total", (("outcome", "ok"),))] == sent["ok"]
+        assert samples[("mxjob_hooks_syncs_total", (("outcome", "bad_request"),))] == sent["bad_request"]
+        assert samples[("mxjob_hooks_syncs_total", (("outcome", "error"),))] == 0
+        assert samples[("mxjob_hooks_sync_duration_seconds_count", ())] == sum(sent.values())
+
+
+def test_the_server_logs_only_json_lines_one_per_sync(server):
+    for name in ("alpha", "beta"):
+        assert call(server.port, "POST", "/sync", json.dumps(mxjob_request(name)).encode())[0] == 200
+    assert call(server.port, "GET", "/healthz")[0] == 200
+    assert call(server.port, "GET", "/readyz")[0] == 200
+    time.sleep(0.2)  # let the workers' writes reach the file
+
+    entries = [json.loads(line) for line in server.log_lines()]  # fails on any non-JSON line
+    syncs = [e for e in entries if e.get("logger") == "hooks.app"]
+    assert sorted(e["name"] for e in syncs) == ["alpha", "beta"]
+    assert all(e["outcome"] == "ok" and e["status"] == 200 and e["children"] >= 1 for e in syncs)
+    assert any(e.get("logger") == "gunicorn.error" for e in entries)  # gunicorn's own lines are JSON too
+
+
+# --- the settings themselves -------------------------------------------------------------------
+
+@pytest.fixture
+def load_conf(monkeypatch):
+    """Re-import hooks.gunicorn_conf under the given environment."""
+    def load(**env):
+        for name in ("PORT", "WEB_CONCURRENCY", "GUNICORN_THREADS"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        import hooks.gunicorn_conf
+        return importlib.reload(hooks.gunicorn_conf)
+    yield load
+    import hooks.gunicorn_conf
+    monkeypatch.undo()
+    importlib.reload(hooks.gunicorn_conf)
+
+
+@pytest.mark.parametrize(
+    ("env", "bind", "workers"),
+    [
+        pytest.param({}, ["0.0.0.0:8080"], 2, id="defaults"),
+        pytest.param({"PORT": "9000", "WEB_CONCURRENCY": "4"}, ["0.0.0.0:9000"], 4, id="from-env"),
+    ],
+)
+def test_settings_follow_the_environment(load_conf, env, bind, workers):
+    conf = load_conf(**env)
+    assert conf.bind == bind
+    assert conf.workers == workers
+
+
+def test_a_stuck_worker_is_only_replaced_after_metacontrollers_hook_timeout(load_conf):
+    conf = load_conf()
+    assert conf.timeout > 10  # Metacontroller's default hook timeout
+    assert os.path.isdir(conf.worker_tmp_dir) and os.access(conf.worker_tmp_dir, os.W_OK)
+
+
+def test_startup_empties_the_metrics_directory_but_keeps_it(load_conf, monkeypatch, tmp_path):
+    conf = load_conf()
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    (metrics_dir / "counter_41.db").write_bytes(b"old")
+    (metrics_dir / "histogram_41.db").write_bytes(b"old")
+    (metrics_dir / "README").write_text("not ours")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    conf.on_starting(None)
+    assert sorted(p.name for p in metrics_dir.iterdir()) == ["README"]
+
+
+def test_startup_creates_a_missing_metrics_directory(load_conf, monkeypatch, tmp_path):
+    conf = load_conf()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "new" / "metrics"))
+    conf.on_starting(None)
+    assert (tmp_path / "new" / "metrics").is_dir()
