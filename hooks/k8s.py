@@ -1,0 +1,50 @@
+"""Typed shapes of the Kubernetes and Metacontroller objects the core reads and writes."""
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+JSON = dict[str, Any]
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    deletionTimestamp: str
+
+
+class Condition(TypedDict):
+    type: str
+    status: str
+    reason: str
+    message: str
+    lastUpdateTime: str
+    lastTransitionTime: str
+
+
+class ReplicaStatus(TypedDict, total=False):
+    active: int
+    succeeded: int
+    failed: int
+    completedIndexes: str
+
+
+class RestartRecord(TypedDict, total=False):
+    lastFailedUID: str
+    lastExitCode: int
+    recreations: int
+    priorContainerRestarts: int
+
+
+class SyncResponse(TypedDict, total=False):
+    status: JSON
+    children: list[JSON]
+    resyncAfterSeconds: float
+
+
+LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
+POD_KEY = "Pod.v1"
+SERVICE_KEY = "Service.v1"

@@ -1,0 +1,347 @@
+"""The job lifecycle: from the old status, the observed pods and the time, the new status and plan.
+
+The hook is stateless, so whatever must be remembered across syncs lives in status and is
+recomputed idempotently: completed indexes (so a garbage-collected success is never rerun) and a
+per-pod restart record keyed by the uid of the failed pod (so a stale cache that shows the same
+failed pod twice counts it once). The transition table in docs/lifecycle.md is checked against
+this module by tests/test_lifecycle_table.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from hooks.conditions import Conditions, parse_rfc3339, rfc3339
+from hooks.k8s import JSON, RestartRecord
+from hooks.observed import PodView
+from hooks.spec import MXJob
+
+RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
+
+
+@dataclass
+class Plan:
+    """What one sync decides: the status, which children to keep or create, when to sync again."""
+
+    status: JSON
+    pods: list[str] = field(default_factory=list)
+    services: list[str] = field(default_factory=list)
+    resync_after: float | None = None
+
+
+def is_retryable(exit_code: int | None) -> bool:
+    """Signals (130, 137, 143), 138 (user asks for a retry), and no exit code at all (eviction)."""
+    return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
+
+
+def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+           slots: Mapping[str, tuple[str, int]], observed_services: Mapping[str, Any],
+           now: datetime) -> Plan:
+    """The whole lifecycle step for a valid MXJob."""
+    state = _State.load(job, old, pods, now)
+    if state.conds.terminal():
+        return state.finish(observed_services)
+    if job.run_policy.suspend:
+        return state.suspend()
+    state.start()
+    fatal, recreate = state.classify_failures()
+    deadline = state.deadline()
+    if state.succeeded():
+        state.conclude("Succeeded", "MXJobSucceeded", state.success_message())
+    elif fatal:
+        state.conclude("Failed", "MXJobFailed", _fatal_message(job, fatal))
+    elif state.over_backoff_limit():
+        state.conclude("Failed", "MXJobFailed",
+                       f"MXJob {job.key} has reached the specified backoff limit: "
+                       f"{state.restart_total()} restarts, backoffLimit "
+                       f"{job.run_policy.backoff_limit}.")
+    elif deadline is not None and now >= deadline:
+        state.conclude("Failed", "MXJobFailed",
+                       f"MXJob {job.key} was active longer than activeDeadlineSeconds "
+                       f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
+    if state.conds.terminal():
+        return state.finish(observed_services)
+    plan = state.run(slots, recreate)
+    if deadline is not None:
+        plan.resync_after = (deadline - now).total_seconds()
+    return plan
+
+
+class _State:
+    """The status being rebuilt for one sync."""
+
+    def __init__(self, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+                 now: datetime):
+        self.job, self.pods, self.now = job, pods, now
+        self.conds = Conditions(old.get("conditions"), now)
+        self.start_time: str | None = old.get("startTime")
+        self.completion_time: str | None = old.get("completionTime")
+        self.cleaned_up_time: str | None = old.get("cleanedUpTime")
+        self.history: dict[str, RestartRecord] = {
+            k: dict(v) for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
+        self.completed: dict[str, set[int]] = {
+            rtype: _parse_indexes(((old.get("replicaStatuses") or {}).get(rtype) or {})
+                                  .get("completedIndexes", ""))
+            for rtype in job.replicas}
+
+    @classmethod
+    def load(cls, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+             now: datetime) -> "_State":
+        """The state as last written, with this sync's successes folded in."""
+        state = cls(job, old, pods, now)
+        if not state.conds.terminal():
+            for pod in pods.values():
+                if pod.phase == "Succeeded":
+                    state.completed[pod.rtype].add(pod.index)
+        return state
+
+    # --- transitions -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Created on the first sync; startTime when children are first created or on resume."""
+        key = self.job.key
+        if self.conds.is_true("Suspended"):
+            self.conds.set("Suspended", False, "MXJobResumed", f"MXJob {key} is resumed.")
+            self.start_time = None
+        self.conds.set("Created", True, "MXJobCreated", f"MXJob {key} is created.")
+        if self.start_time is None:
+            self.start_time = rfc3339(self.now)
+
+    def suspend(self) -> Plan:
+        """No children at all; startTime is kept so the record of the earlier run stays."""
+        key = self.job.key
+        self.conds.set("Created", True, "MXJobCreated", f"MXJob {key} is created.")
+        self.conds.set("Suspended", True, "MXJobSuspended", f"MXJob {key} is suspended.")
+        for ctype in ("Running", "Restarting"):
+            self.conds.clear(ctype, "MXJobSuspended", f"MXJob {key} is suspended.")
+        return Plan(status=self.status())
+
+    def classify_failures(self) -> tuple[list[PodView], list[PodView]]:
+        """Split failed pods into job failures and pods to recreate; count recreations once."""
+        fatal, recreate = [], []
+        for pod in self._sorted(self.pods.values()):
+            if pod.phase != "Failed" or pod.terminating:
+                continue
+            policy = self.job.replicas[pod.rtype].restart_policy
+            if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
+                fatal.append(pod)
+                continue
+            recreate.append(pod)
+            record = self.history.setdefault(pod.name, {})
+            if record.get("lastFailedUID") != pod.uid:
+                record["lastFailedUID"] = pod.uid
+                if pod.exit_code is not None:
+                    record["lastExitCode"] = pod.exit_code
+                else:
+                    record.pop("lastExitCode", None)
+                record["recreations"] = record.get("recreations", 0) + 1
+                record["priorContainerRestarts"] = (record.get("priorContainerRestarts", 0)
+                                                    + pod.restarts)
+        return fatal, recreate
+
+    def conclude(self, ctype: str, reason: str, message: str) -> None:
+        """Enter a terminal state: Running and Restarting go False, completionTime is set."""
+        self.conds.set(ctype, True, reason, message)
+        for other in ("Running", "Restarting"):
+            self.conds.clear(other, reason, message)
+        self.completion_time = rfc3339(self.now)
+
+    def finish(self, observed_services: Mapping[str, Any]) -> Plan:
+        """A finished job: never a new pod; cleanPodPolicy, then the TTL, decide what stays."""
+        policy = self.job.run_policy.clean_pod_policy
+        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
+            policy == "None" or (policy == "Running" and p.finished))]
+        services = sorted(observed_services) if policy == "None" else keep
+        services = [name for name in services if name in observed_services]
+        plan = Plan(status={}, pods=keep, services=services)
+        ttl = self.job.run_policy.ttl_seconds_after_finished
+        if ttl is not None and self.completion_time:
+            expiry = parse_rfc3339(self.completion_time) + timedelta(seconds=ttl)
+            if self.now >= expiry:
+                plan.pods, plan.services = [], []
+                self.cleaned_up_time = rfc3339(expiry)
+            else:
+                plan.resync_after = (expiry - self.now).total_seconds()
+        plan.status = self.status()
+        return plan
+
+    def run(self, slots: Mapping[str, tuple[str, int]], recreate: list[PodView]) -> Plan:
+        """A running job: every slot gets its pod except finished ones gone and ones to recreate."""
+        gone = {p.name for p in recreate}
+        pods = [name for name, (rtype, index) in slots.items()
+                if name not in gone and (name in self.pods or index not in self.completed[rtype])]
+        waiting = self._awaiting_recreation(gone)
+        key = self.job.key
+        if waiting:
+            message = self._restart_message(waiting)
+            self.conds.set("Restarting", True, "MXJobRestarting", message)
+            self.conds.clear("Running", "MXJobRestarting", message)
+        else:
+            self.conds.clear("Restarting", "MXJobRunning",
+                             f"MXJob {key}: every recreated pod is running again.")
+            if self._deciding_pods_run():
+                self.conds.set("Running", True, "MXJobRunning", f"MXJob {key} is running.")
+        return Plan(status=self.status(), pods=pods, services=list(slots))
+
+    # --- rules -------------------------------------------------------------------------------
+
+    def _decided_by_workers(self) -> bool:
+        return not self.job.has("Scheduler") or self.job.success_policy == "AllWorkers"
+
+    def succeeded(self) -> bool:
+        """DESIGN 6.2: the Scheduler, all Workers, or the Tuner, by mode and success policy."""
+        if self.job.job_mode == "MXTune":
+            return 0 in self.completed["Tuner"]
+        if self._decided_by_workers():
+            return len(self.completed["Worker"]) == self.job.replicas["Worker"].replicas
+        return 0 in self.completed["Scheduler"]
+
+    def success_message(self) -> str:
+        """Names what decided the success."""
+        key = self.job.key
+        if self.job.job_mode == "MXTune":
+            return f"MXJob {key} successfully completed: Tuner 0 succeeded."
+        if self._decided_by_workers():
+            n = self.job.replicas["Worker"].replicas
+            return f"MXJob {key} successfully completed: all {n} Worker replicas succeeded."
+        return f"MXJob {key} successfully completed: Scheduler 0 succeeded."
+
+    def _deciding_pods_run(self) -> bool:
+        if self.job.job_mode == "MXTune":
+            deciding = [("Tuner", 0)]
+        elif self._decided_by_workers():
+            deciding = [("Worker", i) for i in range(self.job.replicas["Worker"].replicas)]
+        else:
+            deciding = [("Scheduler", 0)]
+        by_slot = {(p.rtype, p.index): p for p in self.pods.values()}
+        states = [by_slot.get(slot) for slot in deciding]
+        return (any(p is not None and p.active for p in states)
+                and all((p is not None and p.active) or slot[1] in self.completed[slot[0]]
+                        for p, slot in zip(states, deciding)))
+
+    def over_backoff_limit(self) -> bool:
+        """Container restarts plus recreations, over the whole job, beyond backoffLimit."""
+        limit = self.job.run_policy.backoff_limit
+        return limit is not None and self.restart_total() > limit
+
+    def restart_total(self) -> int:
+        """Every restart so far: earlier pods' (from history) plus the live pods' own."""
+        past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
+                   for r in self.history.values())
+        live = sum(p.restarts for p in self.pods.values()
+                   if p.uid != self.history.get(p.name, {}).get("lastFailedUID"))
+        return past + live
+
+    def deadline(self) -> datetime | None:
+        """startTime + activeDeadlineSeconds, if both are set."""
+        seconds = self.job.run_policy.active_deadline_seconds
+        if seconds is None or self.start_time is None:
+            return None
+        return parse_rfc3339(self.start_time) + timedelta(seconds=seconds)
+
+    def _awaiting_recreation(self, gone: set[str]) -> list[str]:
+        waiting = set(gone)
+        for name, record in self.history.items():
+            pod = self.pods.get(name)
+            if pod is None:
+                rtype_index = self._slot_of(name)
+                if rtype_index and rtype_index[1] not in self.completed[rtype_index[0]]:
+                    waiting.add(name)
+            elif pod.uid == record.get("lastFailedUID") or pod.phase == "Pending":
+                waiting.add(name)
+        return sorted(waiting)
+
+    def _slot_of(self, name: str) -> tuple[str, int] | None:
+        for rtype, spec in self.job.replicas.items():
+            prefix = f"{self.job.name}-{spec.name}-"
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                index = int(name[len(prefix):])
+                return (rtype, index) if index < spec.replicas else None
+        return None
+
+    def _restart_message(self, names: list[str]) -> str:
+        parts = []
+        for name in names:
+            record = self.history.get(name, {})
+            code = record.get("lastExitCode")
+            cause = f"exited with code {code}" if code is not None else "failed without an exit code"
+            parts.append(f"pod {name} {cause} and is recreated")
+        limit = self.job.run_policy.backoff_limit
+        budget = f" of backoffLimit {limit}" if limit is not None else ""
+        return (f"MXJob {self.job.key} is restarting: {'; '.join(parts)} "
+                f"(restarts so far: {self.restart_total()}{budget}).")
+
+    # --- output ------------------------------------------------------------------------------
+
+    def status(self) -> JSON:
+        """The status to write: the same observations always give the same bytes."""
+        status: JSON = {"conditions": self.conds.ordered(), "replicaStatuses": self._replicas()}
+        if self.start_time:
+            status["startTime"] = self.start_time
+        if self.completion_time:
+            status["completionTime"] = self.completion_time
+        total = self.restart_total()
+        if total:
+            status["restartCount"] = total
+        if self.history:
+            status["restartHistory"] = {k: self.history[k] for k in sorted(self.history)}
+        if self.cleaned_up_time:
+            status["cleanedUpTime"] = self.cleaned_up_time
+        return status
+
+    def _replicas(self) -> JSON:
+        counts: JSON = {}
+        for rtype in self.job.replicas:
+            mine = [p for p in self.pods.values() if p.rtype == rtype and not p.terminating]
+            entry = {"active": sum(p.phase == "Running" for p in mine),
+                     "succeeded": len(self.completed[rtype]),
+                     "failed": sum(p.phase == "Failed" for p in mine)}
+            if self.completed[rtype]:
+                entry["completedIndexes"] = _format_indexes(self.completed[rtype])
+            counts[rtype] = entry
+        return counts
+
+    def _sorted(self, pods: Any) -> list[PodView]:
+        order = {rtype: n for n, rtype in enumerate(self.job.replicas)}
+        return sorted(pods, key=lambda p: (order[p.rtype], p.index))
+
+
+def _fatal_message(job: MXJob, fatal: list[PodView]) -> str:
+    parts = []
+    for pod in fatal:
+        policy = job.replicas[pod.rtype].restart_policy
+        code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
+        why = ("restartPolicy Never does not retry" if policy == "Never"
+               else "a permanent error under restartPolicy ExitCode")
+        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}; {why}")
+    return f"MXJob {job.key} failed: {'; '.join(parts)}."
+
+
+def _parse_indexes(text: Any) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}; anything unreadable counts as nothing completed."""
+    indexes: set[int] = set()
+    if not isinstance(text, str):
+        return indexes
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        try:
+            indexes.update(range(int(low), int(high or low) + 1))
+        except ValueError:
+            continue
+    return indexes
+
+
+def _format_indexes(indexes: set[int]) -> str:
+    """{0, 1, 2, 5} -> '0-2,5', the batch/v1 Job completedIndexes form."""
+    ranges, run = [], []
+    for i in sorted(indexes):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            ranges.append(run)
+        run = [i]
+    if run:
+        ranges.append(run)
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges)

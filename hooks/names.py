@@ -1,0 +1,50 @@
+"""Child names and labels: computed here and nowhere else."""
+from __future__ import annotations
+
+from hooks.spec import MXJob
+
+OPERATOR_NAME = "mxjob-controller"
+OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+
+
+def child_name(job_name: str, rtype: str, index: int) -> str:
+    """Name of the Pod and the Service of one replica: `<job>-<type>-<index>`."""
+    return f"{job_name}-{rtype.lower()}-{index}"
+
+
+def is_master(job: MXJob, rtype: str) -> bool:
+    """Whether pods of this type decide the job (and so carry job-role: master)."""
+    if job.job_mode == "MXTune":
+        return rtype == "Tuner"
+    if job.has("Scheduler"):
+        return rtype == "Scheduler"
+    # A worker-only job has no single deciding pod unless there is only one worker.
+    return rtype == "Worker" and job.replicas["Worker"].replicas == 1
+
+
+def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:
+    """Labels a Service selects its one pod by."""
+    return {
+        OPERATOR_LABEL: OPERATOR_NAME,
+        JOB_NAME_LABEL: job_name,
+        REPLICA_TYPE_LABEL: rtype.lower(),
+        REPLICA_INDEX_LABEL: str(index),
+    }
+
+
+def labels_for(job: MXJob, rtype: str, index: int) -> dict[str, str]:
+    """Operator labels of a pod or service: the current family and the legacy one."""
+    labels = selector_for(job.name, rtype, index)
+    labels.update({
+        "group-name": "kubeflow.org",
+        "job-name": job.name,
+        "replica-type": rtype.lower(),
+        "replica-index": str(index),
+    })
+    if is_master(job, rtype):
+        labels[JOB_ROLE_LABEL] = "master"
+    return labels

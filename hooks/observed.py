@@ -1,0 +1,75 @@
+"""What the core reads from observed pods: a small, flat view of each pod of the job."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from hooks.names import child_name
+from hooks.spec import MAIN_CONTAINER, MXJob
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The facts of one observed pod that decide the job's lifecycle."""
+
+    name: str
+    rtype: str
+    index: int
+    uid: str
+    phase: str
+    terminating: bool
+    exit_code: int | None
+    restarts: int
+
+    @property
+    def active(self) -> bool:
+        """Running and not on its way out."""
+        return self.phase == "Running" and not self.terminating
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or Failed."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+def replica_slots(job: MXJob) -> dict[str, tuple[str, int]]:
+    """Every child name of the job mapped to its (replica type, index), in creation order."""
+    return {child_name(job.name, rtype, i): (rtype, i)
+            for rtype, spec in job.replicas.items() for i in range(spec.replicas)}
+
+
+def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any]) -> dict[str, PodView]:
+    """Views of the observed pods that belong to a replica slot; strays are left out (deleted)."""
+    views = {}
+    for name, pod in observed.items():
+        slot = slots.get(name)
+        if slot is None or not isinstance(pod, Mapping):
+            continue
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        main = _main_container_status(status)
+        views[name] = PodView(
+            name=name, rtype=slot[0], index=slot[1], uid=str(meta.get("uid", "")),
+            phase=str(status.get("phase") or "Pending"),
+            terminating=bool(meta.get("deletionTimestamp")),
+            exit_code=_exit_code(main), restarts=_int(main.get("restartCount")),
+        )
+    return views
+
+
+def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, Mapping) and cs.get("name") == MAIN_CONTAINER:
+            return cs
+    return {}
+
+
+def _exit_code(container_status: Mapping[str, Any]) -> int | None:
+    terminated = (container_status.get("state") or {}).get("terminated")
+    if isinstance(terminated, Mapping) and isinstance(terminated.get("exitCode"), int):
+        return terminated["exitCode"]
+    return None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,293 @@
+"""Parsing, defaulting and validation of an MXJob: the spec as users write it in, a typed MXJob out.
+
+Defaults live here and only here; they are applied on every sync and never written back to the
+object. Every problem found is reported with its field path and what to do about it, all at once,
+so a user fixes a manifest in one round trip.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
+TRAIN_TYPES = ("Scheduler", "Server", "Worker")
+TUNE_TYPES = ("TunerTracker", "TunerServer", "Tuner")
+JOB_MODES = ("MXTrain", "MXTune")
+RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
+CLEAN_POD_POLICIES = ("All", "Running", "None")
+SUCCESS_POLICIES = ("", "AllWorkers")
+
+MAIN_CONTAINER = "mxnet"
+PORT_NAME = "mxjob-port"
+DEFAULT_PORT = 9091
+TUNER_KEY_ANNOTATION = "tuner-server-key"
+MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
+
+_CANONICAL = {t.lower(): t for t in REPLICA_TYPES}
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
+_RUN_POLICY_FIELDS = ("cleanPodPolicy", *_RUN_POLICY_INTS, "suspend", "schedulingPolicy")
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One entry of spec.mxReplicaSpecs with defaults applied."""
+
+    type: str
+    replicas: int
+    restart_policy: str
+    template: Mapping[str, Any]
+    port: int
+    tuner_key: str
+
+    @property
+    def name(self) -> str:
+        """The lower-case type used in names, labels and DMLC_ROLE."""
+        return self.type.lower()
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """spec.runPolicy merged with the legacy inline fields, runPolicy winning."""
+
+    clean_pod_policy: str = "Running"
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    suspend: bool = False
+
+
+@dataclass(frozen=True)
+class MXJob:
+    """A valid MXJob: identity plus the parsed spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    job_mode: str
+    success_policy: str
+    run_policy: RunPolicy
+    replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
+
+    @property
+    def key(self) -> str:
+        """namespace/name, as messages name the job."""
+        return f"{self.namespace}/{self.name}"
+
+    def has(self, rtype: str) -> bool:
+        """Whether the job has at least one replica of this type."""
+        spec = self.replicas.get(rtype)
+        return spec is not None and spec.replicas > 0
+
+
+class SpecError(ValueError):
+    """The MXJob spec is invalid; `problems` lists every problem with its field path."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
+    """Parse and validate the parent MXJob, raising SpecError listing every problem."""
+    problems: list[str] = []
+    meta = parent.get("metadata") or {}
+    name = meta.get("name", "")
+    namespace = meta.get("namespace") or "default"
+    spec = parent.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError(["spec: must be an object with mxReplicaSpecs; add a spec to the MXJob"])
+
+    job_mode = spec.get("jobMode", "MXTrain")
+    if job_mode not in JOB_MODES:
+        problems.append(f"spec.jobMode: {job_mode!r} is not one of {', '.join(JOB_MODES)}")
+    success_policy = spec.get("successPolicy") or ""
+    if success_policy not in SUCCESS_POLICIES:
+        problems.append(f"spec.successPolicy: {success_policy!r} is not one of \"\", AllWorkers")
+    run_policy = _parse_run_policy(spec, problems)
+    replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
+    if job_mode in JOB_MODES:
+        _check_mode(job_mode, replicas, problems)
+    _check_names(name, replicas, problems)
+    if problems:
+        raise SpecError(problems)
+    return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
+                 success_policy=success_policy, run_policy=run_policy, replicas=replicas)
+
+
+def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy:
+    run_policy = spec.get("runPolicy") or {}
+    if not isinstance(run_policy, Mapping):
+        problems.append("spec.runPolicy: must be an object")
+        run_policy = {}
+    # Per field, so a manifest that mixes the two layouts keeps every value it gives.
+    merged: dict[str, Any] = {}
+    paths: dict[str, str] = {}
+    for key in _RUN_POLICY_FIELDS:
+        if key in run_policy and run_policy[key] is not None:
+            merged[key], paths[key] = run_policy[key], f"spec.runPolicy.{key}"
+        elif key in spec and spec[key] is not None:
+            merged[key], paths[key] = spec[key], f"spec.{key}"
+
+    clean = merged.get("cleanPodPolicy", "Running")
+    if clean not in CLEAN_POD_POLICIES:
+        problems.append(f"{paths['cleanPodPolicy']}: {clean!r} is not one of All, Running, None")
+    ints: dict[str, int | None] = {}
+    for key in _RUN_POLICY_INTS:
+        value = merged.get(key)
+        if value is not None and not _is_non_negative_int(value):
+            problems.append(f"{paths[key]}: must be a non-negative integer, got {value!r}")
+            value = None
+        ints[key] = value
+    suspend = merged.get("suspend", False)
+    if not isinstance(suspend, bool):
+        problems.append(f"{paths['suspend']}: must be true or false, got {suspend!r}")
+        suspend = False
+    return RunPolicy(clean_pod_policy=clean,
+                     ttl_seconds_after_finished=ints["ttlSecondsAfterFinished"],
+                     active_deadline_seconds=ints["activeDeadlineSeconds"],
+                     backoff_limit=ints["backoffLimit"], suspend=suspend)
+
+
+def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:
+    if not isinstance(raw, Mapping) or not raw:
+        problems.append("spec.mxReplicaSpecs: required; give at least a Worker replica spec")
+        return {}
+    seen: dict[str, str] = {}
+    parsed: dict[str, ReplicaSpec] = {}
+    for key in raw:
+        path = f"spec.mxReplicaSpecs.{key}"
+        rtype = _CANONICAL.get(str(key).lower())
+        if rtype is None:
+            problems.append(f"{path}: unknown replica type; use one of {', '.join(REPLICA_TYPES)}")
+            continue
+        if rtype in seen:
+            problems.append(f"{path}: duplicates {seen[rtype]!r} (replica types are "
+                            f"case-insensitive); keep one of them")
+            continue
+        seen[rtype] = key
+        spec = _parse_replica_spec(rtype, path, raw[key], problems)
+        if spec is not None:
+            parsed[rtype] = spec
+    return {t: parsed[t] for t in REPLICA_TYPES if t in parsed}
+
+
+def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) -> ReplicaSpec | None:
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: must be an object with replicas, restartPolicy and template")
+        return None
+    replicas = raw.get("replicas", 1)
+    if replicas is None:
+        replicas = 1
+    if not _is_non_negative_int(replicas):
+        problems.append(f"{path}.replicas: must be a non-negative integer, got {replicas!r}")
+        replicas = 0
+    restart_policy = raw.get("restartPolicy") or "Never"
+    if restart_policy not in RESTART_POLICIES:
+        problems.append(f"{path}.restartPolicy: {restart_policy!r} is not one of "
+                        f"{', '.join(RESTART_POLICIES)}")
+    template = raw.get("template")
+    port = _check_template(path, template, problems)
+    tuner_key = _tuner_key(template, raw.get("label"))
+    return ReplicaSpec(type=rtype, replicas=replicas, restart_policy=restart_policy,
+                       template=template if isinstance(template, Mapping) else {},
+                       port=port, tuner_key=tuner_key)
+
+
+def _check_template(path: str, template: Any, problems: list[str]) -> int:
+    """Check the pod template; return the mxjob-port of its mxnet container."""
+    fix = f'add a container named "{MAIN_CONTAINER}" with the training image'
+    if not isinstance(template, Mapping):
+        problems.append(f"{path}.template: required; {fix}")
+        return DEFAULT_PORT
+    pod_spec = template.get("spec")
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    cpath = f"{path}.template.spec.containers"
+    if not isinstance(containers, list) or not containers:
+        problems.append(f"{cpath}: required; {fix}")
+        return DEFAULT_PORT
+    main = None
+    for i, container in enumerate(containers):
+        if not isinstance(container, Mapping) or not container.get("name"):
+            problems.append(f"{cpath}[{i}]: every container needs a name")
+        elif container["name"] == MAIN_CONTAINER:
+            main = container
+    if main is None:
+        problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
+        return DEFAULT_PORT
+    image = main.get("image")
+    if not isinstance(image, str) or not image.strip():
+        problems.append(f"{cpath}[name={MAIN_CONTAINER}].image: must be a non-empty image reference")
+    ports = main.get("ports") or []
+    if not isinstance(ports, list):
+        problems.append(f"{cpath}[name={MAIN_CONTAINER}].ports: must be a list")
+        return DEFAULT_PORT
+    for port in ports:
+        if isinstance(port, Mapping) and port.get("name") == PORT_NAME:
+            number = port.get("containerPort")
+            if not (_is_non_negative_int(number) and 1 <= number <= 65535):
+                problems.append(f"{cpath}[name={MAIN_CONTAINER}].ports[name={PORT_NAME}]"
+                                f".containerPort: must be an integer from 1 to 65535")
+                return DEFAULT_PORT
+            return number
+    return DEFAULT_PORT
+
+
+def _tuner_key(template: Any, label: Any) -> str:
+    annotations = {}
+    if isinstance(template, Mapping) and isinstance(template.get("metadata"), Mapping):
+        annotations = template["metadata"].get("annotations") or {}
+    key = annotations.get(TUNER_KEY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if isinstance(key, str) and key:
+        return key
+    return label if isinstance(label, str) else ""
+
+
+def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
+    own, other = (TRAIN_TYPES, TUNE_TYPES) if job_mode == "MXTrain" else (TUNE_TYPES, TRAIN_TYPES)
+    for rtype in replicas:
+        if rtype in other:
+            problems.append(f"spec.mxReplicaSpecs.{rtype}: not used by jobMode {job_mode}; "
+                            f"use {', '.join(own)}")
+
+    def count(rtype: str) -> int | None:
+        return replicas[rtype].replicas if rtype in replicas else None
+
+    def need(rtype: str, ok: bool, rule: str) -> None:
+        if not ok:
+            problems.append(f"spec.mxReplicaSpecs.{rtype}.replicas: {rule}, got {count(rtype)}")
+
+    if job_mode == "MXTrain":
+        need("Worker", (count("Worker") or 0) >= 1, "at least 1 Worker is required")
+        distributed = "Scheduler" in replicas or "Server" in replicas
+        if distributed:
+            need("Scheduler", count("Scheduler") == 1,
+                 "a distributed job (with Servers) needs exactly 1 Scheduler")
+            need("Server", (count("Server") or 0) >= 1,
+                 "a distributed job (with a Scheduler) needs at least 1 Server")
+    else:
+        need("TunerTracker", count("TunerTracker") == 1, "MXTune needs exactly 1 TunerTracker")
+        need("TunerServer", (count("TunerServer") or 0) >= 1, "MXTune needs at least 1 TunerServer")
+        need("Tuner", count("Tuner") == 1, "MXTune needs exactly 1 Tuner")
+
+
+def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
+    if not name:
+        problems.append("metadata.name: required")
+        return
+    if not _DNS_1035.match(name):
+        problems.append(f"metadata.name: {name!r} must start with a letter and contain only "
+                        f"lower-case letters, digits and '-' (it prefixes Service names)")
+        return
+    longest = max(((f"{name}-{s.name}-{max(s.replicas - 1, 0)}") for s in replicas.values()),
+                  key=len, default="")
+    if len(longest) > MAX_NAME_LENGTH:
+        allowed = MAX_NAME_LENGTH - (len(longest) - len(name))
+        problems.append(f"metadata.name: too long: the Service name {longest!r} would have "
+                        f"{len(longest)} characters (the limit is {MAX_NAME_LENGTH}); use a job "
+                        f"name of at most {allowed} characters")
+
+
+def _is_non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
