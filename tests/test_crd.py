@@ -1,0 +1,640 @@
+"""The MXJob CRD: its OpenAPI schema, its CEL rules, and every example against both.
+
+The API server is not available here, so the schema is checked with an OpenAPI 3.0 validator
+and the CEL rules are evaluated with cel-python, bound to `self`/`oldSelf` at the schema node
+that declares them, the way the API server binds them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+from openapi_schema_validator import OAS30Validator, oas30_format_checker
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_PATH = ROOT / "crd" / "mxjob-crd.yaml"
+EXAMPLES = ROOT / "examples"
+
+CRD = yaml.safe_load(CRD_PATH.read_text())
+VERSION = CRD["spec"]["versions"][0]
+SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+SPEC_SCHEMA = SCHEMA["properties"]["spec"]
+STATUS_SCHEMA = SCHEMA["properties"]["status"]
+
+RUN_POLICY_FIELDS = (
+    "cleanPodPolicy",
+    "ttlSecondsAfterFinished",
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "schedulingPolicy",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers: schema validation, pruning, CEL
+
+
+def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
+    validator = OAS30Validator(schema, format_checker=oas30_format_checker)
+    return [
+        f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+        for err in validator.iter_errors(obj)
+    ]
+
+
+def pruned_paths(obj: Any, schema: dict, path: str = "") -> list[str]:
+    """Fields of obj that the API server would silently drop because the schema lacks them."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(obj, dict) and schema.get("type") == "object":
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is None and not isinstance(extra, dict):
+            return []  # metadata: the API server has its own schema for it
+        found = []
+        for key, value in obj.items():
+            sub = (props or {}).get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                found.append(f"{path}.{key}".lstrip("."))
+            else:
+                found.extend(pruned_paths(value, sub, f"{path}.{key}"))
+        return found
+    if isinstance(obj, list) and "items" in schema:
+        found = []
+        for i, item in enumerate(obj):
+            found.extend(pruned_paths(item, schema["items"], f"{path}[{i}]"))
+        return found
+    return []
+
+
+def lower_ascii(text: celpy.celtypes.StringType) -> celpy.celtypes.StringType:
+    """Kubernetes' lowerAscii() (cel-go strings extension), which cel-python lacks."""
+    return celpy.celtypes.StringType(
+        "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+    )
+
+
+CEL_ENV = celpy.Environment()
+
+
+class Rule:
+    def __init__(self, path: tuple[str, ...], rule: dict):
+        self.path = path
+        self.source = rule["rule"]
+        self.message = rule["message"]
+        self.is_transition = "oldSelf" in self.source
+        self.program = CEL_ENV.program(
+            CEL_ENV.compile(self.source), functions={"lowerAscii": lower_ascii}
+        )
+
+    def holds(self, value: Any, old: Any = None) -> bool:
+        activation = {"self": celpy.json_to_cel(value)}
+        if self.is_transition:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        result = self.program.evaluate(activation)
+        # An evaluation error fails the request in the API server, so it fails here too.
+        return isinstance(result, celpy.celtypes.BoolType) and bool(result)
+
+    def __repr__(self) -> str:
+        return f"Rule({'.'.join(self.path)}: {self.source})"
+
+
+def collect_rules(schema: dict, path: tuple[str, ...] = ()) -> Iterator[Rule]:
+    for rule in schema.get("x-kubernetes-validations", []):
+        yield Rule(path, rule)
+    for name, sub in schema.get("properties", {}).items():
+        yield from collect_rules(sub, path + (name,))
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from collect_rules(schema["additionalProperties"], path + ("*",))
+    if "items" in schema:
+        yield from collect_rules(schema["items"], path + ("[]",))
+
+
+RULES = list(collect_rules(SCHEMA))
+
+
+def nodes_at(obj: Any, path: tuple[str, ...], where: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """(concrete path, value) for every value the schema path matches in obj."""
+    if not path:
+        yield where, obj
+        return
+    head, rest = path[0], path[1:]
+    if head == "*" and isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from nodes_at(value, rest, where + (key,))
+    elif head == "[]" and isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from nodes_at(value, rest, where + (i,))
+    elif isinstance(obj, dict) and head in obj:
+        yield from nodes_at(obj[head], rest, where + (head,))
+
+
+def lookup(obj: Any, where: tuple) -> tuple[bool, Any]:
+    for step in where:
+        if isinstance(obj, dict) and step in obj:
+            obj = obj[step]
+        else:
+            return False, None
+    return True, obj
+
+
+def broken_rules(obj: dict, old: dict | None = None) -> list[Rule]:
+    """The rules the API server would reject obj for (old: the stored object on an update)."""
+    broken = []
+    for rule in RULES:
+        for where, value in nodes_at(obj, rule.path):
+            if rule.is_transition:
+                if old is None:
+                    continue
+                found, old_value = lookup(old, where)
+                if not found:
+                    continue  # transition rules only run when the old value exists
+                if not rule.holds(value, old_value):
+                    broken.append(rule)
+            elif not rule.holds(value):
+                broken.append(rule)
+    return broken
+
+
+def rule_with(fragment: str) -> Rule:
+    matches = [r for r in RULES if fragment in r.message]
+    assert len(matches) == 1, f"{fragment!r} should name exactly one rule, got {matches}"
+    return matches[0]
+
+
+def mxnet(image: str = "mxjob/mxnet:1.9.1") -> dict:
+    return {"spec": {"containers": [{"name": "mxnet", "image": image}]}}
+
+
+def mxjob(replica_specs: dict, **spec_fields: Any) -> dict:
+    """An MXJob; replica_specs maps type -> replicas (None: leave replicas out)."""
+    specs = {}
+    for rtype, replicas in replica_specs.items():
+        specs[rtype] = {"template": mxnet()}
+        if replicas is not None:
+            specs[rtype]["replicas"] = replicas
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "MXJob",
+        "metadata": {"name": "job"},
+        "spec": {**spec_fields, "mxReplicaSpecs": specs},
+    }
+
+
+def example_files() -> list[Path]:
+    found = []
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if any(d.get("kind") == "MXJob" for d in docs):
+            found.append(path)
+    return found
+
+
+def example_docs() -> list[tuple[str, dict]]:
+    return [
+        (f"{path.relative_to(EXAMPLES)}#{i}", doc)
+        for path in example_files()
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        if doc and doc.get("kind") == "MXJob"
+    ]
+
+
+EXAMPLE_DOCS = example_docs()
+
+
+# ---------------------------------------------------------------------------------------------
+# The CRD object itself
+
+
+def test_crd_names_group_and_scope():
+    assert CRD["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert CRD["metadata"]["name"] == "mxjobs.kubeflow.org"
+    spec = CRD["spec"]
+    assert spec["group"] == "kubeflow.org"
+    assert spec["scope"] == "Namespaced"
+    names = spec["names"]
+    assert (names["kind"], names["plural"], names["singular"]) == ("MXJob", "mxjobs", "mxjob")
+    assert names["shortNames"] == ["mxj"]
+    assert "kubeflow" in names["categories"]
+
+
+def test_one_served_storage_version_v1_with_status_subresource():
+    assert len(CRD["spec"]["versions"]) == 1
+    assert VERSION["name"] == "v1"
+    assert VERSION["served"] is True and VERSION["storage"] is True
+    assert VERSION["subresources"] == {"status": {}}
+
+
+def test_printer_columns_show_state_from_last_condition_and_age():
+    columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
+    assert columns["State"]["jsonPath"] == ".status.conditions[-1:].type"
+    assert columns["State"]["type"] == "string"
+    assert columns["Age"]["jsonPath"] == ".metadata.creationTimestamp"
+    assert columns["Age"]["type"] == "date"
+
+
+def _keys_anywhere(node: Any, key: str) -> list[str]:
+    if isinstance(node, dict):
+        here = [key] if key in node else []
+        return here + [k for v in node.values() for k in _keys_anywhere(v, key)]
+    if isinstance(node, list):
+        return [k for v in node for k in _keys_anywhere(v, key)]
+    return []
+
+
+def test_schema_declares_no_defaults_because_the_hook_applies_them():
+    assert _keys_anywhere(SCHEMA, "default") == []
+
+
+def test_inline_run_policy_fields_match_run_policy():
+    run_policy = SPEC_SCHEMA["properties"]["runPolicy"]["properties"]
+    for field in RUN_POLICY_FIELDS:
+        assert SPEC_SCHEMA["properties"][field] == run_policy[field], field
+    assert set(run_policy) == set(RUN_POLICY_FIELDS) | {"suspend"}
+
+
+def test_every_cel_rule_has_a_message_naming_the_field():
+    assert RULES, "the CRD should declare CEL rules"
+    for rule in RULES:
+        assert rule.message.startswith("spec."), rule
+
+
+def test_iterating_rules_run_over_a_bounded_map():
+    # The API server rejects the CRD when a rule's estimated cost is too high; every rule that
+    # iterates does so over mxReplicaSpecs, whose size maxProperties caps.
+    replica_specs = SPEC_SCHEMA["properties"]["mxReplicaSpecs"]
+    assert replica_specs["maxProperties"] == 6
+    for rule in RULES:
+        if any(macro in rule.source for macro in (".all(", ".exists(", ".filter(")):
+            assert rule.path in {("spec",), ("spec", "mxReplicaSpecs")}, rule
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAPI schema
+
+
+def test_examples_are_found():
+    names = {path.relative_to(EXAMPLES).as_posix() for path in example_files()}
+    assert {
+        "dist-cpu-train.yaml",
+        "dist-gpu-train.yaml",
+        "byteps.yaml",
+        "tune.yaml",
+        "single-worker.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("doc", [d for _, d in EXAMPLE_DOCS], ids=[i for i, _ in EXAMPLE_DOCS])
+def test_example_validates_against_the_crd(doc):
+    assert doc["apiVersion"] == "kubeflow.org/v1"
+    assert schema_errors(doc) == []
+    assert pruned_paths(doc, SCHEMA) == [], "the API server would drop these fields"
+    assert broken_rules(doc) == []
+
+
+@pytest.mark.parametrize("doc", [d for _, d in EXAMPLE_DOCS], ids=[i for i, _ in EXAMPLE_DOCS])
+def test_example_has_an_mxnet_container_with_an_image_in_every_replica(doc):
+    for rtype, rspec in doc["spec"]["mxReplicaSpecs"].items():
+        containers = rspec["template"]["spec"]["containers"]
+        images = [c.get("image") for c in containers if c["name"] == "mxnet"]
+        assert len(images) == 1 and images[0], rtype
+
+
+def _set(obj: dict, dotted: str, value: Any) -> dict:
+    obj = copy.deepcopy(obj)
+    *parents, last = dotted.split(".")
+    node = obj
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return obj
+
+
+VALID = mxjob({"Scheduler": 1, "Server": 2, "Worker": 2})
+
+SCHEMA_REJECTS = {
+    "restartPolicy-Sometimes": ("spec.mxReplicaSpecs.Worker.restartPolicy", "Sometimes"),
+    "replicas-negative": ("spec.mxReplicaSpecs.Worker.replicas", -1),
+    "replicas-string": ("spec.mxReplicaSpecs.Worker.replicas", "2"),
+    "jobMode-unknown": ("spec.jobMode", "MXServe"),
+    "cleanPodPolicy-unknown": ("spec.runPolicy.cleanPodPolicy", "Some"),
+    "inline-cleanPodPolicy-unknown": ("spec.cleanPodPolicy", "Finished"),
+    "activeDeadlineSeconds-zero": ("spec.runPolicy.activeDeadlineSeconds", 0),
+    "ttl-negative": ("spec.runPolicy.ttlSecondsAfterFinished", -1),
+    "backoffLimit-negative": ("spec.backoffLimit", -1),
+    "suspend-string": ("spec.runPolicy.suspend", "yes"),
+    "successPolicy-unknown": ("spec.successPolicy", "AnyWorker"),
+    "minResources-not-a-quantity": (
+        "spec.runPolicy.schedulingPolicy.minResources",
+        {"cpu": "lots"},
+    ),
+    "template-not-an-object": ("spec.mxReplicaSpecs.Worker.template", "pod"),
+    "mxReplicaSpecs-empty": ("spec.mxReplicaSpecs", {}),
+    "mxReplicaSpecs-seven-types": (
+        "spec.mxReplicaSpecs",
+        {t: {"template": mxnet()} for t in "ABCDEFG"},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "dotted,value", SCHEMA_REJECTS.values(), ids=SCHEMA_REJECTS.keys()
+)
+def test_schema_rejects(dotted, value):
+    assert schema_errors(VALID) == []
+    assert schema_errors(_set(VALID, dotted, value)) != []
+
+
+def test_schema_requires_spec_and_mxreplicaspecs():
+    assert schema_errors({"apiVersion": "kubeflow.org/v1", "kind": "MXJob"}) != []
+    no_specs = copy.deepcopy(VALID)
+    del no_specs["spec"]["mxReplicaSpecs"]
+    assert schema_errors(no_specs) != []
+
+
+SCHEMA_ACCEPTS = {
+    "activeDeadlineSeconds-one": ("spec.runPolicy.activeDeadlineSeconds", 1),
+    "ttl-zero": ("spec.runPolicy.ttlSecondsAfterFinished", 0),
+    "backoffLimit-zero": ("spec.runPolicy.backoffLimit", 0),
+    "successPolicy-empty": ("spec.successPolicy", ""),
+    "minResources-quantities": (
+        "spec.schedulingPolicy.minResources",
+        {"cpu": "500m", "memory": "4Gi", "nvidia.com/gpu": 2},
+    ),
+    "legacy-label": ("spec.mxReplicaSpecs.Worker.label", "gpu-v100"),
+    "template-free-form": (
+        "spec.mxReplicaSpecs.Worker.template",
+        {"metadata": {"annotations": {"a": "b"}}, "spec": {"anything": [1, {"goes": True}]}},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "dotted,value", SCHEMA_ACCEPTS.values(), ids=SCHEMA_ACCEPTS.keys()
+)
+def test_schema_accepts(dotted, value):
+    obj = _set(VALID, dotted, value)
+    assert schema_errors(obj) == []
+    assert pruned_paths(obj, SCHEMA) == []
+
+
+REPRESENTATIVE_STATUS = {
+    "conditions": [
+        {
+            "type": "Created",
+            "status": "True",
+            "reason": "MXJobCreated",
+            "message": "MXJob default/job is created.",
+            "lastUpdateTime": "2025-01-02T03:04:05Z",
+            "lastTransitionTime": "2025-01-02T03:04:05Z",
+        },
+        {
+            "type": "Running",
+            "status": "False",
+            "reason": "MXJobRunning",
+            "message": "MXJob default/job is running.",
+            "lastUpdateTime": "2025-01-02T03:05:00Z",
+            "lastTransitionTime": "2025-01-02T03:05:00Z",
+        },
+        {
+            "type": "Succeeded",
+            "status": "True",
+            "reason": "MXJobSucceeded",
+            "message": "MXJob default/job succeeded: its Scheduler exited with code 0.",
+            "lastUpdateTime": "2025-01-02T04:00:00Z",
+            "lastTransitionTime": "2025-01-02T04:00:00Z",
+        },
+    ],
+    "replicaStatuses": {
+        "Scheduler": {"active": 0, "succeeded": 1, "failed": 0, "completedIndexes": "0"},
+        "Worker": {"active": 0, "succeeded": 2, "failed": 1, "completedIndexes": "0-1"},
+    },
+    "startTime": "2025-01-02T03:04:05Z",
+    "completionTime": "2025-01-02T04:00:00Z",
+    "observedGeneration": 3,
+    "restartCount": 1,
+    "restartHistory": {
+        "job-worker-1": {"lastFailedUID": "0b4f", "recreations": 1, "priorContainerRestarts": 2}
+    },
+    "cleanedUpTime": "2025-01-03T04:00:00Z",
+    "specError": "",
+}
+
+
+def test_status_schema_declares_every_field_the_hook_writes():
+    obj = {**VALID, "status": REPRESENTATIVE_STATUS}
+    assert schema_errors(obj) == []
+    assert pruned_paths(obj, SCHEMA) == [], "the API server would prune these status fields"
+    assert set(STATUS_SCHEMA["properties"]) == set(REPRESENTATIVE_STATUS)
+
+
+STATUS_REJECTS = {
+    "condition-type-unknown": ("conditions", [{"type": "Done", "status": "True"}]),
+    "condition-status-yes": ("conditions", [{"type": "Running", "status": "Yes"}]),
+    "condition-without-status": ("conditions", [{"type": "Running"}]),
+    "startTime-not-a-time": ("startTime", "yesterday"),
+    "observedGeneration-string": ("observedGeneration", "3"),
+    "replicaStatus-active-string": ("replicaStatuses", {"Worker": {"active": "1"}}),
+}
+
+
+@pytest.mark.parametrize("field,value", STATUS_REJECTS.values(), ids=STATUS_REJECTS.keys())
+def test_status_schema_rejects(field, value):
+    status = {**REPRESENTATIVE_STATUS, field: value}
+    assert schema_errors({**VALID, "status": status}) != []
+
+
+# ---------------------------------------------------------------------------------------------
+# CEL rules on create
+
+CEL_ACCEPTS = {
+    "distributed-canonical-keys": mxjob({"Scheduler": 1, "Server": 2, "Worker": 4}),
+    "distributed-lowercase-keys": mxjob({"scheduler": 1, "server": 1, "worker": 1}),
+    "distributed-uppercase-keys": mxjob({"SCHEDULER": None, "SERVER": 3, "WORKER": 2}),
+    "scheduler-replicas-left-out": mxjob({"Scheduler": None, "Server": None, "Worker": None}),
+    "worker-only": mxjob({"Worker": 1}),
+    "worker-only-many": mxjob({"worker": 8}),
+    "explicit-mxtrain": mxjob({"Worker": 1}, jobMode="MXTrain"),
+    "tune": mxjob({"TunerTracker": 1, "TunerServer": 2, "Tuner": 1}, jobMode="MXTune"),
+    "tune-mixed-case-keys": mxjob(
+        {"tunerTracker": None, "tunerserver": 5, "TUNER": None}, jobMode="MXTune"
+    ),
+}
+
+
+@pytest.mark.parametrize("obj", CEL_ACCEPTS.values(), ids=CEL_ACCEPTS.keys())
+def test_cel_accepts(obj):
+    assert schema_errors(obj) == []
+    assert broken_rules(obj) == []
+
+
+CEL_REJECTS = {
+    "scheduler-two-replicas": (
+        mxjob({"Scheduler": 2, "Server": 1, "Worker": 1}),
+        ["run exactly one pod"],
+    ),
+    "lowercase-scheduler-zero-replicas": (
+        mxjob({"scheduler": 0, "server": 1, "worker": 1}),
+        ["run exactly one pod"],
+    ),
+    "worker-zero-replicas": (mxjob({"Worker": 0}), ["at least 1"]),
+    "server-zero-replicas": (
+        mxjob({"Scheduler": 1, "Server": 0, "Worker": 1}),
+        ["at least 1"],
+    ),
+    "unknown-type": (mxjob({"Worker": 1, "Chief": 1}), ["unknown replica type"]),
+    "same-type-twice-in-different-case": (
+        mxjob({"Worker": 1, "worker": 1}),
+        ["differ only in letter case"],
+    ),
+    "train-without-worker": (
+        mxjob({"Scheduler": 1, "Server": 1}),
+        ["an MXTrain job needs a Worker"],
+    ),
+    "scheduler-without-server": (
+        mxjob({"Scheduler": 1, "Worker": 2}),
+        ["both a Scheduler and a Server"],
+    ),
+    "server-without-scheduler": (
+        mxjob({"Server": 1, "Worker": 2}),
+        ["both a Scheduler and a Server"],
+    ),
+    "train-with-tuner-types": (
+        mxjob({"Worker": 1, "Tuner": 1}),
+        ["belong to tuning jobs"],
+    ),
+    "tune-without-tuner": (
+        mxjob({"TunerTracker": 1, "TunerServer": 1}, jobMode="MXTune"),
+        ["needs a TunerTracker, a TunerServer and a"],
+    ),
+    "tune-with-worker": (
+        mxjob({"TunerTracker": 1, "TunerServer": 1, "Tuner": 1, "Worker": 1}, jobMode="MXTune"),
+        ["belong to training jobs"],
+    ),
+    "tune-two-trackers": (
+        mxjob({"TunerTracker": 2, "TunerServer": 1, "Tuner": 1}, jobMode="MXTune"),
+        ["run exactly one pod"],
+    ),
+    "tune-two-lowercase-tuners": (
+        mxjob({"TunerTracker": 1, "TunerServer": 1, "tuner": 2}, jobMode="MXTune"),
+        ["run exactly one pod"],
+    ),
+    "tune-no-tuner-servers": (
+        mxjob({"TunerTracker": 1, "TunerServer": 0, "Tuner": 1}, jobMode="MXTune"),
+        ["at least 1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("obj,fragments", CEL_REJECTS.values(), ids=CEL_REJECTS.keys())
+def test_cel_rejects(obj, fragments):
+    assert schema_errors(obj) == [], "the object should pass the schema and fail only CEL"
+    expected = {rule_with(f).message for f in fragments}
+    assert {r.message for r in broken_rules(obj)} == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# CEL transition rules (updates)
+
+
+def _edit(obj: dict, edit) -> dict:
+    new = copy.deepcopy(obj)
+    edit(new)
+    return new
+
+
+BASE = mxjob({"Scheduler": 1, "Server": 2, "Worker": 2})
+BASE_NO_MODE = mxjob({"Worker": 1})
+BASE_TUNE = mxjob({"TunerTracker": 1, "TunerServer": 1, "Tuner": 1}, jobMode="MXTune")
+
+UPDATE_ACCEPTS = {
+    "nothing-changed": (BASE, BASE),
+    "suspend": (BASE, _edit(BASE, lambda o: o["spec"].update(runPolicy={"suspend": True}))),
+    "deadline-added": (BASE, _edit(BASE, lambda o: o["spec"].update(activeDeadlineSeconds=60))),
+    "labels-changed": (BASE, _edit(BASE, lambda o: o["metadata"].update(labels={"a": "b"}))),
+    "default-mode-written-out": (
+        BASE_NO_MODE,
+        _edit(BASE_NO_MODE, lambda o: o["spec"].update(jobMode="MXTrain")),
+    ),
+    "default-mode-dropped": (
+        _edit(BASE_NO_MODE, lambda o: o["spec"].update(jobMode="MXTrain")),
+        BASE_NO_MODE,
+    ),
+}
+
+
+@pytest.mark.parametrize("old,new", UPDATE_ACCEPTS.values(), ids=UPDATE_ACCEPTS.keys())
+def test_update_accepted(old, new):
+    assert broken_rules(new, old=old) == []
+
+
+def _set_replicas(o):
+    o["spec"]["mxReplicaSpecs"]["Worker"]["replicas"] = 3
+
+
+def _set_image(o):
+    o["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = "x:2"
+
+
+def _add_env(o):
+    container = o["spec"]["mxReplicaSpecs"]["Server"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "A", "value": "1"}]
+
+
+def _set_restart_policy(o):
+    o["spec"]["mxReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+
+
+def _rename_key(o):
+    specs = o["spec"]["mxReplicaSpecs"]
+    specs["worker"] = specs.pop("Worker")
+
+
+IMMUTABLE_SPECS = "spec.mxReplicaSpecs is immutable"
+IMMUTABLE_MODE = "spec.jobMode is immutable"
+
+UPDATE_REJECTS = {
+    "worker-replicas-changed": (BASE, _edit(BASE, _set_replicas), [IMMUTABLE_SPECS]),
+    "image-changed-inside-free-form-template": (
+        BASE,
+        _edit(BASE, _set_image),
+        [IMMUTABLE_SPECS],
+    ),
+    "env-added-inside-free-form-template": (BASE, _edit(BASE, _add_env), [IMMUTABLE_SPECS]),
+    "restart-policy-changed": (BASE, _edit(BASE, _set_restart_policy), [IMMUTABLE_SPECS]),
+    "key-respelled": (BASE, _edit(BASE, _rename_key), [IMMUTABLE_SPECS]),
+    "train-to-tune": (BASE, BASE_TUNE, [IMMUTABLE_SPECS, IMMUTABLE_MODE]),
+    "default-mode-to-tune": (
+        BASE_NO_MODE,
+        _edit(BASE_NO_MODE, lambda o: o["spec"].update(jobMode="MXTune")),
+        [IMMUTABLE_MODE],
+    ),
+}
+
+
+@pytest.mark.parametrize("old,new,fragments", UPDATE_REJECTS.values(), ids=UPDATE_REJECTS.keys())
+def test_update_rejected(old, new, fragments):
+    assert old != new
+    broken = {r.message for r in broken_rules(new, old=old) if r.is_transition}
+    assert broken == {rule_with(f).message for f in fragments}
+
+
+def test_transition_rules_do_not_run_on_create():
+    assert broken_rules(BASE_TUNE, old=None) == []
+    assert all(not r.is_transition for r in broken_rules(mxjob({"Worker": 0})))
+
+
+def test_every_cel_rule_is_exercised_by_a_rejecting_case():
+    exercised = {rule_with(f).source for _, fragments in CEL_REJECTS.values() for f in fragments}
+    exercised |= {rule_with(f).source for *_, fragments in UPDATE_REJECTS.values() for f in fragments}
+    assert exercised == {r.source for r in RULES}
+
+
+def test_lower_ascii_matches_kubernetes_semantics():
+    assert lower_ascii(celpy.celtypes.StringType("TunerServer-É")) == "tunerserver-É"
