@@ -78,8 +78,12 @@ class _State:
         self.start_time: str | None = old.get("startTime")
         self.completion_time: str | None = old.get("completionTime")
         self.cleaned_up_time: str | None = old.get("cleanedUpTime")
+        old_count = old.get("restartCount")
+        self.old_restart_count = old_count if isinstance(old_count, int) else 0
         self.history: dict[str, RestartRecord] = {
             k: dict(v) for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
+        # Pods this sync's answer deletes; counting them would change status on the next sync.
+        self.leaving: set[str] = set()
         self.completed: dict[str, set[int]] = {
             rtype: _parse_indexes(((old.get("replicaStatuses") or {}).get(rtype) or {})
                                   .get("completedIndexes", ""))
@@ -115,6 +119,7 @@ class _State:
         self.conds.set("Suspended", True, "MXJobSuspended", f"MXJob {key} is suspended.")
         for ctype in ("Running", "Restarting"):
             self.conds.clear(ctype, "MXJobSuspended", f"MXJob {key} is suspended.")
+        self.leaving = set(self.pods)
         return Plan(status=self.status())
 
     def classify_failures(self) -> tuple[list[PodView], list[PodView]]:
@@ -155,11 +160,13 @@ class _State:
         services = sorted(observed_services) if policy == "None" else keep
         services = [name for name in services if name in observed_services]
         plan = Plan(status={}, pods=keep, services=services)
+        self.leaving = set(self.pods) - set(keep)
         ttl = self.job.run_policy.ttl_seconds_after_finished
         if ttl is not None and self.completion_time:
             expiry = parse_rfc3339(self.completion_time) + timedelta(seconds=ttl)
             if self.now >= expiry:
                 plan.pods, plan.services = [], []
+                self.leaving = set(self.pods)
                 self.cleaned_up_time = rfc3339(expiry)
             else:
                 plan.resync_after = (expiry - self.now).total_seconds()
@@ -169,6 +176,7 @@ class _State:
     def run(self, slots: Mapping[str, tuple[str, int]], recreate: list[PodView]) -> Plan:
         """A running job: every slot gets its pod except finished ones gone and ones to recreate."""
         gone = {p.name for p in recreate}
+        self.leaving = gone
         pods = [name for name, (rtype, index) in slots.items()
                 if name not in gone and (name in self.pods or index not in self.completed[rtype])]
         waiting = self._awaiting_recreation(gone)
@@ -226,12 +234,16 @@ class _State:
         return limit is not None and self.restart_total() > limit
 
     def restart_total(self) -> int:
-        """Every restart so far: earlier pods' (from history) plus the live pods' own."""
+        """Every restart so far: earlier pods' (from history) plus the live pods' own.
+
+        Never less than the count already written: a pod that goes away (cleaned up, deleted by
+        hand) takes its restartCount with it, and the count must not drop.
+        """
         past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
                    for r in self.history.values())
         live = sum(p.restarts for p in self.pods.values()
                    if p.uid != self.history.get(p.name, {}).get("lastFailedUID"))
-        return past + live
+        return max(past + live, self.old_restart_count)
 
     def deadline(self) -> datetime | None:
         """startTime + activeDeadlineSeconds, if both are set."""
@@ -293,7 +305,8 @@ class _State:
     def _replicas(self) -> JSON:
         counts: JSON = {}
         for rtype in self.job.replicas:
-            mine = [p for p in self.pods.values() if p.rtype == rtype and not p.terminating]
+            mine = [p for p in self.pods.values()
+                    if p.rtype == rtype and not p.terminating and p.name not in self.leaving]
             entry = {"active": sum(p.phase == "Running" for p in mine),
                      "succeeded": len(self.completed[rtype]),
                      "failed": sum(p.phase == "Failed" for p in mine)}

@@ -1,0 +1,377 @@
+"""Scenario tests: one MXJob stepped through observed states, each answer applied as Metacontroller would.
+
+After every step the answer must already be a fixed point: syncing again on what it produced
+gives byte-identical status and children (else Metacontroller would sync in a hot loop, or the
+job would need more than one sync to reach its answer).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hooks.sync import sync_mxjob
+from mcsim import Sim, mxjob
+
+
+def step(sim: Sim) -> dict:
+    """Sync once, apply, and check the answer is a fixed point of its own result."""
+    answer = sim.sync()
+    again = sync_mxjob(sim.request(), now=sim.now)
+    assert json.dumps(again["status"], sort_keys=True) == json.dumps(answer["status"], sort_keys=True)
+    assert json.dumps(again["children"], sort_keys=True) == json.dumps(answer["children"], sort_keys=True)
+    return answer
+
+
+def delete_then_recreate(sim: Sim) -> dict:
+    """The one allowed two-step: the failed pod is left out (deleted), then given again."""
+    answer = sim.sync()
+    return answer
+
+
+def pods(sim: Sim) -> list[str]:
+    return sorted(sim.pods)
+
+
+def finish_ok(sim: Sim, *names: str) -> None:
+    for name in names:
+        sim.set_phase(name, "Succeeded", exit_code=0)
+
+
+def test_normal_success_goes_created_running_succeeded():
+    sim = Sim(mxjob())
+    step(sim)
+    assert sim.state() == "Created"
+    assert pods(sim) == ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
+    assert sim.status["startTime"] == "2026-11-21T10:00:00Z"
+    sim.tick(5)
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running"
+    assert sim.status["replicaStatuses"]["Worker"] == {"active": 2, "succeeded": 0, "failed": 0}
+    sim.tick(60)
+    finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+    assert sim.condition("Running")["status"] == "False"
+    assert sim.status["completionTime"] == "2026-11-21T10:01:05Z"
+    # cleanPodPolicy Running (default): the still-running server is freed, finished pods stay.
+    assert pods(sim) == ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"]
+    assert "mx-server-0" not in sim.services
+    assert sim.condition("Created")["lastTransitionTime"] == "2026-11-21T10:00:00Z"
+
+
+def test_worker_permanent_failure_under_never_fails_the_job():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.tick(10)
+    sim.set_phase("mx-worker-1", "Failed", exit_code=1)
+    step(sim)
+    assert sim.state() == "Failed"
+    failed = sim.condition("Failed")
+    assert failed["reason"] == "MXJobFailed"
+    assert "Worker 1" in failed["message"] and "exit code 1" in failed["message"]
+    assert "completionTime" in sim.status
+    assert pods(sim) == ["mx-worker-1"]  # the failed pod is kept for its logs
+
+
+def test_retryable_exit_under_exitcode_restarts_then_succeeds():
+    spec = {"replicas": 2, "restartPolicy": "ExitCode"}
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": spec},
+                    runPolicy={"backoffLimit": 3}))
+    step(sim)
+    sim.run()
+    step(sim)
+    old_uid = sim.pods["mx-worker-0"]["metadata"]["uid"]
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+    delete_then_recreate(sim)  # the failed pod is left out: Metacontroller deletes it
+    assert "mx-worker-0" not in sim.pods
+    assert sim.state() == "Restarting"
+    assert "exited with code 137" in sim.condition("Restarting")["message"]
+    assert sim.condition("Running")["status"] == "False"
+    step(sim)  # and once it is gone, given again: created anew
+    assert sim.pods["mx-worker-0"]["metadata"]["uid"] != old_uid
+    assert sim.state() == "Restarting"
+    sim.run("mx-worker-0")
+    step(sim)
+    assert sim.state() == "Running"
+    assert sim.status["restartCount"] == 1
+    finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+
+
+def test_permanent_code_under_exitcode_fails_at_once():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1,
+                              "Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=2)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "permanent" in sim.condition("Failed")["message"]
+    assert sim.condition("Restarting") is None
+    assert "completionTime" in sim.status
+
+
+def test_backoff_limit_reached_by_recreations():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}},
+                    runPolicy={"backoffLimit": 1}))
+    step(sim)
+    for attempt in range(2):
+        sim.run()
+        step(sim)
+        sim.set_phase("mx-worker-0", "Failed", exit_code=143)
+        (delete_then_recreate if attempt == 0 else step)(sim)
+        if attempt == 0:
+            assert sim.state() == "Restarting"
+            step(sim)  # recreated
+    assert sim.state() == "Failed"
+    assert "backoff limit" in sim.condition("Failed")["message"]
+    assert sim.status["restartCount"] == 2
+
+
+def test_stale_cache_counts_the_same_failed_pod_once():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}},
+                    runPolicy={"backoffLimit": 5}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+    stale = sim.request()
+    delete_then_recreate(sim)
+    # Metacontroller's cache may show the deleted pod again; that must not count twice.
+    stale["parent"]["status"] = sim.status
+    answer = sync_mxjob(stale, now=sim.now)
+    assert answer["status"]["restartCount"] == 1
+    assert answer["status"]["restartHistory"] == sim.status["restartHistory"]
+    assert "mx-worker-0" not in {c["metadata"]["name"] for c in answer["children"]
+                                 if c["kind"] == "Pod"}
+
+
+def test_in_place_container_restarts_count_toward_backoff_limit():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}},
+                    runPolicy={"backoffLimit": 2}))
+    step(sim)
+    sim.set_phase("mx-worker-0", "Running", restarts=2)
+    step(sim)
+    assert sim.state() == "Running"
+    sim.set_phase("mx-worker-0", "Running", restarts=3)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "backoff limit" in sim.condition("Failed")["message"]
+    assert pods(sim) == []  # cleanPodPolicy Running frees the running pod
+
+
+def test_evicted_pod_under_onfailure_is_recreated_not_a_failure():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed")
+    delete_then_recreate(sim)
+    assert sim.state() == "Restarting"
+    assert "without an exit code" in sim.condition("Restarting")["message"]
+    step(sim)
+    assert "mx-worker-0" in sim.pods
+
+
+def test_deadline_fires_on_time_without_another_event():
+    sim = Sim(mxjob(runPolicy={"activeDeadlineSeconds": 100}))
+    answer = step(sim)
+    assert answer["resyncAfterSeconds"] == 100
+    sim.run()
+    sim.tick(40)
+    answer = step(sim)
+    assert answer["resyncAfterSeconds"] == 60
+    sim.tick(60)  # nothing else happened: only the requested resync arrives
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "activeDeadlineSeconds" in sim.condition("Failed")["message"]
+    assert sim.status["completionTime"] == "2026-11-21T10:01:40Z"
+    assert pods(sim) == []
+
+
+def test_suspend_then_resume():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    started = sim.status["startTime"]
+    sim.tick(30)
+    sim.edit({"runPolicy": {"suspend": True}})
+    step(sim)
+    assert sim.state() == "Suspended"
+    assert pods(sim) == [] and sim.services == {}
+    assert sim.condition("Running")["status"] == "False"
+    assert sim.status["startTime"] == started
+    sim.tick(30)
+    sim.edit({"runPolicy": {"suspend": False}})
+    step(sim)
+    assert sim.condition("Suspended") == {**sim.condition("Suspended"), "status": "False",
+                                          "reason": "MXJobResumed"}
+    assert sim.status["startTime"] == "2026-11-21T10:01:00Z"
+    assert len(sim.pods) == 4
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running"
+    finish_ok(sim, "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+
+
+def test_job_created_suspended_has_no_start_time():
+    sim = Sim(mxjob(runPolicy={"suspend": True}))
+    step(sim)
+    assert sim.state() == "Suspended"
+    assert "startTime" not in sim.status
+    assert sim.pods == {}
+
+
+def test_ttl_deletes_every_child_after_finishing():
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"ttlSecondsAfterFinished": 300,
+                                                        "cleanPodPolicy": "None"}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.tick(10)
+    finish_ok(sim, "mx-worker-0")
+    answer = step(sim)
+    assert sim.state() == "Succeeded"
+    assert pods(sim) == ["mx-worker-0"]
+    assert answer["resyncAfterSeconds"] == 300
+    sim.tick(300)
+    step(sim)
+    assert sim.pods == {} and sim.services == {}
+    assert sim.status["cleanedUpTime"] == "2026-11-21T10:05:10Z"
+    assert sim.state() == "Succeeded"
+
+
+def test_mxtune_succeeds_when_the_tuner_succeeds():
+    sim = Sim(mxjob(jobMode="MXTune", replicas={"TunerTracker": 1, "TunerServer": 2, "Tuner": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running"
+    finish_ok(sim, "mx-tuner-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+    assert "Tuner 0" in sim.condition("Succeeded")["message"]
+
+
+def test_worker_only_job_runs_and_succeeds_when_all_workers_succeed():
+    sim = Sim(mxjob(replicas={"Worker": 2}))
+    step(sim)
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running"
+    finish_ok(sim, "mx-worker-0")
+    step(sim)
+    assert sim.state() == "Running"
+    finish_ok(sim, "mx-worker-1")
+    step(sim)
+    assert sim.state() == "Succeeded"
+
+
+def test_success_policy_all_workers_waits_for_every_worker():
+    sim = Sim(mxjob(successPolicy="AllWorkers"))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0", "mx-worker-0")
+    step(sim)
+    assert sim.state() == "Running"
+    finish_ok(sim, "mx-worker-1")
+    step(sim)
+    assert sim.state() == "Succeeded"
+
+
+def test_succeeded_worker_whose_pod_disappears_is_not_rerun():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-worker-0")
+    step(sim)
+    assert sim.status["replicaStatuses"]["Worker"]["completedIndexes"] == "0"
+    sim.gc("mx-worker-0")
+    created = len(sim.created)
+    step(sim)
+    assert "mx-worker-0" not in sim.pods
+    assert len(sim.created) == created
+    assert sim.status["replicaStatuses"]["Worker"]["succeeded"] == 1
+
+
+def test_deleted_running_pod_is_recreated():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.gc("mx-server-0")
+    step(sim)
+    assert sim.pods["mx-server-0"]["status"]["phase"] == "Pending"
+    assert sim.state() == "Running"
+
+
+def test_finished_job_never_creates_a_pod():
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"cleanPodPolicy": "All"}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-worker-0")
+    step(sim)
+    assert sim.pods == {}
+    created = len(sim.created)
+    for _ in range(3):
+        sim.tick(100)
+        step(sim)
+    assert len(sim.created) == created
+
+
+def test_invalid_edit_on_running_job_keeps_children_and_reports():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    before = {n: p["metadata"]["uid"] for n, p in sim.pods.items()}
+    status_before = dict(sim.status)
+    sim.edit({"mxReplicaSpecs": {"Worker": {"replicas": -1}}})
+    answer = step(sim)
+    assert {n: p["metadata"]["uid"] for n, p in sim.pods.items()} == before
+    assert len(sim.services) == 4
+    assert "spec.mxReplicaSpecs.Worker.replicas" in sim.status["specError"]
+    assert sim.status["conditions"] == status_before["conditions"]
+    assert len(answer["children"]) == 8
+
+
+def test_invalid_new_job_fails_validation_without_children():
+    parent = mxjob(replicas={"Worker": {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "main", "image": "x"}]}}}})
+    sim = Sim(parent)
+    answer = step(sim)
+    assert answer["children"] == []
+    failed = sim.condition("Failed")
+    assert failed["reason"] == "MXJobFailedValidation"
+    assert 'no container named "mxnet"' in failed["message"]
+    assert sim.state() == "Failed"
+    assert "completionTime" in sim.status
+
+
+@pytest.mark.parametrize("policy,kept", [
+    ("All", []),
+    ("Running", ["mx-worker-0"]),
+    ("None", ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]),
+], ids=["all-deletes-every-pod", "running-keeps-finished-pods", "none-keeps-everything"])
+def test_clean_pod_policy_on_failure(policy, kept):
+    sim = Sim(mxjob(cleanPodPolicy=policy))  # the mxnet-operator inline layout
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=1)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert pods(sim) == kept
+    assert sorted(sim.services) == kept
