@@ -1,0 +1,114 @@
+"""Spec parsing: defaults, both run-policy layouts, and one clear message per bad input."""
+from __future__ import annotations
+
+import pytest
+
+from hooks.spec import SpecError, parse_mxjob
+from mcsim import mxjob
+
+
+def problems_of(parent: dict) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        parse_mxjob(parent)
+    return err.value.problems
+
+
+def template(containers: list) -> dict:
+    return {"spec": {"containers": containers}}
+
+
+def test_defaults_are_applied_but_not_written_back():
+    parent = mxjob(replicas={"Worker": {}})
+    job = parse_mxjob(parent)
+    worker = job.replicas["Worker"]
+    assert (job.job_mode, worker.replicas, worker.restart_policy, worker.port) == \
+        ("MXTrain", 1, "Never", 9091)
+    assert job.run_policy.clean_pod_policy == "Running"
+    assert "replicas" not in parent["spec"]["mxReplicaSpecs"]["Worker"]
+
+
+def test_replica_keys_are_case_insensitive():
+    job = parse_mxjob(mxjob(replicas={"scheduler": 1, "SERVER": 1, "worker": 2}))
+    assert list(job.replicas) == ["Scheduler", "Server", "Worker"]
+
+
+def test_custom_mxjob_port_is_used():
+    parent = mxjob(replicas={"Worker": {"template": template([
+        {"name": "mxnet", "image": "i", "ports": [{"name": "mxjob-port", "containerPort": 9000}]}])}})
+    assert parse_mxjob(parent).replicas["Worker"].port == 9000
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ({"runPolicy": {"cleanPodPolicy": "All"}}, "All"),
+    ({"cleanPodPolicy": "None"}, "None"),
+    ({"cleanPodPolicy": "None", "runPolicy": {"cleanPodPolicy": "All"}}, "All"),
+], ids=["runPolicy-layout", "inline-mxnet-operator-layout", "runPolicy-wins"])
+def test_both_run_policy_layouts(spec, expected):
+    assert parse_mxjob(mxjob(**spec)).run_policy.clean_pod_policy == expected
+
+
+def test_layouts_merge_per_field():
+    job = parse_mxjob(mxjob(backoffLimit=3, runPolicy={"activeDeadlineSeconds": 60}))
+    assert (job.run_policy.backoff_limit, job.run_policy.active_deadline_seconds) == (3, 60)
+
+
+def test_tuner_server_key_from_annotation_or_legacy_label():
+    replicas = {"TunerTracker": 1, "Tuner": 1, "TunerServer": {"replicas": 2, "label": "old"}}
+    job = parse_mxjob(mxjob(jobMode="MXTune", replicas=replicas))
+    assert job.replicas["TunerServer"].tuner_key == "old"
+    replicas["TunerServer"] = {"replicas": 2, "label": "old", "template": {
+        "metadata": {"annotations": {"tuner-server-key": "rtx"}},
+        "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}
+    job = parse_mxjob(mxjob(jobMode="MXTune", replicas=replicas))
+    assert job.replicas["TunerServer"].tuner_key == "rtx"
+
+
+LONG = "a" * 55
+
+
+@pytest.mark.parametrize("parent,field,words", [
+    (mxjob(replicas={"Worker": {"template": template([{"name": "main", "image": "i"}])}}),
+     "spec.mxReplicaSpecs.Worker.template.spec.containers", 'no container named "mxnet"'),
+    (mxjob(replicas={"Worker": {"template": template([{"name": "mxnet", "image": ""}])}}),
+     "spec.mxReplicaSpecs.Worker.template.spec.containers[name=mxnet].image", "non-empty"),
+    (mxjob(replicas={"Worker": 1, "worker": 1}),
+     "spec.mxReplicaSpecs.worker", "case-insensitive"),
+    (mxjob(replicas={"Worker": 1, "Chief": 1}),
+     "spec.mxReplicaSpecs.Chief", "unknown replica type"),
+    (mxjob(replicas={"Scheduler": 2, "Server": 1, "Worker": 1}),
+     "spec.mxReplicaSpecs.Scheduler.replicas", "exactly 1 Scheduler"),
+    (mxjob(LONG, replicas={"Scheduler": 1, "Server": 1, "Worker": 1}),
+     "metadata.name", "at most 51 characters"),
+    (mxjob(replicas={"Worker": -1}),
+     "spec.mxReplicaSpecs.Worker.replicas", "non-negative integer"),
+    (mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "Sometimes"}}),
+     "spec.mxReplicaSpecs.Worker.restartPolicy", "not one of"),
+    (mxjob(cleanPodPolicy="Some"), "spec.cleanPodPolicy", "not one of All, Running, None"),
+    (mxjob(runPolicy={"backoffLimit": -2}), "spec.runPolicy.backoffLimit", "non-negative"),
+    (mxjob(jobMode="MXTune"), "spec.mxReplicaSpecs.Scheduler", "not used by jobMode MXTune"),
+    (mxjob(jobMode="MXTune", replicas={"TunerTracker": 1, "Tuner": 1}),
+     "spec.mxReplicaSpecs.TunerServer.replicas", "at least 1 TunerServer"),
+    (mxjob(replicas={"Scheduler": 1, "Worker": 1}),
+     "spec.mxReplicaSpecs.Server.replicas", "at least 1 Server"),
+    (mxjob(replicas={"Server": 1}), "spec.mxReplicaSpecs.Worker.replicas", "at least 1 Worker"),
+    (mxjob("Bad.Name"), "metadata.name", "must start with a letter"),
+    (mxjob(jobMode="MXRun"), "spec.jobMode", "not one of MXTrain, MXTune"),
+], ids=["no-mxnet-container", "empty-image", "keys-differ-only-in-case", "unknown-replica-type",
+        "two-schedulers", "name-too-long", "negative-replicas", "bad-restart-policy",
+        "bad-clean-pod-policy", "negative-backoff-limit", "train-types-in-tune-job",
+        "tune-without-tuner-server", "scheduler-without-server", "no-worker",
+        "name-not-dns-1035", "unknown-job-mode"])
+def test_bad_spec_is_reported_with_its_field_path(parent, field, words):
+    problems = problems_of(parent)
+    assert any(p.startswith(field + ":") and words in p for p in problems), problems
+
+
+def test_every_problem_is_reported_at_once():
+    parent = mxjob(replicas={"Worker": -1, "Chief": 1}, cleanPodPolicy="Some")
+    assert len(problems_of(parent)) >= 3
+
+
+def test_a_name_of_exactly_the_limit_is_accepted():
+    # "<name>-scheduler-0" is the longest child name here: 63 - len("-scheduler-0") = 51.
+    parse_mxjob(mxjob("a" * 51, replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    problems_of(mxjob("a" * 52, replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
