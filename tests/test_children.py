@@ -1,0 +1,176 @@
+"""Pods and Services the sync asks for: names, labels, env wiring, ports, and Kubernetes' own schemas."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from hooks.sync import sync_mxjob
+from mcsim import T0, mxjob
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBERNETES_VERSION = "1.34"
+
+
+def first_sync(parent: dict) -> dict:
+    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+
+
+def child(answer: dict, kind: str, name: str) -> dict:
+    return next(c for c in answer["children"] if c["kind"] == kind and c["metadata"]["name"] == name)
+
+
+def env_of(pod: dict, container: str = "mxnet") -> list[dict]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == container)["env"]
+
+
+def test_worker_env_is_wired_in_the_documented_order():
+    answer = first_sync(mxjob("dist", replicas={"Scheduler": 1, "Server": 2, "Worker": 2}))
+    env = env_of(child(answer, "Pod", "dist-worker-1"))
+    assert [e["name"] for e in env] == ["MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI",
+                                        "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_ROLE",
+                                        "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID"]
+    values = {e["name"]: e["value"] for e in env}
+    assert values["DMLC_PS_ROOT_URI"] == "dist-scheduler-0"
+    assert (values["DMLC_PS_ROOT_PORT"], values["DMLC_NUM_SERVER"], values["DMLC_NUM_WORKER"],
+            values["DMLC_ROLE"], values["DMLC_USE_KUBERNETES"], values["DMLC_WORKER_ID"]) == \
+        ("9091", "2", "2", "worker", "1", "1")
+
+
+def test_mx_config_is_compact_sorted_json_with_every_replica():
+    answer = first_sync(mxjob("dist", replicas={"Scheduler": 1, "Server": 1, "Worker": 2}))
+    value = {e["name"]: e["value"] for e in env_of(child(answer, "Pod", "dist-server-0"))}
+    expected = {
+        "cluster": {
+            "scheduler": [{"port": 9091, "url": "dist-scheduler-0"}],
+            "server": [{"port": 9091, "url": "dist-server-0"}],
+            "worker": [{"port": 9091, "url": "dist-worker-0"}, {"port": 9091, "url": "dist-worker-1"}],
+        },
+        "labels": {"scheduler": "", "server": "", "worker": ""},
+        "task": {"index": 0, "type": "server"},
+    }
+    assert value["MX_CONFIG"] == json.dumps(expected, sort_keys=True, separators=(",", ":"))
+
+
+def test_scheduler_and_server_have_no_worker_id():
+    answer = first_sync(mxjob())
+    for name in ("mx-scheduler-0", "mx-server-0"):
+        assert "DMLC_WORKER_ID" not in {e["name"] for e in env_of(child(answer, "Pod", name))}
+
+
+@pytest.mark.parametrize("replicas,mode", [
+    ({"Worker": 2}, "MXTrain"),
+    ({"TunerTracker": 1, "TunerServer": 1, "Tuner": 1}, "MXTune"),
+], ids=["worker-only", "tune"])
+def test_no_scheduler_means_no_root_uri_or_port(replicas, mode):
+    answer = first_sync(mxjob(jobMode=mode, replicas=replicas))
+    for pod in (c for c in answer["children"] if c["kind"] == "Pod"):
+        names = {e["name"] for e in env_of(pod)}
+        assert not names & {"DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"}
+        assert all(e.get("value") != "" for e in env_of(pod))
+
+
+def test_operator_env_replaces_user_entries_in_every_container_but_init_containers():
+    tmpl = {"spec": {
+        "initContainers": [{"name": "init", "image": "busybox"}],
+        "containers": [
+            {"name": "mxnet", "image": "i", "env": [{"name": "DMLC_ROLE", "value": "mine"},
+                                                    {"name": "KEEP", "value": "$(DMLC_ROLE)"}]},
+            {"name": "sidecar", "image": "s"}]}}
+    answer = first_sync(mxjob(replicas={"Worker": {"template": tmpl}}))
+    pod = child(answer, "Pod", "mx-worker-0")
+    env = env_of(pod)
+    assert [e["value"] for e in env if e["name"] == "DMLC_ROLE"] == ["worker"]
+    assert env[-1] == {"name": "KEEP", "value": "$(DMLC_ROLE)"}  # after ours, so it can refer to them
+    assert any(e["name"] == "MX_CONFIG" for e in env_of(pod, "sidecar"))
+    assert "env" not in pod["spec"]["initContainers"][0]
+
+
+def test_template_is_not_mutated():
+    parent = mxjob(replicas={"Scheduler": 1, "Server": 1,
+                             "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}})
+    before = copy.deepcopy(parent)
+    first_sync(parent)
+    assert parent == before
+
+
+@pytest.mark.parametrize("policy,pod_policy", [
+    ("Never", "Never"), ("OnFailure", "OnFailure"), ("Always", "Always"), ("ExitCode", "Never"),
+], ids=lambda v: v)
+def test_restart_policy_mapping(policy, pod_policy):
+    answer = first_sync(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": policy}}))
+    assert child(answer, "Pod", "mx-worker-0")["spec"]["restartPolicy"] == pod_policy
+
+
+def test_labels_both_families_operator_wins_and_master_role():
+    tmpl = {"metadata": {"labels": {"job-name": "spoofed", "team": "ml"}},
+            "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}
+    answer = first_sync(mxjob(replicas={"Scheduler": {"template": tmpl}, "Server": 1, "Worker": 1}))
+    labels = child(answer, "Pod", "mx-scheduler-0")["metadata"]["labels"]
+    assert labels["job-name"] == "mx" and labels["team"] == "ml"
+    assert labels["training.kubeflow.org/job-role"] == "master"
+    assert labels["training.kubeflow.org/replica-index"] == "0"
+    assert labels["group-name"] == "kubeflow.org"
+    worker = child(answer, "Pod", "mx-worker-0")["metadata"]["labels"]
+    assert "training.kubeflow.org/job-role" not in worker
+
+
+def test_service_is_headless_with_every_mxnet_port_named_in_order():
+    tmpl = {"spec": {"containers": [{"name": "mxnet", "image": "i", "ports": [
+        {"containerPort": 8000}, {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]}]}}
+    answer = first_sync(mxjob(replicas={"Worker": {"template": tmpl}}))
+    svc = child(answer, "Service", "mx-worker-0")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == \
+        [("port-8000", 8000), ("metrics", 9100), ("mxjob-port", 9091)]
+    pod = child(answer, "Pod", "mx-worker-0")
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_existing_mxjob_port_is_not_added_twice():
+    tmpl = {"spec": {"containers": [{"name": "mxnet", "image": "i", "ports": [
+        {"name": "mxjob-port", "containerPort": 9000}]}]}}
+    answer = first_sync(mxjob(replicas={"Worker": {"template": tmpl}}))
+    ports = child(answer, "Pod", "mx-worker-0")["spec"]["containers"][0]["ports"]
+    assert ports == [{"name": "mxjob-port", "containerPort": 9000}]
+
+
+def example_mxjobs() -> list[Path]:
+    found = []
+    for path in sorted((ROOT / "examples").rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if any(d.get("kind") == "MXJob" for d in docs):
+            found.append(path)
+    return found
+
+
+def test_there_are_examples_to_check():
+    names = {p.name for p in example_mxjobs()}
+    assert {"dist-cpu-train.yaml", "tune.yaml", "single-worker.yaml"} <= names, names
+
+
+@pytest.mark.parametrize("path", example_mxjobs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_example_children_validate_against_kubernetes_schemas(path):
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc or doc.get("kind") != "MXJob":
+            continue
+        doc.setdefault("metadata", {}).setdefault("namespace", "default")
+        answer = first_sync(doc)
+        assert answer["children"], answer["status"]
+        pods = [c for c in answer["children"] if c["kind"] == "Pod"]
+        services = [c for c in answer["children"] if c["kind"] == "Service"]
+        replicas = sum(s.get("replicas", 1) for s in doc["spec"]["mxReplicaSpecs"].values())
+        assert len(pods) == len(services) == replicas
+        for obj in answer["children"]:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_schema_check_really_rejects_a_bad_pod():
+    pod = child(first_sync(mxjob()), "Pod", "mx-worker-0")
+    pod["spec"]["containers"][0]["evn"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
