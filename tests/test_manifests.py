@@ -1,0 +1,393 @@
+"""Every kustomization renders, every object in it is valid, and the install wires up correctly.
+
+Built-in kinds are checked against the official Kubernetes OpenAPI schemas (kubernetes-validate,
+strict, one pinned minor); the CompositeController against a schema of the Metacontroller fields
+we use; MXJobs against our own CRD.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError, all_versions
+from openapi_schema_validator import OAS30Validator, oas30_format_checker
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL_DIR = ROOT / "metacontroller"
+NAMESPACE = "mxjob-system"
+HOOKS_NAME = "mxjob-hooks"
+
+# The Kubernetes minor the manifests are validated against; kubernetes-validate 1.34.1 ships
+# schemas for 1.25 to 1.34.
+KUBERNETES_VERSION = "1.34"
+
+_SKIP_DIRS = {".git", ".venv", "node_modules", ".localcluster", ".pytest_cache", "__pycache__"}
+_KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
+def kustomization_dirs() -> list[Path]:
+    found = []
+    for path in ROOT.rglob("*"):
+        if path.name in _KUSTOMIZATION_FILES and not _SKIP_DIRS & set(path.relative_to(ROOT).parts):
+            found.append(path.parent)
+    return sorted(found)
+
+
+KUSTOMIZATION_DIRS = kustomization_dirs()
+
+
+@functools.cache
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail(
+            "kubectl is not on PATH: install kubectl (it renders the kustomizations with "
+            "`kubectl kustomize`) and run the tests again"
+        )
+    return path
+
+
+@functools.cache
+def render(directory: Path) -> tuple[dict, ...]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {directory.relative_to(ROOT)} failed:\n{result.stderr}")
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def install() -> tuple[dict, ...]:
+    return render(INSTALL_DIR)
+
+
+def the(objects, kind: str, name: str | None = None) -> dict:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def mxjob_schema() -> dict:
+    crd = yaml.safe_load((ROOT / "crd" / "mxjob-crd.yaml").read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+# The Metacontroller v1alpha1 CompositeController fields this project uses, closed with
+# additionalProperties: false so a misspelt field fails here instead of being ignored.
+_WEBHOOK = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["url"],
+    "properties": {
+        "url": {"type": "string", "pattern": "^https?://"},
+        "timeout": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"},
+    },
+}
+COMPOSITE_CONTROLLER_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "metacontroller.k8s.io/v1alpha1"},
+        "kind": {"const": "CompositeController"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "not": {"required": ["namespace"]},  # cluster-scoped
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["parentResource", "childResources", "hooks"],
+            "properties": {
+                "parentResource": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["apiVersion", "resource"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "resource": {"type": "string"},
+                    },
+                },
+                "childResources": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["apiVersion", "resource"],
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "resource": {"type": "string"},
+                            "updateStrategy": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "method": {
+                                        "enum": [
+                                            "OnDelete",
+                                            "Recreate",
+                                            "InPlace",
+                                            "RollingRecreate",
+                                            "RollingInPlace",
+                                        ]
+                                    }
+                                },
+                            },
+                        },
+                    },
+                },
+                "hooks": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["sync"],
+                    "properties": {
+                        "sync": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["webhook"],
+                            "properties": {"webhook": _WEBHOOK},
+                        }
+                    },
+                },
+                "generateSelector": {"type": "boolean"},
+                "resyncPeriodSeconds": {"type": "integer", "minimum": 1},
+            },
+        },
+    },
+}
+
+
+def validation_errors(obj: dict) -> list[str]:
+    """Why obj would be rejected, by the schema that owns its kind; [] when it is valid."""
+    kind = obj.get("kind")
+    if kind == "CompositeController":
+        validator = jsonschema.Draft202012Validator(COMPOSITE_CONTROLLER_SCHEMA)
+        return [e.message for e in validator.iter_errors(obj)]
+    if kind == "MXJob":
+        validator = OAS30Validator(mxjob_schema(), format_checker=oas30_format_checker)
+        return [e.message for e in validator.iter_errors(obj)]
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        return [f"{'.'.join(map(str, err.path))}: {err.message}"]
+    except SchemaNotFoundError:
+        return [f"no schema to validate {obj.get('apiVersion')} {kind}: add one to this test"]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Every kustomization
+
+
+def test_pinned_kubernetes_version_is_shipped_by_kubernetes_validate():
+    assert f"{KUBERNETES_VERSION}.0" in all_versions()
+
+
+def test_kustomizations_are_found():
+    rel = {d.relative_to(ROOT).as_posix() for d in KUSTOMIZATION_DIRS}
+    assert {"crd", "metacontroller"} <= rel
+
+
+@pytest.mark.parametrize(
+    "directory", KUSTOMIZATION_DIRS, ids=[d.relative_to(ROOT).as_posix() for d in KUSTOMIZATION_DIRS]
+)
+def test_kustomization_renders_valid_objects(directory):
+    objects = render(directory)
+    assert objects, "renders nothing"
+    problems = {
+        f"{o.get('kind')}/{o.get('metadata', {}).get('name')}": validation_errors(o)
+        for o in objects
+    }
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_validation_rejects_a_broken_deployment():
+    deployment = the(install(), "Deployment", HOOKS_NAME)
+    broken = {**deployment, "spec": {**deployment["spec"], "replicas": "two"}}
+    assert validation_errors(broken) != []
+    misspelt = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    assert validation_errors(misspelt) != [], "strict mode should reject unknown fields"
+
+
+def test_validation_rejects_a_misspelt_composite_controller_field():
+    controller = the(install(), "CompositeController")
+    misspelt = {**controller, "spec": {**controller["spec"], "generateSelectors": True}}
+    assert validation_errors(misspelt) != []
+
+
+# ---------------------------------------------------------------------------------------------
+# The install directory
+
+
+def test_install_contains_everything_but_metacontroller():
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in install()}
+    assert kinds >= {
+        ("Namespace", NAMESPACE),
+        ("CustomResourceDefinition", "mxjobs.kubeflow.org"),
+        ("CompositeController", "mxjob-controller"),
+        ("ServiceAccount", HOOKS_NAME),
+        ("Deployment", HOOKS_NAME),
+        ("Service", HOOKS_NAME),
+    }
+
+
+def test_cluster_scoped_objects_have_no_namespace_and_the_rest_are_in_mxjob_system():
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "CompositeController"}
+    for obj in install():
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in cluster_scoped:
+            assert namespace is None, obj["kind"]
+        else:
+            assert namespace == NAMESPACE, obj["kind"]
+
+
+def test_every_object_carries_the_common_labels():
+    for obj in install():
+        labels = obj["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/name") == "mxjob-operator", obj["kind"]
+        assert labels.get("app.kubernetes.io/part-of") == "mxjob-operator", obj["kind"]
+
+
+def test_namespace_enforces_the_restricted_pod_security_standard():
+    labels = the(install(), "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_composite_controller_manages_mxjobs_of_the_crd():
+    objects = install()
+    spec = the(objects, "CompositeController", "mxjob-controller")["spec"]
+    crd = the(objects, "CustomResourceDefinition")["spec"]
+    storage = next(v["name"] for v in crd["versions"] if v["storage"])
+    assert spec["parentResource"] == {
+        "apiVersion": f"{crd['group']}/{storage}",
+        "resource": crd["names"]["plural"],
+    }
+    assert spec["generateSelector"] is True
+
+
+def test_composite_controller_child_rules():
+    spec = the(install(), "CompositeController")["spec"]
+    strategies = {
+        (c["apiVersion"], c["resource"]): c.get("updateStrategy", {}).get("method", "OnDelete")
+        for c in spec["childResources"]
+    }
+    assert strategies == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace"}
+
+
+def test_sync_webhook_points_at_the_hooks_service():
+    objects = install()
+    webhook = the(objects, "CompositeController")["spec"]["hooks"]["sync"]["webhook"]
+    assert webhook["timeout"] == "10s"
+    url = urlsplit(webhook["url"])
+    assert url.scheme == "http"
+    assert url.path == "/sync"
+    host, _, port = url.netloc.partition(":")
+    service_name, _, namespace = host.partition(".")
+    service = the(objects, "Service", service_name)
+    assert service["metadata"]["namespace"] == namespace == NAMESPACE
+    assert [p["port"] for p in service["spec"]["ports"]] == [int(port or 80)]
+
+
+def test_service_reaches_the_http_port_of_the_hooks_pods():
+    objects = install()
+    service = the(objects, "Service", HOOKS_NAME)
+    pod = the(objects, "Deployment", HOOKS_NAME)["spec"]["template"]
+    pod_labels = pod["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    container_ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert port["targetPort"] in container_ports
+    assert container_ports[port["targetPort"]] == 8080
+
+
+def test_deployment_selects_its_own_pods_and_so_does_the_disruption_budget():
+    objects = install()
+    deployment = the(objects, "Deployment", HOOKS_NAME)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    budget = the(objects, "PodDisruptionBudget", HOOKS_NAME)
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+
+
+def _hooks_pod() -> dict:
+    return the(install(), "Deployment", HOOKS_NAME)["spec"]["template"]["spec"]
+
+
+def _hooks_container() -> dict:
+    (container,) = _hooks_pod()["containers"]
+    return container
+
+
+def test_deployment_runs_two_replicas_of_the_hooks_image():
+    deployment = the(install(), "Deployment", HOOKS_NAME)
+    assert deployment["spec"]["replicas"] == 2
+    image = _hooks_container()["image"]
+    name, _, tag = image.rpartition(":")
+    assert name.endswith(HOOKS_NAME) and tag, "kustomize `images:` should pin a tag"
+
+
+def test_hooks_image_tag_is_set_through_kustomize_images():
+    kustomization = yaml.safe_load((INSTALL_DIR / "kustomization.yaml").read_text())
+    assert {i["name"] for i in kustomization["images"]} == {HOOKS_NAME}
+    source = yaml.safe_load((INSTALL_DIR / "hooks" / "deployment.yaml").read_text())
+    assert source["spec"]["template"]["spec"]["containers"][0]["image"] == HOOKS_NAME
+
+
+def test_hooks_pod_meets_the_restricted_pod_security_standard():
+    pod = _hooks_pod()
+    container = _hooks_container()
+    pod_security = pod["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert pod_security["runAsUser"] > 0
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in security["capabilities"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+def test_hooks_pod_does_not_mount_an_api_token():
+    objects = install()
+    pod = _hooks_pod()
+    assert pod["automountServiceAccountToken"] is False
+    account = the(objects, "ServiceAccount", pod["serviceAccountName"])
+    assert account["automountServiceAccountToken"] is False
+
+
+def test_writable_tmp_holds_the_metrics_directory():
+    pod = _hooks_pod()
+    container = _hooks_container()
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    metrics_dir = env["PROMETHEUS_MULTIPROC_DIR"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts.get("/tmp"), "a read-only root filesystem needs a writable /tmp"
+    assert metrics_dir.startswith("/tmp/")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_hooks_have_liveness_and_readiness_probes_on_the_http_port():
+    container = _hooks_container()
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_hooks_have_resource_requests_and_limits():
+    resources = _hooks_container()["resources"]
+    for kind in ("requests", "limits"):
+        assert set(resources[kind]) >= {"cpu", "memory"}, kind
+
