@@ -256,16 +256,17 @@ def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[
 
     def need(rtype: str, ok: bool, rule: str) -> None:
         if not ok:
-            problems.append(f"spec.mxReplicaSpecs.{rtype}.replicas: {rule}, got {count(rtype)}")
+            got = "none" if count(rtype) is None else count(rtype)
+            problems.append(f"spec.mxReplicaSpecs.{rtype}.replicas: {rule}, got {got}")
 
     if job_mode == "MXTrain":
         need("Worker", (count("Worker") or 0) >= 1, "at least 1 Worker is required")
         distributed = "Scheduler" in replicas or "Server" in replicas
         if distributed:
             need("Scheduler", count("Scheduler") == 1,
-                 "a distributed job (with Servers) needs exactly 1 Scheduler")
+                 "a distributed job needs exactly 1 Scheduler")
             need("Server", (count("Server") or 0) >= 1,
-                 "a distributed job (with a Scheduler) needs at least 1 Server")
+                 "a distributed job needs at least 1 Server")
     else:
         need("TunerTracker", count("TunerTracker") == 1, "MXTune needs exactly 1 TunerTracker")
         need("TunerServer", (count("TunerServer") or 0) >= 1, "MXTune needs at least 1 TunerServer")
