@@ -252,6 +252,22 @@ def test_schema_declares_no_defaults_because_the_hook_applies_them():
     assert _keys_anywhere(SCHEMA, "default") == []
 
 
+def _untyped_nodes(schema: dict, path: str = "") -> list[str]:
+    found = [] if "type" in schema or schema.get("x-kubernetes-int-or-string") else [path]
+    for name, sub in schema.get("properties", {}).items():
+        found += _untyped_nodes(sub, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        found += _untyped_nodes(schema["additionalProperties"], f"{path}.*")
+    if "items" in schema:
+        found += _untyped_nodes(schema["items"], f"{path}[]")
+    return found
+
+
+def test_schema_is_structural_every_node_has_a_type():
+    # The API server refuses a CRD whose schema is not structural.
+    assert _untyped_nodes(SCHEMA) == []
+
+
 def test_inline_run_policy_fields_match_run_policy():
     run_policy = SPEC_SCHEMA["properties"]["runPolicy"]["properties"]
     for field in RUN_POLICY_FIELDS:
@@ -638,3 +654,40 @@ def test_every_cel_rule_is_exercised_by_a_rejecting_case():
 
 def test_lower_ascii_matches_kubernetes_semantics():
     assert lower_ascii(celpy.celtypes.StringType("TunerServer-É")) == "tunerserver-É"
+
+
+# ---------------------------------------------------------------------------------------------
+# The CRD and the hook agree: whatever admission lets through, the hook accepts, and the hook
+# rejects what CEL rejects (it must, for objects stored before the CRD was installed or updated).
+
+
+def _hook_accepts(obj: dict) -> bool:
+    from datetime import datetime, timezone
+
+    from hooks.sync import sync_mxjob
+
+    parent = copy.deepcopy(obj)
+    parent["metadata"].update(namespace="default", uid="0b4f", generation=1)
+    request = {
+        "controller": {},
+        "parent": parent,
+        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "related": {},
+        "finalizing": False,
+    }
+    response = sync_mxjob(request, now=datetime(2025, 1, 2, tzinfo=timezone.utc))
+    reasons = {c.get("reason") for c in response["status"].get("conditions", [])}
+    return "MXJobFailedValidation" not in reasons
+
+
+AGREEMENT_CASES = {
+    **{f"accepts-{k}": (obj, True) for k, obj in CEL_ACCEPTS.items()},
+    **{f"rejects-{k}": (obj, False) for k, (obj, _) in CEL_REJECTS.items()},
+    **{f"example-{k}": (doc, True) for k, doc in EXAMPLE_DOCS},
+}
+
+
+@pytest.mark.parametrize("obj,valid", AGREEMENT_CASES.values(), ids=AGREEMENT_CASES.keys())
+def test_hook_agrees_with_the_crd(obj, valid):
+    assert (schema_errors(obj) == [] and broken_rules(obj) == []) is valid
+    assert _hook_accepts(obj) is valid
