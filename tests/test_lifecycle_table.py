@@ -1,0 +1,142 @@
+"""The transition table in docs/lifecycle.md, checked row by row against the implementation."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from mcsim import Sim, mxjob
+
+TABLE = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\w+)=(True|False) (\w+) \|$")
+
+
+def table_rows() -> dict[int, tuple[str, str, str, str, str]]:
+    rows = {}
+    for line in TABLE.read_text().splitlines():
+        match = ROW.match(line.strip())
+        if match:
+            n, frm, _, to, ctype, status, reason = match.groups()
+            rows[int(n)] = (frm.strip(), to.strip(), ctype, status, reason)
+    return rows
+
+
+def running(parent: dict | None = None) -> Sim:
+    sim = Sim(parent or mxjob())
+    sim.sync()
+    sim.run()
+    sim.sync()
+    return sim
+
+
+def exitcode_job(**spec) -> dict:
+    return mxjob(replicas={"Scheduler": 1, "Server": 1,
+                           "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}}, **spec)
+
+
+# Each scenario: (sim in the "from" state, the observation to apply before the next sync).
+def row_1():
+    return Sim(mxjob()), lambda sim: None
+
+
+def row_2():
+    return Sim(mxjob(replicas={"Worker": -1})), lambda sim: None
+
+
+def row_3():
+    sim = Sim(mxjob())
+    sim.sync()
+    return sim, lambda s: s.run()
+
+
+def row_4():
+    return running(), lambda s: s.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+
+
+def row_5():
+    return running(), lambda s: s.set_phase("mx-server-0", "Failed", exit_code=1)
+
+
+def row_6():
+    return running(exitcode_job()), lambda s: s.set_phase("mx-worker-0", "Failed", exit_code=127)
+
+
+def row_7():
+    return running(exitcode_job()), lambda s: s.set_phase("mx-worker-1", "Failed", exit_code=138)
+
+
+def row_8():
+    sim = running(exitcode_job())
+    sim.set_phase("mx-worker-1", "Failed", exit_code=130)
+    sim.sync()
+    sim.sync()
+    return sim, lambda s: s.run("mx-worker-1")
+
+
+def row_9():
+    job = mxjob(replicas={"Scheduler": 1, "Server": {"replicas": 1, "restartPolicy": "Always"},
+                          "Worker": 1})
+    return running(job), lambda s: s.set_phase("mx-server-0", "Failed")
+
+
+def row_10():
+    job = mxjob(replicas={"Scheduler": 1, "Server": 1,
+                          "Worker": {"replicas": 1, "restartPolicy": "OnFailure"}},
+                runPolicy={"backoffLimit": 0})
+    return running(job), lambda s: s.set_phase("mx-worker-0", "Running", restarts=1)
+
+
+def row_11():
+    return running(mxjob(runPolicy={"activeDeadlineSeconds": 30})), lambda s: s.tick(30)
+
+
+def row_12():
+    return running(), lambda s: s.edit({"runPolicy": {"suspend": True}})
+
+
+def row_13():
+    sim = running()
+    sim.edit({"runPolicy": {"suspend": True}})
+    sim.sync()
+    return sim, lambda s: s.edit({"runPolicy": {"suspend": False}})
+
+
+def row_14():
+    sim = running()
+    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    sim.sync()
+
+    def vanish(s: Sim) -> None:
+        for name in list(s.pods):
+            s.gc(name)
+        s.tick(3600)
+    return sim, vanish
+
+
+def row_15():
+    return running(), lambda s: s.edit({"jobMode": "MXRun"})
+
+
+SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
+                                  if name.startswith("row_")}
+
+
+def test_every_row_has_a_scenario_and_every_scenario_a_row():
+    assert sorted(table_rows()) == sorted(SCENARIOS)
+
+
+@pytest.mark.parametrize("row", sorted(table_rows()), ids=lambda n: f"row-{n}")
+def test_transition(row):
+    frm, to, ctype, status, reason = table_rows()[row]
+    sim, observe = SCENARIOS[row]()
+    assert (sim.state() or "(new)") == frm
+    created = len(sim.created)
+    observe(sim)
+    sim.sync()
+    assert sim.state() == to
+    cond = sim.condition(ctype)
+    assert (cond["status"], cond["reason"]) == (status, reason)
+    if frm in ("Succeeded", "Failed"):
+        assert len(sim.created) == created
