@@ -139,6 +139,10 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
         if value is not None and not _is_non_negative_int(value):
             problems.append(f"{paths[key]}: must be a non-negative integer, got {value!r}")
             value = None
+        elif key == "activeDeadlineSeconds" and value == 0:
+            # As for a batch/v1 Job (and our CRD): a zero deadline would fail every job at once.
+            problems.append(f"{paths[key]}: must be at least 1 (seconds), got 0")
+            value = None
         ints[key] = value
     suspend = merged.get("suspend", False)
     if not isinstance(suspend, bool):

@@ -112,3 +112,8 @@ def test_a_name_of_exactly_the_limit_is_accepted():
     # "<name>-scheduler-0" is the longest child name here: 63 - len("-scheduler-0") = 51.
     parse_mxjob(mxjob("a" * 51, replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
     problems_of(mxjob("a" * 52, replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+
+
+def test_zero_deadline_is_rejected_like_the_crd_does():
+    assert any(p.startswith("spec.runPolicy.activeDeadlineSeconds:") and "at least 1" in p
+               for p in problems_of(mxjob(runPolicy={"activeDeadlineSeconds": 0})))
