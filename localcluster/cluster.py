@@ -1,0 +1,207 @@
+"""LocalCluster: the store, the Metacontroller stand-in, the process kubelet and the hooks server, wired."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from .config import ControllerConfig, load_controller_config
+from .dns import ClusterDNS
+from .hooks_server import FaultProxy, HooksServer
+from .kubelet import RESTART_BACKOFF, ProcessKubelet
+from .metacontroller import MetacontrollerStandIn
+from .store import Store, StoreError
+from .types import KubeObject
+
+T = TypeVar("T")
+TERMINAL = ("Succeeded", "Failed")
+
+
+def job_state(job: KubeObject | None) -> str | None:
+    """The job's current state: the type of its last condition (what the CRD prints as State)."""
+    conditions = (job or {}).get("status", {}).get("conditions") or []
+    return conditions[-1].get("type") if conditions else None
+
+
+def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
+    """One condition of the job's status, or None."""
+    for cond in (job or {}).get("status", {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def finished(job: KubeObject | None) -> str | None:
+    """'Succeeded' or 'Failed' once a terminal condition is True."""
+    for type_ in TERMINAL:
+        cond = condition(job, type_)
+        if cond is not None and cond.get("status") == "True":
+            return type_
+    return None
+
+
+class LocalCluster:
+    """Everything needed to run MXJobs on this machine; use as a context manager so processes end."""
+
+    def __init__(
+        self,
+        state_dir: Path | str = ".localcluster",
+        *,
+        hook_url: str | None = None,
+        fault_proxy: bool = False,
+        config: ControllerConfig | None = None,
+        restart_backoff: tuple[float, float] = RESTART_BACKOFF,
+        sync_backoff: tuple[float, float] = (0.05, 5.0),
+        hot_loop_syncs: int = 25,
+    ):
+        self.state_dir = Path(state_dir).resolve()
+        self.config = config or load_controller_config()
+        self.store = Store()
+        self.dns = ClusterDNS(self._service_names)
+        self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff)
+        self.hooks: HooksServer | None = None if hook_url else HooksServer(self.state_dir / "hooks-server.log")
+        self._hook_url = hook_url
+        self.proxy: FaultProxy | None = None
+        self._want_proxy = fault_proxy
+        self._sync_backoff, self._hot_loop_syncs = sync_backoff, hot_loop_syncs
+        self.controller: MetacontrollerStandIn | None = None
+
+    def _service_names(self, namespace: str) -> set[str]:
+        return {svc["metadata"]["name"] for svc in self.store.list("v1", "Service", namespace)}
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> "LocalCluster":
+        """Start the hooks server (unless an external hook URL was given), the controller and the kubelet."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.hooks is not None:
+                self.hooks.start()
+            backend = self._hook_url or self.hooks.url  # type: ignore[union-attr]
+            if self._want_proxy:
+                self.proxy = FaultProxy(backend)
+                self.proxy.start()
+                backend = self.proxy.url
+            self.controller = MetacontrollerStandIn(
+                self.store, self.config, backend, backoff=self._sync_backoff, hot_loop_syncs=self._hot_loop_syncs
+            )
+            self.controller.start()
+            self.kubelet.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process this cluster started (containers, hooks server) and its threads."""
+        if self.controller is not None:
+            self.controller.stop()
+        self.kubelet.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.hooks is not None:
+            self.hooks.stop()
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def submit(self, job: KubeObject) -> KubeObject:
+        """Create an MXJob (the store assigns uid, generation 1, creationTimestamp); clears its old logs."""
+        job = copy.deepcopy(job)
+        job.setdefault("metadata", {}).setdefault("namespace", "default")
+        job.pop("status", None)
+        shutil.rmtree(self.job_dir(job["metadata"]["name"]), ignore_errors=True)
+        return self.store.create(job)
+
+    def job_dir(self, name: str) -> Path:
+        """Where the logs of a job's pods go."""
+        return self.state_dir / name
+
+    def get_job(self, name: str, namespace: str = "default") -> KubeObject | None:
+        """The stored MXJob."""
+        return self.store.get(self.config.parent_api_version, self.config.parent_kind, namespace, name)
+
+    def update_job(self, name: str, mutate: Callable[[KubeObject], None], namespace: str = "default") -> KubeObject:
+        """Edit a job's spec or metadata like `kubectl edit` (retrying on conflicts)."""
+        for _ in range(50):
+            job = self.get_job(name, namespace)
+            if job is None:
+                raise StoreError(404, "NotFound", f"MXJob {name!r} not found")
+            mutate(job)
+            try:
+                return self.store.update(job)
+            except StoreError as err:
+                if err.code != 409:
+                    raise
+        raise StoreError(409, "Conflict", f"MXJob {name!r}: too many conflicts")
+
+    def children(self, name: str, kind: str = "Pod", namespace: str = "default") -> list[KubeObject]:
+        """A job's children of one kind (by controller ownerReference), sorted by name."""
+        job = self.get_job(name, namespace)
+        if job is None:
+            return []
+        uid = job["metadata"]["uid"]
+        return sorted(
+            (
+                obj for obj in self.store.list("v1", kind, namespace)
+                if any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences", []))
+            ),
+            key=lambda obj: obj["metadata"]["name"],
+        )
+
+    def pods(self, name: str, namespace: str = "default") -> list[KubeObject]:
+        """A job's Pods, sorted by name."""
+        return self.children(name, "Pod", namespace)
+
+    def pod(self, name: str, namespace: str = "default") -> KubeObject | None:
+        """One Pod by name."""
+        return self.store.get("v1", "Pod", namespace, name)
+
+    def delete_pod(self, name: str, namespace: str = "default") -> None:
+        """`kubectl delete pod`: graceful (SIGTERM, grace period, SIGKILL), then gone."""
+        self.store.delete("v1", "Pod", namespace, name)
+
+    def log_path(self, pod_name: str, container: str | None = None, namespace: str = "default") -> Path:
+        """The log file of a Pod's container (its first container by default)."""
+        pod = self.pod(pod_name, namespace)
+        if pod is None:
+            raise KeyError(f"pod {pod_name} not found")
+        return self.kubelet.log_path(pod, container or pod["spec"]["containers"][0]["name"])
+
+    def restart_hooks(self) -> None:
+        """Restart the hooks server on the same port (fault injection)."""
+        if self.hooks is None:
+            raise RuntimeError("this cluster talks to an external hook")
+        self.hooks.restart()
+
+    def wait_for(self, check: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
+        """Poll `check` until it returns something truthy; TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(interval)
+
+    def wait_finished(self, name: str, timeout: float, namespace: str = "default") -> KubeObject:
+        """Wait until the job is Succeeded or Failed; the job. Raises on timeout or a hot loop."""
+
+        def check() -> KubeObject | None:
+            job = self.get_job(name, namespace)
+            if job is not None and self.controller is not None:
+                hot = self.controller.hot_loop(job["metadata"]["uid"])
+                if hot:
+                    raise RuntimeError(f"MXJob {name}: {hot}")
+            return job if finished(job) else None
+
+        return self.wait_for(check, timeout, what=f"MXJob {name} to finish")

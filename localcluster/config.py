@@ -1,0 +1,138 @@
+"""The stand-in's configuration, read from the shipped CompositeController so the manifest is what runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from .types import ChildRule
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MANIFEST_DIR = REPO_ROOT / "metacontroller"
+
+# Resource (plural) → kind for the child types the operator may declare. Real Metacontroller
+# asks discovery; the local cluster has no API server, so it knows these and rejects the rest.
+KNOWN_KINDS: dict[tuple[str, str], str] = {
+    ("v1", "pods"): "Pod",
+    ("v1", "services"): "Service",
+    ("scheduling.volcano.sh/v1beta1", "podgroups"): "PodGroup",
+    ("v1", "configmaps"): "ConfigMap",
+}
+PARENT_KINDS: dict[tuple[str, str], str] = {("kubeflow.org/v1", "mxjobs"): "MXJob"}
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the stand-in takes from a CompositeController."""
+
+    name: str
+    parent_api_version: str
+    parent_kind: str
+    children: tuple[ChildRule, ...]
+    generate_selector: bool
+    hook_path: str
+    hook_timeout_seconds: float = 10.0
+    resync_period_seconds: float | None = None
+    source: str = "built-in default"
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def child_key(self, rule: ChildRule) -> str:
+        """The request's children map key: `Kind.apiVersion` (`Pod.v1`)."""
+        return f"{rule['kind']}.{rule['apiVersion']}"
+
+    def rule_for(self, api_version: str, kind: str) -> ChildRule | None:
+        """The child rule for a type, or None when the type is not declared."""
+        for rule in self.children:
+            if rule["apiVersion"] == api_version and rule["kind"] == kind:
+                return rule
+        return None
+
+
+# The shape DESIGN 2 / docs/architecture.md fix, used only when metacontroller/ has no CompositeController.
+DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
+    "apiVersion": "metacontroller.k8s.io/v1alpha1",
+    "kind": "CompositeController",
+    "metadata": {"name": "mxjob-controller"},
+    "spec": {
+        "generateSelector": True,
+        "parentResource": {"apiVersion": "kubeflow.org/v1", "resource": "mxjobs"},
+        "childResources": [
+            {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "OnDelete"}},
+            {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
+        ],
+        "hooks": {"sync": {"webhook": {"url": "http://mxjob-hooks.mxjob-system/sync"}}},
+    },
+}
+
+
+def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str, Any], str] | None:
+    """The first document of kind CompositeController in any YAML file of `directory`, and its file."""
+    if not directory.is_dir():
+        return None
+    for path in sorted(directory.rglob("*.y*ml")):
+        try:
+            documents = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError:
+            continue
+        for doc in documents:
+            if isinstance(doc, dict) and doc.get("kind") == "CompositeController":
+                return doc, str(path.relative_to(directory.parent))
+    return None
+
+
+def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerConfig:
+    """Resolve a CompositeController into the stand-in's configuration."""
+    spec = cc.get("spec", {})
+    parent = spec["parentResource"]
+    parent_key = (parent["apiVersion"], parent["resource"])
+    if parent_key not in PARENT_KINDS:
+        raise ValueError(f"{source}: parent resource {parent_key} is not one the local cluster knows")
+    rules: list[ChildRule] = []
+    for child in spec.get("childResources", []):
+        kind = KNOWN_KINDS.get((child["apiVersion"], child["resource"]))
+        if kind is None:
+            raise ValueError(f"{source}: child resource {child['apiVersion']}/{child['resource']} is not emulated")
+        method = (child.get("updateStrategy") or {}).get("method") or "OnDelete"
+        if method not in ("OnDelete", "InPlace", "Recreate"):
+            raise ValueError(f"{source}: update strategy {method!r} is not emulated (rolling updates are out of scope)")
+        rules.append(ChildRule(apiVersion=child["apiVersion"], resource=child["resource"], kind=kind, updateStrategy=method))
+    sync = spec.get("hooks", {}).get("sync", {}).get("webhook", {})
+    if "url" in sync:
+        path = urlsplit(sync["url"]).path or "/"
+    else:
+        path = sync.get("path") or "/"
+    timeout = sync.get("timeout")
+    return ControllerConfig(
+        name=cc.get("metadata", {}).get("name", "composite-controller"),
+        parent_api_version=parent["apiVersion"],
+        parent_kind=PARENT_KINDS[parent_key],
+        children=tuple(rules),
+        generate_selector=bool(spec.get("generateSelector", False)),
+        hook_path=path,
+        hook_timeout_seconds=_duration_seconds(timeout) if timeout else 10.0,
+        resync_period_seconds=spec.get("resyncPeriodSeconds"),
+        source=source,
+        raw=cc,
+    )
+
+
+def _duration_seconds(value: str | float) -> float:
+    """A Go duration such as `10s` or `500ms` (the webhook timeout field) in seconds."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if value.endswith(suffix):
+            return float(value[: -len(suffix)]) * scale
+    return float(value)
+
+
+def load_controller_config(directory: Path = MANIFEST_DIR) -> ControllerConfig:
+    """The shipped CompositeController's configuration, or DESIGN 2's shape while it is missing."""
+    found = find_composite_controller(directory)
+    if found is None:
+        return parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "built-in default (no CompositeController in metacontroller/)")
+    return parse_composite_controller(*found)

@@ -1,0 +1,147 @@
+"""The real hooks server, started as in the Dockerfile (gunicorn) on a free loopback port, and a fault proxy."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from .config import REPO_ROOT
+from .dns import LOOPBACK, free_port
+
+# The Dockerfile's command, plus a loopback --bind (the default binds 0.0.0.0:8080).
+SERVER_ARGS = ["--config", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+
+
+def gunicorn_command() -> list[str]:
+    """gunicorn from this environment (the venv's script, or `python -m gunicorn`)."""
+    script = Path(sys.executable).parent / "gunicorn"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gunicorn"]
+
+
+class HooksServer:
+    """gunicorn serving hooks.app on 127.0.0.1:<port>; start, stop and restart on the same port."""
+
+    def __init__(self, log_path: Path, port: int | None = None, *, startup_timeout: float = 30.0):
+        self.port = port or free_port()
+        self.log_path = Path(log_path)
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen | None = None
+        self._metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self) -> None:
+        """Start gunicorn and wait until /readyz answers 200."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self._metrics_dir}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        with self.log_path.open("a") as log:
+            self._process = subprocess.Popen(
+                gunicorn_command() + SERVER_ARGS + ["--bind", f"{LOOPBACK}:{self.port}"],
+                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"hooks server exited with {self._process.returncode}; see {self.log_path}")
+            if self._ready():
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"hooks server not ready after {self.startup_timeout:g}s; see {self.log_path}")
+
+    def _ready(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=1)
+            conn.request("GET", "/readyz")
+            ok = conn.getresponse().status == 200
+            conn.close()
+            return ok
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (gunicorn drains), SIGKILL after `timeout`."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (a rolling restart of the hooks Deployment, in small)."""
+        self.stop()
+        self.start()
+
+
+class FaultProxy:
+    """A loopback HTTP proxy in front of the hooks server that can answer errors for a while."""
+
+    def __init__(self, backend_url: str):
+        self.backend_url = backend_url.rstrip("/")
+        self._fail_until = 0.0
+        self._fail_status = 500
+        self.failed_requests = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if time.monotonic() < proxy._fail_until:
+                    proxy.failed_requests += 1
+                    self._reply(proxy._fail_status, b'{"error": "injected fault"}')
+                    return
+                host, _, port = proxy.backend_url.split("://", 1)[1].partition(":")
+                try:
+                    conn = http.client.HTTPConnection(host, int(port), timeout=15)
+                    conn.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
+                    response = conn.getresponse()
+                    self._reply(response.status, response.read())
+                    conn.close()
+                except OSError as err:
+                    self._reply(502, str(err).encode())
+
+            def _reply(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def fail_for(self, seconds: float, status: int = 500) -> None:
+        """Answer `status` to every request for the next `seconds`."""
+        self._fail_status = status
+        self._fail_until = time.monotonic() + seconds
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

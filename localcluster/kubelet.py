@@ -1,0 +1,511 @@
+"""The process kubelet: runs each Pod's containers as local processes and reports Pod status.
+
+Decisions (docs/localcluster.md says the same):
+- The image is ignored; `command` + `args` run in the current Python environment (`python` means
+  this interpreter, sys.executable) with cwd = the repository root unless `workingDir` is set.
+- Init containers run first, one after another; app containers then start together.
+- The env starts from a small host allowlist (PATH with this venv first, HOME, LANG, ...), not the
+  whole host env, so host DMLC_* settings cannot leak in; then the container's env with `$(VAR)`
+  expansion, then the DNS stand-in's rewrite, then loopback-only ps-lite settings (LOOPBACK_ENV).
+- restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
+- Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
+  is removed from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from .config import REPO_ROOT
+from .dns import LOOPBACK, ClusterDNS
+from .store import DELETED, Store, StoreError, now_rfc3339
+from .types import Container, ContainerStatus, KubeObject, PodStatus
+
+NODE_NAME = "localcluster"
+# ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
+# use of DMLC_USE_KUBERNETES is to make the scheduler bind 0.0.0.0 (in a cluster its Service name
+# does not resolve to its own address); locally that would leave loopback, so it is turned off.
+LOOPBACK_ENV = {"DMLC_NODE_HOST": LOOPBACK, "DMLC_INTERFACE": "lo"}
+LOOPBACK_OVERRIDES = {"DMLC_USE_KUBERNETES": "0"}
+HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM")
+PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
+RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
+POLL_SECONDS = 0.05
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: known names replaced, `$$` → `$`, unknown references kept."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env[name] if name in env else match.group(0)
+
+    return _VAR_REF.sub(replace, value)
+
+
+def exit_code(returncode: int) -> int:
+    """A Popen return code as the kubelet reports it: a signal N becomes 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass
+class _Run:
+    """One container's process, or its last outcome."""
+
+    container: Container
+    init: bool = False
+    process: subprocess.Popen | None = None
+    log: TextIO | None = None
+    restart_count: int = 0
+    state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: dict[str, Any] = field(default_factory=dict)
+    restart_at: float | None = None
+    exit_code: int | None = None
+    settled: bool = False  # the restart decision for the last exit has been taken
+
+    @property
+    def name(self) -> str:
+        return self.container["name"]
+
+    def status(self) -> ContainerStatus:
+        """containerStatuses[] entry."""
+        running = "running" in self.state
+        return ContainerStatus(
+            name=self.name,
+            image=self.container.get("image", ""),
+            ready=running and not self.init,
+            started=running,
+            restartCount=self.restart_count,
+            state=dict(self.state),
+            lastState=dict(self.last_state),
+        )
+
+
+class ProcessKubelet:
+    """Watches the store for Pods and runs each in a PodWorker thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        dns: ClusterDNS,
+        log_dir: Path,
+        *,
+        workdir: Path = REPO_ROOT,
+        restart_backoff: tuple[float, float] = RESTART_BACKOFF,
+    ):
+        self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
+        self.restart_backoff = restart_backoff
+        self._workers: dict[tuple[str, str], PodWorker] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def start(self) -> None:
+        """Begin running Pods (existing and future)."""
+        self.store.watch(self._on_event)
+        for pod in self.store.list("v1", "Pod"):
+            self._on_event("ADDED", pod)
+
+    def _on_event(self, event: str, obj: KubeObject) -> None:
+        if obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1" or self._stopped:
+            return
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            worker = self._workers.get(key)
+            if worker is not None and worker.uid != meta["uid"]:
+                worker = None  # a new Pod with the name of one that is gone
+            if event == DELETED:
+                if worker is not None:
+                    worker.force_stop()
+                    self._workers.pop(key, None)
+                return
+            if worker is None:
+                if meta.get("deletionTimestamp"):
+                    return
+                worker = PodWorker(self, obj)
+                self._workers[key] = worker
+                worker.start()
+            elif meta.get("deletionTimestamp"):
+                worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
+
+    def _forget(self, worker: "PodWorker") -> None:
+        with self._lock:
+            if self._workers.get(worker.key) is worker:
+                del self._workers[worker.key]
+
+    def worker(self, namespace: str, name: str) -> "PodWorker":
+        """The worker running a Pod (KeyError when none)."""
+        with self._lock:
+            return self._workers[(namespace, name)]
+
+    def log_path(self, pod: KubeObject, container: str) -> Path:
+        """Where a container's output goes: `<log_dir>/<owner or namespace>/<pod>[.<container>].log`."""
+        meta = pod["metadata"]
+        owner = next((ref["name"] for ref in meta.get("ownerReferences", []) if ref.get("controller")), meta["namespace"])
+        containers = pod.get("spec", {}).get("containers", [])
+        first = containers[0]["name"] if containers else None
+        suffix = "" if container == first else f".{container}"
+        return self.log_dir / owner / f"{meta['name']}{suffix}.log"
+
+    # --- fault injection -------------------------------------------------------------------------
+
+    def kill(self, namespace: str, name: str, container: str | None = None, sig: int = signal.SIGKILL) -> int:
+        """Send a signal to a container's process group (the first container by default); its pid."""
+        return self.worker(namespace, name).signal(container, sig)
+
+    def evict(self, namespace: str, name: str, message: str = "The node was low on resource.") -> None:
+        """Evict a Pod as the kubelet does under pressure: stop its containers, phase Failed, reason Evicted."""
+        self.worker(namespace, name).request_eviction(message)
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
+        self._stopped = True
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for worker in workers:
+            worker.request_shutdown(grace)
+        for worker in workers:
+            worker.join(timeout=grace + 5)
+
+
+class PodWorker(threading.Thread):
+    """Runs one Pod from admission to removal, writing its status to the store like the kubelet."""
+
+    def __init__(self, kubelet: ProcessKubelet, pod: KubeObject):
+        meta = pod["metadata"]
+        super().__init__(name=f"pod-{meta['name']}", daemon=True)
+        self.kubelet, self.pod = kubelet, pod
+        self.key = (meta["namespace"], meta["name"])
+        self.uid = meta["uid"]
+        self.spec: dict[str, Any] = pod.get("spec", {})
+        self.policy = self.spec.get("restartPolicy", "Always")
+        self.init_runs = [_Run(c, init=True) for c in self.spec.get("initContainers", [])]
+        self.runs = [_Run(c) for c in self.spec.get("containers", [])]
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._terminate_grace: float | None = None
+        self._evict_message: str | None = None
+        self._shutdown = False
+        self._forced = False
+        self._status: PodStatus = {}
+        self._start_time = now_rfc3339()
+        self._conditions: dict[str, tuple[str, str]] = {}
+        self._containers_started = False
+        self._init_failed = False
+
+    # --- requests from other threads -------------------------------------------------------------
+
+    def request_termination(self, grace: float) -> None:
+        with self._lock:
+            if self._terminate_grace is None:
+                self._terminate_grace = grace
+        self._wake.set()
+
+    def request_eviction(self, message: str) -> None:
+        with self._lock:
+            self._evict_message = message
+        self._wake.set()
+
+    def request_shutdown(self, grace: float) -> None:
+        with self._lock:
+            self._shutdown = True
+            self._terminate_grace = grace if self._terminate_grace is None else min(grace, self._terminate_grace)
+        self._wake.set()
+
+    def force_stop(self) -> None:
+        """The Pod vanished from the store (force delete): kill what runs, write nothing."""
+        with self._lock:
+            self._forced = True
+            self._terminate_grace = 0.0
+        self._wake.set()
+
+    def signal(self, container: str | None, sig: int) -> int:
+        with self._lock:
+            for run in self.init_runs + self.runs:
+                if (container is None and not run.init) or run.name == container:
+                    if run.process is None or run.process.poll() is not None:
+                        raise ProcessLookupError(f"container {run.name} of pod {self.key[1]} is not running")
+                    os.killpg(run.process.pid, sig)
+                    return run.process.pid
+        raise KeyError(f"pod {self.key[1]} has no container {container}")
+
+    # --- the worker thread -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception:  # a kubelet bug must not leave processes behind
+            traceback.print_exc()
+            self._kill_all(signal.SIGKILL)
+        finally:
+            for run in self.init_runs + self.runs:
+                if run.log is not None:
+                    run.log.close()
+            self.kubelet._forget(self)
+
+    def _run(self) -> None:
+        if not self._bind():
+            return
+        self._write_status()
+        init_ok = self._run_init_containers()
+        if init_ok:
+            for run in self.runs:
+                self._start(run)
+            self._containers_started = True
+            self._condition("Initialized", "True")
+        self._write_status()
+        while init_ok and not self._stopping():
+            if self._step():
+                self._write_status()
+            self._wake.wait(POLL_SECONDS)
+            self._wake.clear()
+        # Finished (Succeeded/Failed) pods stay until deleted, as in Kubernetes.
+        while not self._stopping():
+            self._wake.wait(1.0)
+            self._wake.clear()
+        if self._evict_message is not None and self._terminate_grace is None:
+            self._evict()
+            while not self._stopping():
+                self._wake.wait(1.0)
+                self._wake.clear()
+        self._terminate()
+
+    def _stopping(self) -> bool:
+        with self._lock:
+            evicting = self._evict_message is not None and self._status.get("reason") != "Evicted"
+            return self._terminate_grace is not None or evicting
+
+    def _bind(self) -> bool:
+        """Set spec.nodeName (the scheduler's binding), so deletion becomes graceful."""
+        for _ in range(20):
+            current = self.kubelet.store.get("v1", "Pod", *self.key)
+            if current is None or current["metadata"]["uid"] != self.uid:
+                return False
+            if current.get("spec", {}).get("nodeName"):
+                return True
+            current["spec"]["nodeName"] = NODE_NAME
+            try:
+                self.kubelet.store.update(current)
+                self._condition("PodScheduled", "True")
+                return True
+            except StoreError as err:
+                if err.code != 409:
+                    return False
+        return False
+
+    def _run_init_containers(self) -> bool:
+        """Run init containers in order; False if the Pod ends (failed or stopping) before app containers."""
+        for run in self.init_runs:
+            while True:
+                self._start(run)
+                self._write_status()
+                while run.process is not None and run.process.poll() is None:
+                    if self._stopping():
+                        return False
+                    self._wake.wait(POLL_SECONDS)
+                    self._wake.clear()
+                self._record_exit(run)
+                if run.exit_code == 0:
+                    break
+                if self.policy == "Never":
+                    self._init_failed = True
+                    self._write_status()
+                    return False
+                self._write_status()
+                if not self._sleep_until(time.monotonic() + self._backoff(run)):
+                    return False
+                run.last_state, run.restart_count = {"terminated": run.state["terminated"]}, run.restart_count + 1
+        return True
+
+    def _sleep_until(self, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if self._stopping():
+                return False
+            self._wake.wait(min(POLL_SECONDS * 4, deadline - time.monotonic()))
+            self._wake.clear()
+        return not self._stopping()
+
+    def _backoff(self, run: _Run) -> float:
+        first, cap = self.kubelet.restart_backoff
+        return min(cap, first * (2 ** run.restart_count))
+
+    def _step(self) -> bool:
+        """Reap exits, restart per policy; True when the status needs writing."""
+        changed = False
+        now = time.monotonic()
+        for run in self.runs:
+            if run.process is not None and run.process.poll() is not None:
+                self._record_exit(run)
+                changed = True
+            if "terminated" in run.state and not run.settled:
+                run.settled = True
+                changed = True
+                if self.policy == "Always" or (self.policy == "OnFailure" and run.exit_code != 0):
+                    run.restart_at = now + self._backoff(run)
+                    run.last_state = {"terminated": run.state["terminated"]}
+                    run.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting failed container {run.name}"}}
+            if run.restart_at is not None and now >= run.restart_at:
+                run.restart_at = None
+                run.restart_count += 1
+                self._start(run)
+                changed = True
+        return changed
+
+    def _env(self, container: Container) -> dict[str, str]:
+        """The process env: host allowlist, the container's env expanded and DNS-rewritten, loopback settings."""
+        host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
+        host["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+        host["HOSTNAME"] = self.key[1]
+        declared: dict[str, str] = {}
+        for var in container.get("env", []):
+            if "value" in var or "valueFrom" not in var:
+                declared[var["name"]] = expand(var.get("value", ""), {**host, **declared})
+        rewritten = self.kubelet.dns.rewrite_env(self.key[0], declared)
+        for name, value in LOOPBACK_OVERRIDES.items():
+            if name in rewritten:
+                rewritten[name] = value
+        return {**host, **rewritten, **LOOPBACK_ENV}
+
+    def _start(self, run: _Run) -> None:
+        """Start a container's process; a start failure is a terminated state with exit code 128."""
+        env = self._env(run.container)
+        argv = [expand(part, env) for part in run.container.get("command", []) + run.container.get("args", [])]
+        workdir = Path(run.container.get("workingDir") or self.kubelet.workdir)
+        if not workdir.is_absolute():
+            workdir = self.kubelet.workdir / workdir
+        if run.log is None:
+            path = self.kubelet.log_path(self.pod, run.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            run.log = path.open("a", buffering=1)
+        started = now_rfc3339()
+        run.settled = False
+        run.log.write(f"=== localcluster: pod {self.key[1]} container {run.name} start #{run.restart_count} at {started}: {argv}\n")
+        error = None
+        if not run.container.get("command"):
+            error = "the local cluster ignores images, so a container needs `command` (the image's entrypoint is unknown)"
+        else:
+            if argv[0] in PYTHON_NAMES:
+                argv[0] = sys.executable
+            elif os.sep not in argv[0]:
+                argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
+            try:
+                with self._lock:
+                    run.process = subprocess.Popen(
+                        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
+                        start_new_session=True,  # its own process group: signals reach its children too
+                    )
+            except OSError as err:
+                error = f"failed to start container process: {err}"
+        if error is not None:
+            run.log.write(f"=== localcluster: {error}\n")
+            run.process = None
+            run.exit_code = 128
+            run.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": error, "startedAt": started, "finishedAt": started}}
+            return
+        run.state = {"running": {"startedAt": started}}
+
+    def _record_exit(self, run: _Run) -> None:
+        if run.process is None or "terminated" in run.state:
+            return
+        code = exit_code(run.process.wait())
+        run.process = None
+        run.exit_code = code
+        finished = now_rfc3339()
+        reason = "Completed" if code == 0 else "Error"
+        run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": run.state.get("running", {}).get("startedAt", finished), "finishedAt": finished}}
+        if run.log is not None:
+            run.log.write(f"=== localcluster: container {run.name} exited with code {code} at {finished}\n")
+
+    def _phase(self) -> str:
+        """Pending until containers start; Succeeded/Failed once every container is done for good."""
+        if self._init_failed or self._status.get("reason") == "Evicted":
+            return "Failed"
+        if not self._containers_started:
+            return "Pending"
+        if any("running" in r.state or r.restart_at is not None for r in self.runs):
+            return "Running"
+        if all(r.exit_code == 0 for r in self.runs):
+            return "Succeeded"
+        return "Failed"
+
+    def _condition(self, kind: str, value: str) -> None:
+        if self._conditions.get(kind, ("", ""))[0] != value:
+            self._conditions[kind] = (value, now_rfc3339())
+
+    def _write_status(self) -> None:
+        """Compute the Pod's status and write it when it changed (each write wakes the controller)."""
+        phase = self._phase()
+        ready = "True" if phase == "Running" and all("running" in r.state for r in self.runs) else "False"
+        self._condition("ContainersReady", ready)
+        self._condition("Ready", ready)
+        status: PodStatus = {
+            "phase": phase,
+            "hostIP": LOOPBACK,
+            "podIP": LOOPBACK,
+            "startTime": self._start_time,
+            "conditions": [
+                {"type": kind, "status": value, "lastTransitionTime": at} for kind, (value, at) in self._conditions.items()
+            ],
+            "containerStatuses": [r.status() for r in self.runs],
+        }
+        if self.init_runs:
+            status["initContainerStatuses"] = [r.status() for r in self.init_runs]
+        if self._status.get("reason"):
+            status["reason"], status["message"] = self._status["reason"], self._status.get("message", "")
+        self._status = status
+        if self._forced:
+            return
+        try:
+            self.kubelet.store.update_status("v1", "Pod", *self.key, dict(status))
+        except StoreError:
+            pass  # the Pod is gone; nothing to report to
+
+    def _kill_all(self, sig: int) -> None:
+        with self._lock:
+            for run in self.init_runs + self.runs:
+                if run.process is not None and run.process.poll() is None:
+                    try:
+                        os.killpg(run.process.pid, sig)
+                    except ProcessLookupError:
+                        pass
+
+    def _stop_processes(self, grace: float) -> None:
+        """SIGTERM, then SIGKILL once `grace` has passed."""
+        self._kill_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(r.process is not None and r.process.poll() is None for r in self.init_runs + self.runs):
+            time.sleep(POLL_SECONDS)
+        self._kill_all(signal.SIGKILL)
+        for run in self.init_runs + self.runs:
+            self._record_exit(run)
+            run.restart_at = None
+            run.settled = True
+
+    def _evict(self) -> None:
+        grace = float(self.spec.get("terminationGracePeriodSeconds", 30))
+        self._stop_processes(grace)
+        self._status["reason"], self._status["message"] = "Evicted", self._evict_message or ""
+        self._write_status()
+
+    def _terminate(self) -> None:
+        """Stop the containers, then remove the Pod from the store (unless the whole cluster stops)."""
+        with self._lock:
+            grace = self._terminate_grace if self._terminate_grace is not None else 0.0
+        self._stop_processes(grace)
+        if not self._shutdown and not self._forced:
+            self.kubelet.store.remove("v1", "Pod", *self.key)
