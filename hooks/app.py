@@ -25,8 +25,14 @@ from hooks.metrics import make_metrics
 
 log = logging.getLogger("hooks.app")
 
-# The largest sync request we accept. Measured with benchmarks/sync_bench.py: see
-# DEFAULT_MAX_CONTENT_LENGTH_WHY below and docs/benchmarks.md. Overridable as MAX_CONTENT_LENGTH.
+# The largest sync request we accept (MAX_CONTENT_LENGTH; FLASK_MAX_CONTENT_LENGTH in the env).
+# Measured with benchmarks/sync_bench.py (docs/benchmarks.md): every observed pod carries MX_CONFIG,
+# which lists every replica, twice (env and last-applied annotation), so the request grows with the
+# square of the replicas: 2.5 MB at 100, 138 MB at 1,000, 265 MB at 1,400, 3.2 GB at 5,000. Parsing
+# takes about 4.7 times the body in memory (650 MB peak at 1,000 replicas), so 256 MiB (jobs up to
+# about 1,400 replicas) keeps one worker near 1.2 GB. A larger job gets a 413, which changes
+# nothing in the cluster; raise the limit together with the memory limit. Pods of jobs above about
+# 2,500 replicas cannot start anyway: their MX_CONFIG passes Linux's 128 KiB limit on one env string.
 DEFAULT_MAX_CONTENT_LENGTH = 256 * 1024 * 1024
 
 # Strings from the request that go into a log line are cut to this length (the longest Kubernetes
@@ -40,6 +46,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The hooks server's Flask app (the tutorial's factory)."""
     app = Flask(__name__)
     app.config.from_mapping(MAX_CONTENT_LENGTH=DEFAULT_MAX_CONTENT_LENGTH)
+    # FLASK_MAX_CONTENT_LENGTH=<bytes> in the Deployment changes the limit without changing the
+    # server command (Flask reads FLASK_* variables as JSON values).
+    app.config.from_prefixed_env()
     if config is not None:
         app.config.from_mapping(config)
     metrics = make_metrics()

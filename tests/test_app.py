@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import hooks.sync
-from hooks.app import JsonFormatter, create_app
+from hooks.app import DEFAULT_MAX_CONTENT_LENGTH, JsonFormatter, create_app
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-token-do-not-log"
@@ -187,11 +187,19 @@ def test_a_body_above_the_configured_limit_is_a_413_and_one_below_it_is_served(m
     assert len(core.calls) == 1
 
 
-def test_the_default_limit_is_the_measured_one():
-    # The default was sized from benchmarks/sync_bench.py (see DEFAULT_MAX_CONTENT_LENGTH).
-    from hooks.app import DEFAULT_MAX_CONTENT_LENGTH
-    assert create_app().config["MAX_CONTENT_LENGTH"] == DEFAULT_MAX_CONTENT_LENGTH
-    assert create_app({"MAX_CONTENT_LENGTH": 10}).config["MAX_CONTENT_LENGTH"] == 10
+@pytest.mark.parametrize(
+    ("env", "config", "limit"),
+    [
+        pytest.param(None, None, DEFAULT_MAX_CONTENT_LENGTH, id="default"),
+        pytest.param("1048576", None, 1048576, id="from-env"),
+        pytest.param("1048576", {"MAX_CONTENT_LENGTH": 10}, 10, id="config-beats-env"),
+    ],
+)
+def test_the_size_limit_comes_from_config_then_env_then_default(monkeypatch, env, config, limit):
+    monkeypatch.delenv("FLASK_MAX_CONTENT_LENGTH", raising=False)
+    if env is not None:
+        monkeypatch.setenv("FLASK_MAX_CONTENT_LENGTH", env)
+    assert create_app(config).config["MAX_CONTENT_LENGTH"] == limit
 
 
 # --- 500: a bug in the core is never a 200 -----------------------------------------------------
