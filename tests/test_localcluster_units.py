@@ -1,0 +1,152 @@
+"""Unit tests of the local cluster's pure parts: DNS rewriting, $(VAR) expansion, merge, store, config."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from localcluster.config import find_composite_controller, load_controller_config, parse_composite_controller, DEFAULT_COMPOSITE_CONTROLLER
+from localcluster.dns import ClusterDNS
+from localcluster.kubelet import expand, exit_code
+from localcluster.metacontroller import three_way_merge
+from localcluster.store import Store, StoreError
+
+
+def dns_with(*services: str) -> ClusterDNS:
+    return ClusterDNS(lambda namespace: set(services))
+
+
+def test_service_names_in_env_resolve_to_loopback_with_one_port_per_service_port():
+    dns = dns_with("job-scheduler-0", "job-worker-0")
+    env = dns.rewrite_env("default", {
+        "DMLC_PS_ROOT_URI": "job-scheduler-0",
+        "DMLC_PS_ROOT_PORT": "9091",
+        "PEER": "job-worker-0.default.svc.cluster.local:9091",
+        "OTHER": "not-a-service",
+    })
+    scheduler_port = dns.local_port("default", "job-scheduler-0", 9091)
+    assert env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
+    assert env["DMLC_PS_ROOT_PORT"] == str(scheduler_port)
+    assert env["PEER"] == f"127.0.0.1:{dns.local_port('default', 'job-worker-0', 9091)}"
+    assert env["OTHER"] == "not-a-service"
+    assert scheduler_port != dns.local_port("default", "job-worker-0", 9091)
+
+
+def test_mx_config_urls_and_ports_are_rewritten_and_stay_stable():
+    dns = dns_with("a-scheduler-0", "a-worker-0", "a-worker-1")
+    mx_config = json.dumps({"cluster": {"scheduler": [{"port": 9091, "url": "a-scheduler-0"}],
+                                        "worker": [{"port": 9091, "url": "a-worker-0"}, {"port": 9091, "url": "a-worker-1"}]},
+                            "labels": {"scheduler": ""}, "task": {"index": 0, "type": "worker"}}, sort_keys=True, separators=(",", ":"))
+    first = json.loads(dns.rewrite_env("default", {"MX_CONFIG": mx_config})["MX_CONFIG"])
+    again = json.loads(dns.rewrite_env("default", {"MX_CONFIG": mx_config})["MX_CONFIG"])
+    assert first == again  # a restarted pod finds its peers on the same ports
+    urls = [entry["url"] for entries in first["cluster"].values() for entry in entries]
+    ports = [entry["port"] for entries in first["cluster"].values() for entry in entries]
+    assert urls == ["127.0.0.1"] * 3
+    assert len(set(ports)) == 3 and 9091 not in ports
+    assert first["task"] == {"index": 0, "type": "worker"}
+
+
+def test_two_jobs_never_share_a_port():
+    dns = dns_with("a-scheduler-0", "b-scheduler-0")
+    a = dns.rewrite_env("default", {"DMLC_PS_ROOT_URI": "a-scheduler-0", "DMLC_PS_ROOT_PORT": "9091"})
+    b = dns.rewrite_env("default", {"DMLC_PS_ROOT_URI": "b-scheduler-0", "DMLC_PS_ROOT_PORT": "9091"})
+    assert a["DMLC_PS_ROOT_PORT"] != b["DMLC_PS_ROOT_PORT"]
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("$(A)-x", "1-x"),
+        ("$$(A)", "$(A)"),
+        ("$(MISSING)", "$(MISSING)"),
+        ("no refs", "no refs"),
+        ("$(A)$(B)", "12"),
+    ],
+)
+def test_var_expansion_follows_kubernetes(value, expected):
+    assert expand(value, {"A": "1", "B": "2"}) == expected
+
+
+def test_signals_are_reported_as_128_plus_the_signal():
+    assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(3) == 3
+
+
+def test_three_way_merge_removes_what_was_applied_before_and_keeps_server_fields():
+    observed = {"spec": {"ports": [{"name": "p", "port": 1, "protocol": "TCP"}], "clusterIP": "None", "old": 1, "type": "ClusterIP"}}
+    last = {"spec": {"ports": [{"name": "p", "port": 1}], "clusterIP": "None", "old": 1}}
+    desired = {"spec": {"ports": [{"name": "p", "port": 1}], "clusterIP": "None"}}
+    merged = three_way_merge(observed, last, desired)
+    assert merged == {"spec": {"ports": [{"name": "p", "port": 1, "protocol": "TCP"}], "clusterIP": "None", "type": "ClusterIP"}}
+
+
+def test_three_way_merge_replaces_scalar_lists_atomically():
+    assert three_way_merge({"a": [1, 2, 3]}, {"a": [1, 2]}, {"a": [4]}) == {"a": [4]}
+
+
+def test_store_assigns_identity_and_bumps_generation_only_on_spec_change():
+    store = Store()
+    created = store.create({"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "j"}, "spec": {"x": 1}})
+    assert created["metadata"]["uid"] and created["metadata"]["generation"] == 1 and created["metadata"]["creationTimestamp"]
+    assert store.update_status("kubeflow.org/v1", "MXJob", "default", "j", {"a": 1})
+    assert not store.update_status("kubeflow.org/v1", "MXJob", "default", "j", {"a": 1})  # unchanged: no write
+    current = store.get("kubeflow.org/v1", "MXJob", "default", "j")
+    assert current["metadata"]["generation"] == 1
+    current["spec"]["x"] = 2
+    assert store.update(current)["metadata"]["generation"] == 2
+    with pytest.raises(StoreError):
+        store.create({"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "j"}})
+
+
+def test_bound_pods_terminate_gracefully_unbound_ones_go_at_once():
+    store = Store()
+    for name, node in (("bound", "localcluster"), ("unbound", None)):
+        spec = {"containers": [{"name": "c"}], **({"nodeName": node} if node else {})}
+        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+        store.delete("v1", "Pod", "default", name)
+    bound = store.get("v1", "Pod", "default", "bound")
+    assert bound["metadata"]["deletionTimestamp"] and bound["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert store.get("v1", "Pod", "default", "unbound") is None
+
+
+def test_deleting_a_parent_garbage_collects_its_children():
+    store = Store()
+    parent = store.create({"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "j"}})
+    ref = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "name": "j", "uid": parent["metadata"]["uid"], "controller": True}
+    store.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "ownerReferences": [ref]}})
+    store.delete("kubeflow.org/v1", "MXJob", "default", "j")
+    assert store.get("v1", "Service", "default", "s") is None
+
+
+def test_the_shipped_composite_controller_is_what_the_stand_in_follows():
+    config = load_controller_config()
+    assert config.parent_kind == "MXJob" and config.generate_selector
+    assert [(r["kind"], r["updateStrategy"]) for r in config.children] == [("Pod", "OnDelete"), ("Service", "InPlace")]
+    assert config.hook_path == "/sync"
+    assert [config.child_key(r) for r in config.children] == ["Pod.v1", "Service.v1"]
+
+
+def test_the_composite_controller_is_found_by_kind_in_any_file(tmp_path):
+    (tmp_path / "a.yaml").write_text("kind: Service\napiVersion: v1\nmetadata: {name: x}\n")
+    (tmp_path / "z.yaml").write_text(textwrap.dedent("""\
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: n}
+        ---
+        apiVersion: metacontroller.k8s.io/v1alpha1
+        kind: CompositeController
+        metadata: {name: other}
+        spec:
+          generateSelector: true
+          parentResource: {apiVersion: kubeflow.org/v1, resource: mxjobs}
+          childResources: [{apiVersion: v1, resource: pods, updateStrategy: {method: Recreate}}]
+          hooks: {sync: {webhook: {url: "http://h.ns:8080/hooks/sync", timeout: 500ms}}}
+        """))
+    found = find_composite_controller(tmp_path)
+    assert found is not None
+    config = parse_composite_controller(*found)
+    assert config.name == "other" and config.hook_path == "/hooks/sync" and config.hook_timeout_seconds == 0.5
+    assert config.children[0]["updateStrategy"] == "Recreate"
+    assert parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "default").children[1]["kind"] == "Service"
