@@ -153,6 +153,7 @@ class Store:
             if expected and expected != stored["metadata"]["resourceVersion"]:
                 raise StoreError(409, "Conflict", f"{key[1]} {key[3]!r} was modified; resourceVersion {expected} is stale")
             new = copy.deepcopy(obj)
+            apply_defaults(new)  # the API server defaults on every write, not only on create
             meta = new.setdefault("metadata", {})
             for system_field in ("uid", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace"):
                 if system_field in stored["metadata"]:
