@@ -102,6 +102,10 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path):
     with LocalCluster(tmp_path / "state") as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
+        # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later.
+        cluster.wait_for(
+            lambda: all(p["status"].get("phase") == "Succeeded" for p in cluster.pods("dist-train-digits")), 30, what="every pod Succeeded"
+        )
         pods = {p["metadata"]["name"]: p for p in cluster.pods("dist-train-digits")}
         logs = {name: cluster.log_path(name).read_text() for name in pods}
 
