@@ -13,15 +13,17 @@ from typing import Any, Mapping
 
 from hooks.children import pod_for, service_for
 from hooks.conditions import Conditions, rfc3339
-from hooks.env import mx_config_prefix
+from hooks.env import mx_config, mx_config_prefix
 from hooks.errors import InvalidRequest
 from hooks.k8s import JSON, LAST_APPLIED, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.lifecycle import decide
 from hooks.observed import replica_slots, view_pods
-from hooks.spec import SpecError, parse_mxjob
+from hooks.spec import MXJob, SpecError, parse_mxjob
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
+MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
+MAX_ANNOTATIONS_BYTES = 262144  # the API server's limit on all annotations of one object
 
 
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
@@ -30,12 +32,15 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     old_status = parent.get("status") or {}
     try:
         job = parse_mxjob(parent)
+        prefix = mx_config_prefix(job)
+        problems = size_problems(job, prefix)
+        if problems:
+            raise SpecError(problems)
     except SpecError as err:
         return _invalid_spec(parent, old_status, observed_pods, observed_services, err, now)
 
     slots = replica_slots(job)
     plan = decide(job, old_status, view_pods(slots, observed_pods), slots, observed_services, now)
-    prefix = mx_config_prefix(job) if plan.pods else ""
     children = [pod_for(job, job.replicas[slots[n][0]], slots[n][1], prefix=prefix)
                 for n in plan.pods]
     children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
@@ -44,6 +49,37 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         # Never 0: Metacontroller reads 0 as "no resync"; a due timer should fire at once.
         response["resyncAfterSeconds"] = max(plan.resync_after, 0.001)
     return response
+
+
+def size_problems(job: MXJob, prefix: str) -> list[str]:
+    """Limits a job's pods would hit outside our control: they could never start, so refuse them.
+
+    MX_CONFIG lists every replica in every pod, so it grows with the job. Linux refuses to exec a
+    process with one environment string over MAX_ARG_STRLEN, and the API server refuses a pod
+    whose annotations (Metacontroller's last-applied copy of the pod) pass 256 KiB.
+    """
+    problems = []
+    longest = max(len(mx_config(prefix, t, s.replicas - 1)) for t, s in job.replicas.items())
+    env_bytes = len("MX_CONFIG=") + longest + 1
+    total = sum(s.replicas for s in job.replicas.values())
+    if env_bytes > MAX_ARG_STRLEN:
+        fits = total * MAX_ARG_STRLEN // env_bytes
+        problems.append(f"spec.mxReplicaSpecs: {total} replicas make each pod's MX_CONFIG "
+                        f"{env_bytes} bytes, over Linux's limit of {MAX_ARG_STRLEN} bytes for one "
+                        f"environment variable, so no pod could start; use at most about {fits} "
+                        f"replicas (fewer with a longer job name)")
+        return problems
+    for rtype, spec in job.replicas.items():
+        pod = pod_for(job, spec, spec.replicas - 1, prefix=prefix)
+        size = len(json.dumps(pod, separators=(",", ":")))
+        size += sum(len(k) + len(v) for k, v in (pod["metadata"].get("annotations") or {}).items())
+        if size > MAX_ANNOTATIONS_BYTES:
+            problems.append(f"spec.mxReplicaSpecs.{rtype}.template: each {rtype} pod would be "
+                            f"{size} bytes with its MX_CONFIG in every container, over the API "
+                            f"server's {MAX_ANNOTATIONS_BYTES}-byte limit for the copy "
+                            f"Metacontroller keeps in an annotation; use fewer replicas or fewer "
+                            f"containers")
+    return problems
 
 
 def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, Any]]:

@@ -117,3 +117,31 @@ def test_a_name_of_exactly_the_limit_is_accepted():
 def test_zero_deadline_is_rejected_like_the_crd_does():
     assert any(p.startswith("spec.runPolicy.activeDeadlineSeconds:") and "at least 1" in p
                for p in problems_of(mxjob(runPolicy={"activeDeadlineSeconds": 0})))
+
+
+@pytest.mark.parametrize("workers,ok", [(2400, True), (2700, False)],
+                         ids=["2400-workers-fit", "2700-workers-cannot-start"])
+def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
+    from hooks.sync import sync_mxjob
+    from mcsim import T0
+    parent = mxjob("imagenet-resnet50", replicas={"Scheduler": 1, "Server": 10, "Worker": workers})
+    answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    failed = [c for c in answer["status"]["conditions"] if c["type"] == "Failed"]
+    if ok:
+        assert not failed and answer["children"]
+    else:
+        assert answer["children"] == []
+        assert "spec.mxReplicaSpecs:" in failed[0]["message"]
+        assert "131072 bytes for one environment variable" in failed[0]["message"]
+
+
+def test_pods_too_large_for_the_last_applied_annotation_are_refused():
+    from hooks.sync import sync_mxjob
+    from mcsim import T0
+    containers = [{"name": n, "image": "i"} for n in ("mxnet", "a", "b", "c")]
+    parent = mxjob("imagenet-resnet50", replicas={"Worker": {"replicas": 1500, "template": {
+        "spec": {"containers": containers}}}})
+    answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    assert answer["children"] == []
+    message = answer["status"]["conditions"][-1]["message"]
+    assert "spec.mxReplicaSpecs.Worker.template:" in message and "262144-byte limit" in message
