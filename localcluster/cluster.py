@@ -97,13 +97,22 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
+        # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
+        steps = [self.kubelet.stop]
         if self.controller is not None:
-            self.controller.stop()
-        self.kubelet.stop()
+            steps.insert(0, self.controller.stop)
         if self.proxy is not None:
-            self.proxy.stop()
+            steps.append(self.proxy.stop)
         if self.hooks is not None:
-            self.hooks.stop()
+            steps.append(self.hooks.stop)
+        errors: list[BaseException] = []
+        for step in steps:
+            try:
+                step()
+            except Exception as err:  # keep stopping the rest; report the first failure
+                errors.append(err)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

@@ -213,6 +213,16 @@ def test_a_deleted_pod_is_recreated(cluster: LocalCluster):
     assert finished(done) == "Succeeded"
 
 
+def test_an_evicted_pod_under_onfailure_is_recreated(cluster: LocalCluster):
+    cluster.submit(worker_job("evict", [sleep_exit(2.0)], restart="OnFailure"))
+    cluster.wait_for(lambda: phase_of(cluster, "evict-worker-0") == "Running", 20, what="worker running")
+    old = cluster.pod("evict-worker-0")["metadata"]["uid"]
+    cluster.kubelet.evict("default", "evict-worker-0")
+    cluster.wait_for(lambda: (p := cluster.pod("evict-worker-0")) and p["metadata"]["uid"] != old, 20, what="evicted pod replaced")
+    done = cluster.wait_finished("evict", timeout=30)
+    assert finished(done) == "Succeeded"
+
+
 def test_hooks_answering_500_for_a_while_delete_nothing_and_the_job_recovers(cluster: LocalCluster):
     cluster.submit(worker_job("flaky", [sleep_exit(3.0), sleep_exit(3.0)]))
     cluster.wait_for(lambda: all(phase_of(cluster, f"flaky-worker-{i}") == "Running" for i in (0, 1)), 20, what="workers running")
