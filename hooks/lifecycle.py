@@ -94,10 +94,10 @@ class _State:
              now: datetime) -> "_State":
         """The state as last written, with this sync's successes folded in."""
         state = cls(job, old, pods, now)
-        if not state.conds.terminal():
-            for pod in pods.values():
-                if pod.phase == "Succeeded":
-                    state.completed[pod.rtype].add(pod.index)
+        # Also after the job has finished: workers often exit a moment after the scheduler.
+        for pod in pods.values():
+            if pod.phase == "Succeeded":
+                state.completed[pod.rtype].add(pod.index)
         return state
 
     # --- transitions -------------------------------------------------------------------------

@@ -375,3 +375,17 @@ def test_clean_pod_policy_on_failure(policy, kept):
     assert sim.state() == "Failed"
     assert pods(sim) == kept
     assert sorted(sim.services) == kept
+
+
+def test_workers_that_finish_after_the_scheduler_are_counted():
+    sim = Sim(mxjob(cleanPodPolicy="None"))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+    finish_ok(sim, "mx-worker-0", "mx-worker-1")
+    step(sim)
+    assert sim.status["replicaStatuses"]["Worker"] == {
+        "active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
