@@ -6,16 +6,6 @@ from typing import Any, TypedDict
 JSON = dict[str, Any]
 
 
-class ObjectMeta(TypedDict, total=False):
-    name: str
-    namespace: str
-    uid: str
-    generation: int
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    deletionTimestamp: str
-
-
 class Condition(TypedDict):
     type: str
     status: str
@@ -23,13 +13,6 @@ class Condition(TypedDict):
     message: str
     lastUpdateTime: str
     lastTransitionTime: str
-
-
-class ReplicaStatus(TypedDict, total=False):
-    active: int
-    succeeded: int
-    failed: int
-    completedIndexes: str
 
 
 class RestartRecord(TypedDict, total=False):

@@ -18,7 +18,7 @@ from hooks.errors import InvalidRequest
 from hooks.k8s import JSON, LAST_APPLIED, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.lifecycle import decide
 from hooks.observed import replica_slots, view_pods
-from hooks.spec import MXJob, SpecError, parse_mxjob
+from hooks.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
@@ -33,7 +33,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     try:
         job = parse_mxjob(parent)
         prefix = mx_config_prefix(job)
-        problems = size_problems(job, prefix)
+        problems = size_problems(job, prefix) or changed_since_created(prefix, observed_pods)
         if problems:
             raise SpecError(problems)
     except SpecError as err:
@@ -80,6 +80,29 @@ def size_problems(job: MXJob, prefix: str) -> list[str]:
                             f"Metacontroller keeps in an annotation; use fewer replicas or fewer "
                             f"containers")
     return problems
+
+
+def changed_since_created(prefix: str, observed_pods: Mapping[str, Any]) -> list[str]:
+    """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
+
+    Every pod's MX_CONFIG starts with the same job-wide part, so one live pod tells whether the
+    replica layout is still the one the pods were built for. Acting on a changed layout would
+    delete pods (fewer replicas) or mix two cluster layouts (more).
+    """
+    for pod in observed_pods.values():
+        if not isinstance(pod, Mapping) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if container.get("name") != MAIN_CONTAINER:
+                continue
+            value = next((e.get("value") for e in container.get("env") or []
+                          if e.get("name") == "MX_CONFIG"), None)
+            if isinstance(value, str) and not value.startswith(prefix):
+                return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
+                        "has the replica layout built in); restore the previous mxReplicaSpecs "
+                        "and jobMode, or delete the MXJob and create it again"]
+            return []
+    return []
 
 
 def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, Any]]:

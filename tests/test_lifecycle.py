@@ -389,3 +389,19 @@ def test_workers_that_finish_after_the_scheduler_are_counted():
     step(sim)
     assert sim.status["replicaStatuses"]["Worker"] == {
         "active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
+
+
+@pytest.mark.parametrize("workers", [1, 3], ids=["fewer-workers", "more-workers"])
+def test_replica_edit_that_got_past_admission_changes_nothing(workers):
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    before = {n: p["metadata"]["uid"] for n, p in sim.pods.items()}
+    sim.edit({"mxReplicaSpecs": {**sim.parent["spec"]["mxReplicaSpecs"],
+                                 "Worker": {**sim.parent["spec"]["mxReplicaSpecs"]["Worker"],
+                                            "replicas": workers}}})
+    step(sim)
+    assert {n: p["metadata"]["uid"] for n, p in sim.pods.items()} == before
+    assert "changed after the job's pods were created" in sim.status["specError"]
+    assert sim.state() == "Running"
