@@ -174,3 +174,23 @@ def test_the_schema_check_really_rejects_a_bad_pod():
     pod["spec"]["containers"][0]["evn"] = []
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("path", example_mxjobs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_example_children_fed_back_running_give_the_same_answer(path):
+    from mcsim import Sim
+
+    doc = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "MXJob")
+    doc["metadata"].update(namespace="default", uid="uid-example", generation=1)
+    sim = Sim(doc)
+    first = sim.sync()
+    for pod in first["children"]:
+        if pod["kind"] == "Pod":
+            env = [e["name"] for e in env_of(pod)]
+            wiring = [n for n in env if n.startswith(("MX_CONFIG", "DMLC_"))]
+            assert env[:len(wiring)] == wiring and wiring[0] == "MX_CONFIG"
+    sim.run()
+    second = sim.sync()
+    third = sync_mxjob(sim.request(), now=sim.now)
+    assert second["children"] == first["children"] == third["children"]
+    assert json.dumps(third["status"], sort_keys=True) == json.dumps(second["status"], sort_keys=True)
