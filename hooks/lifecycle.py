@@ -179,7 +179,7 @@ class _State:
         self.leaving = gone
         pods = [name for name, (rtype, index) in slots.items()
                 if name not in gone and (name in self.pods or index not in self.completed[rtype])]
-        waiting = self._awaiting_recreation(gone)
+        waiting = self._awaiting_recreation(gone, slots)
         key = self.job.key
         if waiting:
             message = self._restart_message(waiting)
@@ -252,25 +252,18 @@ class _State:
             return None
         return parse_rfc3339(self.start_time) + timedelta(seconds=seconds)
 
-    def _awaiting_recreation(self, gone: set[str]) -> list[str]:
+    def _awaiting_recreation(self, gone: set[str],
+                             slots: Mapping[str, tuple[str, int]]) -> list[str]:
         waiting = set(gone)
         for name, record in self.history.items():
             pod = self.pods.get(name)
             if pod is None:
-                rtype_index = self._slot_of(name)
-                if rtype_index and rtype_index[1] not in self.completed[rtype_index[0]]:
+                slot = slots.get(name)
+                if slot is not None and slot[1] not in self.completed[slot[0]]:
                     waiting.add(name)
             elif pod.uid == record.get("lastFailedUID") or pod.phase == "Pending":
                 waiting.add(name)
         return sorted(waiting)
-
-    def _slot_of(self, name: str) -> tuple[str, int] | None:
-        for rtype, spec in self.job.replicas.items():
-            prefix = f"{self.job.name}-{spec.name}-"
-            if name.startswith(prefix) and name[len(prefix):].isdigit():
-                index = int(name[len(prefix):])
-                return (rtype, index) if index < spec.replicas else None
-        return None
 
     def _restart_message(self, names: list[str]) -> str:
         parts = []
