@@ -26,4 +26,4 @@ RUN python -m compileall -q hooks \
 USER 10001:10001
 
 EXPOSE 8080
-CMD ["gunicorn", "--config", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+CMD ["gunicorn", "--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"]

@@ -19,9 +19,14 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/python -m localcluster run $(EXAMPLE)
 
-## Run the whole test suite.
-test: setup
+## Run the linters (ruff, mypy), then the whole test suite.
+test: lint
 	$(BIN)/python -m pytest
+
+## ruff (style and bugs) and mypy (types) on every Python file; both must pass.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 ## Time the pure sync and the HTTP round trip for 1 to 5,000 replicas.
 bench: setup

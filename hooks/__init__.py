@@ -1,1 +1,1 @@
-"""MXJob operator hooks: pure sync logic (every module but app) and the Flask shell (app)."""
+"""Training-job operator hooks: one pure sub-package per job kind, shared pure code, and the HTTP shell (server)."""

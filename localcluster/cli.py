@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import yaml
 
@@ -22,7 +22,7 @@ REFRESH_SECONDS = 0.25
 def _age(timestamp: str | None) -> str:
     if not timestamp:
         return "-"
-    seconds = int((datetime.now(timezone.utc) - datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)).total_seconds())
+    seconds = int((datetime.now(UTC) - datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)).total_seconds())
     return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m{seconds % 60}s"
 
 
@@ -69,7 +69,8 @@ class Progress:
             self._drawn = len(lines)
         else:
             # Ages tick every second; compare without them so only real changes print.
-            stable = [line.rsplit(" ", 1)[0] if line.startswith("  ") and "conditions" not in line else line.split("   age:")[0] for line in lines]
+            stable = [line.rsplit(" ", 1)[0] if line.startswith("  ") and "conditions" not in line
+                      else line.split("   age:")[0] for line in lines]
             if stable == self._last:
                 return
             self._last = stable
@@ -91,7 +92,7 @@ def load_job(path: Path) -> KubeObject:
         raise ValueError(f"{path}: apiVersion must be kubeflow.org/v1, not {job.get('apiVersion')!r}")
     if not isinstance(job.get("metadata"), dict) or not job["metadata"].get("name"):
         raise ValueError(f"{path}: metadata.name is required")
-    return job
+    return cast(KubeObject, job)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -151,7 +152,9 @@ def logs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m localcluster`."""
-    parser = argparse.ArgumentParser(prog="python -m localcluster", description="Run MXJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
+    parser = argparse.ArgumentParser(
+        prog="python -m localcluster",
+        description="Run MXJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster)")
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="run one MXJob to the end; exit 0 only if it Succeeded")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar, cast
 
 from .config import ControllerConfig, load_controller_config
 from .dns import ClusterDNS
@@ -74,7 +75,7 @@ class LocalCluster:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         """Start the hooks server (unless an external hook URL was given), the controller and the kubelet."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -98,7 +99,7 @@ class LocalCluster:
     def stop(self) -> None:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
-        steps = [self.kubelet.stop]
+        steps: list[Callable[..., None]] = [self.kubelet.stop]
         if self.controller is not None:
             steps.insert(0, self.controller.stop)
         if self.proxy is not None:
@@ -114,7 +115,7 @@ class LocalCluster:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -213,4 +214,4 @@ class LocalCluster:
                     raise RuntimeError(f"MXJob {name}: {hot}")
             return job if finished(job) else None
 
-        return self.wait_for(check, timeout, what=f"MXJob {name} to finish")
+        return cast(KubeObject, self.wait_for(check, timeout, what=f"MXJob {name} to finish"))

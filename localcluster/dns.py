@@ -13,7 +13,8 @@ import json
 import re
 import socket
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 # Keys that name a host inside a JSON env value (MX_CONFIG uses "url").

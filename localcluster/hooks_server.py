@@ -17,7 +17,7 @@ from .config import REPO_ROOT
 from .dns import LOOPBACK, free_port
 
 # The Dockerfile's command, plus a loopback --bind (the default binds 0.0.0.0:8080).
-SERVER_ARGS = ["--config", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+SERVER_ARGS = ["--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"]
 
 
 def gunicorn_command() -> list[str]:
@@ -27,7 +27,7 @@ def gunicorn_command() -> list[str]:
 
 
 class HooksServer:
-    """gunicorn serving hooks.app on 127.0.0.1:<port>; start, stop and restart on the same port."""
+    """gunicorn serving hooks.server.app on 127.0.0.1:<port>; start, stop and restart on the same port."""
 
     def __init__(self, log_path: Path, port: int | None = None, *, startup_timeout: float = 30.0):
         self.port = port or free_port()
@@ -100,7 +100,7 @@ class FaultProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if time.monotonic() < proxy._fail_until:
                     proxy.failed_requests += 1

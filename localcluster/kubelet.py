@@ -25,12 +25,12 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO, cast
 
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
 from .store import DELETED, Store, StoreError, now_rfc3339
-from .types import Container, ContainerStatus, KubeObject, PodStatus
+from .types import Container, ContainerState, ContainerStatus, KubeObject, PodStatus
 
 NODE_NAME = "localcluster"
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
@@ -90,8 +90,8 @@ class _Run:
             ready=running and not self.init,
             started=running,
             restartCount=self.restart_count,
-            state=dict(self.state),
-            lastState=dict(self.last_state),
+            state=cast(ContainerState, dict(self.state)),
+            lastState=cast(ContainerState, dict(self.last_state)),
         )
 
 
@@ -142,12 +142,12 @@ class ProcessKubelet:
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
 
-    def _forget(self, worker: "PodWorker") -> None:
+    def _forget(self, worker: PodWorker) -> None:
         with self._lock:
             if self._workers.get(worker.key) is worker:
                 del self._workers[worker.key]
 
-    def worker(self, namespace: str, name: str) -> "PodWorker":
+    def worker(self, namespace: str, name: str) -> PodWorker:
         """The worker running a Pod (KeyError when none)."""
         with self._lock:
             return self._workers[(namespace, name)]
@@ -415,7 +415,8 @@ class PodWorker(threading.Thread):
             run.log.write(f"=== localcluster: {error}\n")
             run.process = None
             run.exit_code = 128
-            run.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": error, "startedAt": started, "finishedAt": started}}
+            run.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": error,
+                                        "startedAt": started, "finishedAt": started}}
             return
         run.state = {"running": {"startedAt": started}}
 
@@ -427,7 +428,8 @@ class PodWorker(threading.Thread):
         run.exit_code = code
         finished = now_rfc3339()
         reason = "Completed" if code == 0 else "Error"
-        run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": run.state.get("running", {}).get("startedAt", finished), "finishedAt": finished}}
+        started = run.state.get("running", {}).get("startedAt", finished)
+        run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}
         if run.log is not None:
             run.log.write(f"=== localcluster: container {run.name} exited with code {code} at {finished}\n")
 

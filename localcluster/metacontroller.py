@@ -18,18 +18,19 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from .config import ControllerConfig
-from .store import ADDED, DELETED, Store, StoreError, key_of, now_rfc3339
+from .store import ADDED, DELETED, Store, StoreError, key_of
 from .types import ChildRule, KubeObject, OwnerReference, SyncRequest
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 CONTROLLER_UID = "controller-uid"
 # List items are merged by the first of these keys that every item (in all three versions) has.
 LIST_MERGE_KEYS = ("containerPort", "port", "mountPath", "name", "uid", "ip", "path")
-SYSTEM_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "ownerReferences")
+SYSTEM_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                   "deletionGracePeriodSeconds", "managedFields", "ownerReferences")
 # Pod fields Kubernetes lets an update change; any other spec change is rejected with 422.
 MUTABLE_POD_FIELDS = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
 
@@ -78,13 +79,13 @@ def selector_matches(labels: dict[str, str] | None, selector: dict[str, str]) ->
 def three_way_merge(observed: Any, last_applied: Any, desired: Any) -> Any:
     """merge(observed, lastApplied, desired) the way Metacontroller's apply does it."""
     if isinstance(desired, dict) and isinstance(observed, dict):
-        last = last_applied if isinstance(last_applied, dict) else {}
+        last_map = last_applied if isinstance(last_applied, dict) else {}
         result = copy.deepcopy(observed)
-        for key in last:
+        for key in last_map:
             if key not in desired:
                 result.pop(key, None)
         for key, value in desired.items():
-            result[key] = three_way_merge(observed.get(key), last.get(key), value)
+            result[key] = three_way_merge(observed.get(key), last_map.get(key), value)
         return result
     if isinstance(desired, list) and isinstance(observed, list):
         last = last_applied if isinstance(last_applied, list) else []
@@ -93,15 +94,15 @@ def three_way_merge(observed: Any, last_applied: Any, desired: Any) -> Any:
             return copy.deepcopy(desired)
         wanted = {item[merge_key]: item for item in desired}
         previous = {item[merge_key]: item for item in last}
-        result = []
+        merged: list[Any] = []
         for item in observed:
             k = item[merge_key]
             if k in wanted:
-                result.append(three_way_merge(item, previous.get(k), wanted.pop(k)))
+                merged.append(three_way_merge(item, previous.get(k), wanted.pop(k)))
             elif k not in previous:
-                result.append(copy.deepcopy(item))  # someone else's entry: keep it
-        result.extend(copy.deepcopy(item) for item in desired if item[merge_key] in wanted)
-        return result
+                merged.append(copy.deepcopy(item))  # someone else's entry: keep it
+        merged.extend(copy.deepcopy(item) for item in desired if item[merge_key] in wanted)
+        return merged
     return copy.deepcopy(desired)
 
 
@@ -358,7 +359,7 @@ class MetacontrollerStandIn:
         """POST the request; any non-200, timeout or malformed body is a SyncError."""
         url = urlsplit(self.hook_base_url + self.config.hook_path)
         body = json.dumps(request).encode()
-        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=self.config.hook_timeout_seconds)
+        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self.config.hook_timeout_seconds)
         try:
             conn.request("POST", url.path or "/", body=body, headers={"Content-Type": "application/json"})
             response = conn.getresponse()
@@ -406,7 +407,7 @@ class MetacontrollerStandIn:
                     f"sync hook answer: {child['kind']} {meta['name']} has labels {meta.get('labels')} that do not match "
                     f"the parent's selector {selector}; Metacontroller refuses to manage it"
                 )
-            desired[key_of(child)] = (rule, child)  # a repeated key: the last one wins
+            desired[key_of(cast(KubeObject, child))] = (rule, cast(KubeObject, child))  # a repeated key: the last one wins
         return desired
 
     def sync(self, uid: str) -> SyncOutcome:
@@ -491,11 +492,13 @@ class MetacontrollerStandIn:
         desired_annotated = copy.deepcopy(desired)
         desired_annotated["metadata"].setdefault("annotations", {})[LAST_APPLIED] = last_applied_json(desired)
         merged = three_way_merge(observed, last, desired_annotated)
+        observed_meta: dict[str, Any] = dict(observed["metadata"])
+        merged_meta: dict[str, Any] = merged["metadata"]
         for field_name in SYSTEM_METADATA:
-            if field_name in observed["metadata"]:
-                merged["metadata"][field_name] = copy.deepcopy(observed["metadata"][field_name])
+            if field_name in observed_meta:
+                merged_meta[field_name] = copy.deepcopy(observed_meta[field_name])
             else:
-                merged["metadata"].pop(field_name, None)
+                merged_meta.pop(field_name, None)
         if "status" in observed:
             merged["status"] = copy.deepcopy(observed["status"])
         if merged == observed:
@@ -524,4 +527,5 @@ def _check_pod_update(old: KubeObject, new: KubeObject) -> None:
         return spec
 
     if comparable(old) != comparable(new):
-        raise StoreError(422, "Invalid", f"Pod {old['metadata']['name']}: pod updates may not change fields other than image, activeDeadlineSeconds, tolerations")
+        raise StoreError(422, "Invalid", f"Pod {old['metadata']['name']}: pod updates may not change fields other than "
+                                         "image, activeDeadlineSeconds, tolerations")

@@ -12,9 +12,10 @@ import itertools
 import threading
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from .defaults import apply_defaults
 from .types import KubeObject
@@ -37,7 +38,7 @@ class StoreError(Exception):
 
 def now_rfc3339() -> str:
     """The current time as Kubernetes writes it: RFC 3339, UTC, whole seconds."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def key_of(obj: KubeObject) -> Key:
@@ -135,8 +136,8 @@ class Store:
             meta["uid"] = str(uuid.uuid4())
             meta["generation"] = 1
             meta["creationTimestamp"] = now_rfc3339()
-            for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
-                meta.pop(system_field, None)
+            meta.pop("deletionTimestamp", None)
+            meta.pop("deletionGracePeriodSeconds", None)
             self._bump(obj)
             self._objects[key] = obj
             self._notify(ADDED, obj)
@@ -154,7 +155,7 @@ class Store:
                 raise StoreError(409, "Conflict", f"{key[1]} {key[3]!r} was modified; resourceVersion {expected} is stale")
             new = copy.deepcopy(obj)
             apply_defaults(new)  # the API server defaults on every write, not only on create
-            meta = new.setdefault("metadata", {})
+            meta: dict[str, Any] = new.setdefault("metadata", {})  # type: ignore[assignment]
             for system_field in ("uid", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace"):
                 if system_field in stored["metadata"]:
                     meta[system_field] = stored["metadata"][system_field]

@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from hooks.k8s import LAST_APPLIED
-from hooks.sync import sync_mxjob
+from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.k8s import LAST_APPLIED
 
-T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 
 
 def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:

@@ -10,13 +10,14 @@ import pathlib
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import hooks.sync
-from hooks.app import DEFAULT_MAX_CONTENT_LENGTH, JsonFormatter, create_app
+import hooks.kinds
+import hooks.shared.errors
+from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH, JsonFormatter, create_app
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-token-do-not-log"
@@ -55,7 +56,7 @@ def sync_request(name: str = "digits", namespace: str = "team-a") -> dict:
 
 
 class FakeCore:
-    """Stands in for hooks.sync.sync_mxjob: records its calls and answers or raises as told."""
+    """Stands in for hooks.mxjob.sync.sync_mxjob: records its calls and answers or raises as told."""
 
     def __init__(self, answer=None, raises: BaseException | None = None):
         self.answer = {"status": {"conditions": []}, "children": [{"kind": "Pod"}]} if answer is None else answer
@@ -76,7 +77,7 @@ def client():
 
 def fake_core(monkeypatch, **kwargs) -> FakeCore:
     core = FakeCore(**kwargs)
-    monkeypatch.setattr(hooks.sync, "sync_mxjob", core)
+    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", core)
     return core
 
 
@@ -85,7 +86,7 @@ def post_json(client, value, **kwargs):
 
 
 def sync_records(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "hooks.app"]
+    return [r for r in caplog.records if r.name == "hooks.server.app"]
 
 
 def logged(caplog) -> list[dict]:
@@ -147,7 +148,7 @@ def test_json_that_is_not_an_object_is_a_400(monkeypatch, client, body, type_nam
 
 
 def test_a_body_the_core_rejects_is_a_400_with_the_core_message(monkeypatch, client):
-    fake_core(monkeypatch, raises=hooks.errors.InvalidRequest("parent.kind must be MXJob, got 'Deployment'"))
+    fake_core(monkeypatch, raises=hooks.shared.errors.InvalidRequest("parent.kind must be MXJob, got 'Deployment'"))
     response = post_json(client, sync_request())
     assert response.status_code == 400
     assert response.get_json() == {"error": "parent.kind must be MXJob, got 'Deployment'"}
@@ -205,7 +206,7 @@ def test_the_size_limit_comes_from_config_then_env_then_default(monkeypatch, env
 # --- 500: a bug in the core is never a 200 -----------------------------------------------------
 
 def test_an_exception_in_the_core_is_a_500_whose_error_id_is_in_the_log(monkeypatch, client, caplog):
-    caplog.set_level(logging.INFO, logger="hooks.app")
+    caplog.set_level(logging.INFO, logger="hooks.server.app")
     fake_core(monkeypatch, raises=KeyError("replicaSpecs-internal-detail"))
     response = post_json(client, sync_request())
 
@@ -241,7 +242,7 @@ def test_each_internal_error_gets_its_own_id(monkeypatch, client):
         pytest.param([], id="a-list"),
         pytest.param("ok", id="a-string"),
         pytest.param({"status": {"x": math.nan}, "children": []}, id="nan"),
-        pytest.param({"status": {"startTime": datetime(2026, 1, 1, tzinfo=timezone.utc)}, "children": []},
+        pytest.param({"status": {"startTime": datetime(2026, 1, 1, tzinfo=UTC)}, "children": []},
                      id="not-json-serialisable"),
     ],
 )
@@ -274,9 +275,9 @@ def test_the_core_answer_is_passed_through_unchanged_as_compact_json(monkeypatch
 
 def test_the_core_gets_the_request_body_and_a_utc_now_in_whole_seconds(monkeypatch, client):
     core = fake_core(monkeypatch)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     post_json(client, sync_request())
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
 
     [(request, now)] = core.calls
     assert request == sync_request()
@@ -355,14 +356,14 @@ def test_probes_and_scrapes_are_not_counted_as_syncs(client):
     ("core_kwargs", "outcome", "status", "level"),
     [
         pytest.param({}, "ok", 200, "info", id="ok"),
-        pytest.param({"raises": hooks.errors.InvalidRequest("spec is not an object")}, "bad_request", 400,
+        pytest.param({"raises": hooks.shared.errors.InvalidRequest("spec is not an object")}, "bad_request", 400,
                      "warning", id="bad-request"),
         pytest.param({"raises": RuntimeError("boom")}, "error", 500, "error", id="error"),
     ],
 )
 def test_each_sync_logs_one_json_line_with_the_job_and_no_secrets(monkeypatch, client, caplog, core_kwargs,
                                                                      outcome, status, level):
-    caplog.set_level(logging.INFO, logger="hooks.app")
+    caplog.set_level(logging.INFO, logger="hooks.server.app")
     fake_core(monkeypatch, **core_kwargs)
     post_json(client, sync_request())
 
@@ -382,7 +383,7 @@ def test_each_sync_logs_one_json_line_with_the_job_and_no_secrets(monkeypatch, c
 
 
 def test_a_rejected_body_is_logged_without_job_fields(client, caplog):
-    caplog.set_level(logging.INFO, logger="hooks.app")
+    caplog.set_level(logging.INFO, logger="hooks.server.app")
     client.post("/sync", data="[1, 2]", content_type="application/json")
     [line] = logged(caplog)
     assert line["outcome"] == "bad_request" and line["status"] == 400
@@ -397,7 +398,7 @@ def test_a_rejected_body_is_logged_without_job_fields(client, caplog):
     ],
 )
 def test_odd_parent_metadata_never_puts_objects_or_huge_strings_in_the_log(monkeypatch, client, caplog, metadata):
-    caplog.set_level(logging.INFO, logger="hooks.app")
+    caplog.set_level(logging.INFO, logger="hooks.server.app")
     fake_core(monkeypatch)
     body = sync_request()
     body["parent"]["metadata"] = metadata
@@ -410,7 +411,7 @@ def test_odd_parent_metadata_never_puts_objects_or_huge_strings_in_the_log(monke
 
 # --- module boundaries -------------------------------------------------------------------------
 
-SHELL_MODULES = {"hooks.app", "hooks.gunicorn_conf", "hooks.metrics"}
+SHELL_PACKAGE = "hooks.server"
 
 
 def test_the_pure_core_imports_no_web_or_metrics_library():
@@ -418,22 +419,23 @@ def test_the_pure_core_imports_no_web_or_metrics_library():
     script = """
 import importlib, json, pkgutil, sys
 import hooks
-shell = set(json.loads(sys.argv[1]))
-pure = sorted(f"hooks.{m.name}" for m in pkgutil.iter_modules(hooks.__path__) if f"hooks.{m.name}" not in shell)
+shell = json.loads(sys.argv[1])
+pure = sorted(m.name for m in pkgutil.walk_packages(hooks.__path__, "hooks.")
+              if not m.name.startswith(shell))
 for name in pure:
     importlib.import_module(name)
 banned = sorted(m for m in sys.modules if m.split(".")[0] in {"flask", "werkzeug", "gunicorn", "prometheus_client"})
 print(json.dumps({"pure": pure, "banned": banned}))
 """
-    result = subprocess.run([sys.executable, "-c", script, json.dumps(sorted(SHELL_MODULES))], cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(SHELL_PACKAGE)], cwd=REPO,
                             capture_output=True, text=True, timeout=60, check=True)
     report = json.loads(result.stdout)
-    assert "hooks.sync" in report["pure"] and "hooks.errors" in report["pure"]
+    assert {"hooks.kinds", "hooks.mxjob.sync", "hooks.shared.errors"} <= set(report["pure"])
     assert report["banned"] == []
 
 
 def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
-    tree = ast.parse((REPO / "hooks" / "app.py").read_text())
+    tree = ast.parse((REPO / "hooks" / "server" / "app.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert {m for m in imported if m.split(".")[0] == "hooks"} == {"hooks.sync", "hooks.errors", "hooks.metrics"}
+    assert {m for m in imported if m.split(".")[0] == "hooks"} == {"hooks.kinds", "hooks.shared.errors", "hooks.server.metrics"}

@@ -8,9 +8,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-
-from hooks.sync import sync_mxjob
 from mcsim import T0, mxjob
+
+from hooks.mxjob.sync import sync_mxjob
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBERNETES_VERSION = "1.34"
@@ -117,6 +117,32 @@ def test_labels_both_families_operator_wins_and_master_role():
     assert labels["group-name"] == "kubeflow.org"
     worker = child(answer, "Pod", "mx-worker-0")["metadata"]["labels"]
     assert "training.kubeflow.org/job-role" not in worker
+
+
+@pytest.mark.parametrize("replicas,spec,master", [
+    pytest.param({"Scheduler": 1, "Server": 1, "Worker": 2}, {}, ["mx-scheduler-0"], id="scheduler-decides"),
+    pytest.param({"Scheduler": 1, "Server": 1, "Worker": 1}, {"successPolicy": "AllWorkers"}, ["mx-worker-0"],
+                 id="all-workers-one-worker"),
+    pytest.param({"Scheduler": 1, "Server": 1, "Worker": 3}, {"successPolicy": "AllWorkers"}, [],
+                 id="all-workers-several-none-is-the-master"),
+    pytest.param({"Worker": 1}, {}, ["mx-worker-0"], id="lone-worker"),
+    pytest.param({"Worker": 2}, {}, [], id="worker-only-several"),
+    pytest.param({"TunerTracker": 1, "TunerServer": 2, "Tuner": 1}, {"jobMode": "MXTune"}, ["mx-tuner-0"], id="tuner"),
+])
+def test_job_role_master_marks_exactly_the_pod_whose_exit_decides_the_job(replicas, spec, master):
+    from hooks.mxjob.names import is_master
+    from hooks.mxjob.spec import parse_mxjob
+
+    parent = mxjob(replicas=replicas, **spec)
+    answer = first_sync(parent)
+    labelled = sorted(c["metadata"]["name"] for c in answer["children"] if c["kind"] == "Pod"
+                      and c["metadata"]["labels"].get("training.kubeflow.org/job-role") == "master")
+    assert labelled == master
+    job = parse_mxjob(parent)
+    # The label and the success rule come from the same place: labelled pods are deciding pods.
+    deciding = {f"mx-{t.lower()}-{i}" for t, i in job.deciding_slots()}
+    assert set(labelled) <= deciding
+    assert all(is_master(job, t) == (len(deciding) == 1 and t == job.deciding_type) for t in job.replicas)
 
 
 def test_service_is_headless_with_every_mxnet_port_named_in_order():

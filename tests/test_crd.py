@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -662,9 +663,9 @@ def test_lower_ascii_matches_kubernetes_semantics():
 
 
 def _hook_accepts(obj: dict) -> bool:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    from hooks.sync import sync_mxjob
+    from hooks.mxjob.sync import sync_mxjob
 
     parent = copy.deepcopy(obj)
     parent["metadata"].update(namespace="default", uid="0b4f", generation=1)
@@ -675,7 +676,7 @@ def _hook_accepts(obj: dict) -> bool:
         "related": {},
         "finalizing": False,
     }
-    response = sync_mxjob(request, now=datetime(2025, 1, 2, tzinfo=timezone.utc))
+    response = sync_mxjob(request, now=datetime(2025, 1, 2, tzinfo=UTC))
     reasons = {c.get("reason") for c in response["status"].get("conditions", [])}
     return "MXJobFailedValidation" not in reasons
 

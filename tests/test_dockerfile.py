@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 DEPLOYMENT = ROOT / "metacontroller" / "hooks" / "deployment.yaml"
 
-SERVER_COMMAND = ["gunicorn", "--config", "python:hooks.gunicorn_conf", "hooks.app:create_app()"]
+SERVER_COMMAND = ["gunicorn", "--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"]
 
 
 def instructions(text: str) -> list[tuple[str, str]]:

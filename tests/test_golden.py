@@ -6,15 +6,15 @@ current code (response.yaml). Read every diff it makes before committing it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
-
-from hooks.sync import sync_mxjob
 from mcsim import Sim, mxjob
+
+from hooks.mxjob.sync import sync_mxjob
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"

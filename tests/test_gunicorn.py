@@ -81,8 +81,8 @@ def server(tmp_path):
     env.update(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), WEB_CONCURRENCY="2")
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
-            [str(GUNICORN), "--config", "python:hooks.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-             "hooks.app:create_app()"],
+            [str(GUNICORN), "--config", "python:hooks.server.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+             "hooks.server.app:create_app()"],
             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
             start_new_session=True,
         )
@@ -164,7 +164,7 @@ def test_the_server_logs_only_json_lines_one_per_sync(server):
     time.sleep(0.2)  # let the workers' writes reach the file
 
     entries = [json.loads(line) for line in server.log_lines()]  # fails on any non-JSON line
-    syncs = [e for e in entries if e.get("logger") == "hooks.app"]
+    syncs = [e for e in entries if e.get("logger") == "hooks.server.app"]
     assert sorted(e["name"] for e in syncs) == ["alpha", "beta"]
     assert all(e["outcome"] == "ok" and e["status"] == 200 and e["children"] >= 1 for e in syncs)
     assert any(e.get("logger") == "gunicorn.error" for e in entries)  # gunicorn's own lines are JSON too
@@ -174,18 +174,18 @@ def test_the_server_logs_only_json_lines_one_per_sync(server):
 
 @pytest.fixture
 def load_conf(monkeypatch):
-    """Re-import hooks.gunicorn_conf under the given environment."""
+    """Re-import hooks.server.gunicorn_conf under the given environment."""
     def load(**env):
         for name in ("PORT", "WEB_CONCURRENCY", "GUNICORN_THREADS"):
             monkeypatch.delenv(name, raising=False)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        import hooks.gunicorn_conf
-        return importlib.reload(hooks.gunicorn_conf)
+        import hooks.server.gunicorn_conf
+        return importlib.reload(hooks.server.gunicorn_conf)
     yield load
-    import hooks.gunicorn_conf
+    import hooks.server.gunicorn_conf
     monkeypatch.undo()
-    importlib.reload(hooks.gunicorn_conf)
+    importlib.reload(hooks.server.gunicorn_conf)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from hooks.sync import sync_mxjob
 from mcsim import Sim, mxjob
+
+from hooks.mxjob.sync import sync_mxjob
 
 
 def step(sim: Sim) -> dict:

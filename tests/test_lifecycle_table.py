@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from mcsim import Sim, mxjob
 
 TABLE = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"

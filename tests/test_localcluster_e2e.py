@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -83,7 +84,8 @@ def uids(pods: list[dict]) -> dict[str, str]:
 def wait_active(cluster: LocalCluster, name: str, active: int) -> dict:
     """Wait until the job's status counts `active` running Workers (the hook has seen them run)."""
     return cluster.wait_for(
-        lambda: (job := cluster.get_job(name)) and job.get("status", {}).get("replicaStatuses", {}).get("Worker", {}).get("active") == active and job,
+        lambda: (job := cluster.get_job(name))
+        and job.get("status", {}).get("replicaStatuses", {}).get("Worker", {}).get("active") == active and job,
         20, what=f"{active} active workers in status",
     )
 
@@ -282,7 +284,7 @@ class FakeHook:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 hook.requests.append(request)
                 code, body = hook.answer(request)
@@ -394,7 +396,7 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
         answers["mode"] = mode
         calls = len(cluster.hook.requests)
         cluster.controller.enqueue(job["metadata"]["uid"])
-        cluster.wait_for(lambda: len(cluster.hook.requests) >= calls + 3, 10, what="retries with backoff")
+        cluster.wait_for(lambda calls=calls: len(cluster.hook.requests) >= calls + 3, 10, what="retries with backoff")
         assert cluster.pod("a")["metadata"].get("deletionTimestamp") is None
         assert cluster.get_job("fake")["status"] == {"ok": True, "observedGeneration": 1}
         assert cluster.controller.last_error(job["metadata"]["uid"])
@@ -460,7 +462,8 @@ def test_services_update_in_place_without_looping_on_server_defaults(fake):
     port["n"] = 81
     cluster.controller.enqueue(job["metadata"]["uid"])
     updated = cluster.wait_for(
-        lambda: (s := cluster.store.get("v1", "Service", "default", "s")) and s["spec"]["ports"][0]["port"] == 81 and s, 10, what="in-place update"
+        lambda: (s := cluster.store.get("v1", "Service", "default", "s")) and s["spec"]["ports"][0]["port"] == 81 and s,
+        10, what="in-place update"
     )
     assert updated["metadata"]["uid"] == svc["metadata"]["uid"] and updated["spec"]["ports"][0]["protocol"] == "TCP"
 
@@ -483,7 +486,8 @@ def test_cli_exits_non_zero_with_the_failure_reason(tmp_path: Path):
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("MXJob clifail Failed:") and "2" in last
     assert "--- " in result.stdout  # non-tty: progress lines, not redraws
-    logs = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"), "logs", "clifail", "clifail-worker-0"],
+    logs = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
+                           "logs", "clifail", "clifail-worker-0"],
                           cwd=REPO, capture_output=True, text=True, timeout=20)
     assert logs.returncode == 0 and "exited with code 2" in logs.stdout
 

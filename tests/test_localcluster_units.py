@@ -7,9 +7,14 @@ import textwrap
 
 import pytest
 
-from localcluster.config import find_composite_controller, load_controller_config, parse_composite_controller, DEFAULT_COMPOSITE_CONTROLLER
+from localcluster.config import (
+    DEFAULT_COMPOSITE_CONTROLLER,
+    find_composite_controller,
+    load_controller_config,
+    parse_composite_controller,
+)
 from localcluster.dns import ClusterDNS
-from localcluster.kubelet import expand, exit_code
+from localcluster.kubelet import exit_code, expand
 from localcluster.metacontroller import three_way_merge
 from localcluster.store import Store, StoreError
 

@@ -11,7 +11,6 @@ import functools
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from hooks.sync import sync_mxjob
 from mcsim import Sim, mxjob
+
+from hooks.mxjob.sync import sync_mxjob
 
 PHASES = ["Pending", "Running", "Succeeded", "Failed"]
 EXIT_CODES = [None, 0, 1, 2, 137, 138, 143]
@@ -37,7 +37,7 @@ def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
     parent["spec"]["runPolicy"] = policy
     sim = Sim(parent)
     sim.sync()
-    for name, (phase, code, restarts, present) in zip(sorted(sim.pods), states):
+    for name, (phase, code, restarts, present) in zip(sorted(sim.pods), states, strict=False):
         if not present:
             sim.gc(name)
             continue

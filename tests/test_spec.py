@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
-
-from hooks.spec import SpecError, parse_mxjob
 from mcsim import mxjob
+
+from hooks.mxjob.spec import SpecError, parse_mxjob
 
 
 def problems_of(parent: dict) -> list[str]:
@@ -122,8 +122,9 @@ def test_zero_deadline_is_rejected_like_the_crd_does():
 @pytest.mark.parametrize("workers,ok", [(2400, True), (2700, False)],
                          ids=["2400-workers-fit", "2700-workers-cannot-start"])
 def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
-    from hooks.sync import sync_mxjob
     from mcsim import T0
+
+    from hooks.mxjob.sync import sync_mxjob
     parent = mxjob("imagenet-resnet50", replicas={"Scheduler": 1, "Server": 10, "Worker": workers})
     answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
     failed = [c for c in answer["status"]["conditions"] if c["type"] == "Failed"]
@@ -136,8 +137,9 @@ def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
 
 
 def test_pods_too_large_for_the_last_applied_annotation_are_refused():
-    from hooks.sync import sync_mxjob
     from mcsim import T0
+
+    from hooks.mxjob.sync import sync_mxjob
     containers = [{"name": n, "image": "i"} for n in ("mxnet", "a", "b", "c")]
     parent = mxjob("imagenet-resnet50", replicas={"Worker": {"replicas": 1500, "template": {
         "spec": {"containers": containers}}}})

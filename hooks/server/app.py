@@ -1,8 +1,8 @@
 """The HTTP shell: translates Metacontroller's sync webhook to one call of the pure core and back.
 
 It owns the HTTP status codes, the clock, the request-size limit, the per-sync log line and the
-metrics; it decides nothing about MXJobs. It imports nothing from the core but `hooks.sync` and
-`hooks.errors`.
+metrics; it decides nothing about MXJobs. It imports nothing from the core but `hooks.mxjob.sync` and
+`hooks.shared.errors`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import secrets
 import time
 import traceback
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-import hooks.sync
-from hooks.errors import InvalidRequest
-from hooks.metrics import make_metrics
+import hooks.kinds
+from hooks.server.metrics import make_metrics
+from hooks.shared.errors import InvalidRequest
 
-log = logging.getLogger("hooks.app")
+log = logging.getLogger("hooks.server.app")
 
 # The largest sync request we accept (MAX_CONTENT_LENGTH; FLASK_MAX_CONTENT_LENGTH in the env).
 # Measured with benchmarks/sync_bench.py (docs/benchmarks.md): every observed pod carries MX_CONFIG,
@@ -53,16 +53,20 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app.config.from_mapping(config)
     metrics = make_metrics()
 
-    @app.post("/sync")
-    def sync() -> Response:
-        """Metacontroller's sync hook: one call of the pure core."""
+    def sync_view(kind: str) -> Response:
+        """Metacontroller's sync hook for one job kind: one call of that kind's pure core."""
         started = time.perf_counter()
-        status, payload, fields, exc = _answer_sync()
+        status, payload, fields, exc = _answer_sync(kind)
         seconds = time.perf_counter() - started
         metrics.observe(fields["outcome"], seconds)
         fields.update(status=status, duration_ms=round(seconds * 1000, 3))
         _log_sync(fields, exc)
         return Response(payload, status=status, mimetype=_JSON)
+
+    for kind, routes in hooks.kinds.ROUTES.items():
+        for route in routes:
+            app.add_url_rule(route, endpoint=f"sync:{route}", view_func=sync_view,
+                             methods=["POST"], defaults={"kind": kind})
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -88,7 +92,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     return app
 
 
-def _answer_sync() -> tuple[int, bytes, dict[str, Any], BaseException | None]:
+def _answer_sync(kind: str) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
     """The status, body, log fields and any unexpected exception for the current sync request."""
     if not request.is_json:
         return _bad_request(f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
@@ -96,9 +100,9 @@ def _answer_sync() -> tuple[int, bytes, dict[str, Any], BaseException | None]:
         raw = request.get_data(cache=False)
     except RequestEntityTooLarge:
         limit = request.max_content_length
-        fields = {"outcome": "too_large", "error": f"request body larger than {limit} bytes"}
         message = f"request body is larger than the limit of {limit} bytes (MAX_CONTENT_LENGTH)"
-        return 413, _dumps({"error": message}), fields, None
+        too_large = {"outcome": "too_large", "error": f"request body larger than {limit} bytes"}
+        return 413, _dumps({"error": message}), too_large, None
     try:
         body = json.loads(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError; neither quotes the body
@@ -106,12 +110,12 @@ def _answer_sync() -> tuple[int, bytes, dict[str, Any], BaseException | None]:
     if not isinstance(body, dict):
         return _bad_request(f"request body must be a JSON object, got {_json_type(body)}")
 
-    fields: dict[str, Any] = _job_identity(body)
+    fields: dict[str, Any] = {"kind": kind, **_job_identity(body)}
     # The shell reads the clock so the core stays a pure function of its inputs. Second precision:
     # status timestamps are RFC 3339 seconds, and a sub-second "now" would only add noise.
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     try:
-        answer = hooks.sync.sync_mxjob(body, now=now)
+        answer = hooks.kinds.SYNC[kind](body, now=now)
     except InvalidRequest as exc:
         fields.update(outcome="bad_request", error=_cut(str(exc), 500))
         return 400, _dumps({"error": str(exc)}), fields, None
@@ -120,7 +124,7 @@ def _answer_sync() -> tuple[int, bytes, dict[str, Any], BaseException | None]:
 
     problem = _malformed_answer(answer)
     if problem is not None:
-        return _internal_error(fields, RuntimeError(f"sync_mxjob returned an unusable answer: {problem}"))
+        return _internal_error(fields, RuntimeError(f"the {kind} sync returned an unusable answer: {problem}"))
     try:
         payload = _dumps(answer)
     except (TypeError, ValueError) as exc:  # not JSON-serialisable, or NaN/Infinity
@@ -187,7 +191,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line of compact JSON."""
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z",
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

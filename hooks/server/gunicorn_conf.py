@@ -1,4 +1,4 @@
-"""gunicorn settings for the hooks server; loaded by `gunicorn --config python:hooks.gunicorn_conf`.
+"""gunicorn settings for the hooks server; loaded by `gunicorn --config python:hooks.server.gunicorn_conf`.
 
 Command-line flags (e.g. `--bind`, `--workers`) override every setting here.
 """
@@ -42,11 +42,11 @@ loglevel = "info"
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "hooks.app.JsonFormatter"}},
+    "formatters": {"json": {"()": "hooks.server.app.JsonFormatter"}},
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"},
     },
-    # The root logger carries the app's per-sync lines ("hooks.app" propagates to it).
+    # The root logger carries the app's per-sync lines ("hooks.server.app" propagates to it).
     "root": {"level": "INFO", "handlers": ["stderr"]},
     "loggers": {
         "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},

@@ -1,7 +1,7 @@
 """Child names and labels: computed here and nowhere else."""
 from __future__ import annotations
 
-from hooks.spec import MXJob
+from hooks.mxjob.spec import MXJob
 
 OPERATOR_NAME = "mxjob-controller"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
@@ -17,13 +17,11 @@ def child_name(job_name: str, rtype: str, index: int) -> str:
 
 
 def is_master(job: MXJob, rtype: str) -> bool:
-    """Whether pods of this type decide the job (and so carry job-role: master)."""
-    if job.job_mode == "MXTune":
-        return rtype == "Tuner"
-    if job.has("Scheduler"):
-        return rtype == "Scheduler"
-    # A worker-only job has no single deciding pod unless there is only one worker.
-    return rtype == "Worker" and job.replicas["Worker"].replicas == 1
+    """Whether pods of this type carry job-role: master: the one pod whose exit decides the job.
+
+    When several pods decide (every Worker), none of them is "the" master, so none is labelled.
+    """
+    return rtype == job.deciding_type and job.replicas[rtype].replicas == 1
 
 
 def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:

@@ -8,14 +8,15 @@ this module by tests/test_lifecycle_table.py.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, cast
 
-from hooks.conditions import Conditions, parse_rfc3339, rfc3339
-from hooks.k8s import JSON, RestartRecord
-from hooks.observed import PodView
-from hooks.spec import MXJob
+from hooks.mxjob.observed import PodView
+from hooks.mxjob.spec import MXJob
+from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
+from hooks.shared.k8s import JSON, RestartRecord
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
 
@@ -81,7 +82,8 @@ class _State:
         old_count = old.get("restartCount")
         self.old_restart_count = old_count if isinstance(old_count, int) else 0
         self.history: dict[str, RestartRecord] = {
-            k: dict(v) for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
+            k: cast(RestartRecord, dict(v))
+            for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
         # Pods this sync's answer deletes; counting them would change status on the next sync.
         self.leaving: set[str] = set()
         self.completed: dict[str, set[int]] = {
@@ -91,7 +93,7 @@ class _State:
 
     @classmethod
     def load(cls, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
-             now: datetime) -> "_State":
+             now: datetime) -> _State:
         """The state as last written, with this sync's successes folded in."""
         state = cls(job, old, pods, now)
         # Also after the job has finished: workers often exit a moment after the scheduler.
@@ -194,39 +196,25 @@ class _State:
 
     # --- rules -------------------------------------------------------------------------------
 
-    def _decided_by_workers(self) -> bool:
-        return not self.job.has("Scheduler") or self.job.success_policy == "AllWorkers"
-
     def succeeded(self) -> bool:
-        """DESIGN 6.2: the Scheduler, all Workers, or the Tuner, by mode and success policy."""
-        if self.job.job_mode == "MXTune":
-            return 0 in self.completed["Tuner"]
-        if self._decided_by_workers():
-            return len(self.completed["Worker"]) == self.job.replicas["Worker"].replicas
-        return 0 in self.completed["Scheduler"]
+        """Every deciding pod (MXJob.deciding_slots) has succeeded."""
+        return all(index in self.completed[rtype] for rtype, index in self.job.deciding_slots())
 
     def success_message(self) -> str:
         """Names what decided the success."""
-        key = self.job.key
-        if self.job.job_mode == "MXTune":
-            return f"MXJob {key} successfully completed: Tuner 0 succeeded."
-        if self._decided_by_workers():
-            n = self.job.replicas["Worker"].replicas
-            return f"MXJob {key} successfully completed: all {n} Worker replicas succeeded."
-        return f"MXJob {key} successfully completed: Scheduler 0 succeeded."
+        rtype = self.job.deciding_type
+        n = self.job.replicas[rtype].replicas
+        done = (f"all {n} Worker replicas succeeded" if rtype == "Worker"
+                else f"{rtype} 0 succeeded")
+        return f"MXJob {self.job.key} successfully completed: {done}."
 
     def _deciding_pods_run(self) -> bool:
-        if self.job.job_mode == "MXTune":
-            deciding = [("Tuner", 0)]
-        elif self._decided_by_workers():
-            deciding = [("Worker", i) for i in range(self.job.replicas["Worker"].replicas)]
-        else:
-            deciding = [("Scheduler", 0)]
+        deciding = self.job.deciding_slots()
         by_slot = {(p.rtype, p.index): p for p in self.pods.values()}
         states = [by_slot.get(slot) for slot in deciding]
         return (any(p is not None and p.active for p in states)
                 and all((p is not None and p.active) or slot[1] in self.completed[slot[0]]
-                        for p, slot in zip(states, deciding)))
+                        for p, slot in zip(states, deciding, strict=True)))
 
     def over_backoff_limit(self) -> bool:
         """Container restarts plus recreations, over the whole job, beyond backoffLimit."""
@@ -300,7 +288,7 @@ class _State:
         for rtype in self.job.replicas:
             mine = [p for p in self.pods.values()
                     if p.rtype == rtype and not p.terminating and p.name not in self.leaving]
-            entry = {"active": sum(p.phase == "Running" for p in mine),
+            entry: JSON = {"active": sum(p.phase == "Running" for p in mine),
                      "succeeded": len(self.completed[rtype]),
                      "failed": sum(p.phase == "Failed" for p in mine)}
             if self.completed[rtype]:
@@ -340,7 +328,8 @@ def _parse_indexes(text: Any) -> set[int]:
 
 def _format_indexes(indexes: set[int]) -> str:
     """{0, 1, 2, 5} -> '0-2,5', the batch/v1 Job completedIndexes form."""
-    ranges, run = [], []
+    ranges: list[list[int]] = []
+    run: list[int] = []
     for i in sorted(indexes):
         if run and i == run[-1] + 1:
             run.append(i)

@@ -8,17 +8,18 @@ has children keeps those children exactly as they were last applied.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
-from hooks.children import pod_for, service_for
-from hooks.conditions import Conditions, rfc3339
-from hooks.env import mx_config, mx_config_prefix
-from hooks.errors import InvalidRequest
-from hooks.k8s import JSON, LAST_APPLIED, POD_KEY, SERVICE_KEY, SyncResponse
-from hooks.lifecycle import decide
-from hooks.observed import replica_slots, view_pods
-from hooks.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
+from hooks.mxjob.children import pod_for, service_for
+from hooks.mxjob.env import mx_config, mx_config_prefix
+from hooks.mxjob.lifecycle import decide
+from hooks.mxjob.observed import replica_slots, view_pods
+from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
+from hooks.shared.conditions import Conditions, rfc3339
+from hooks.shared.k8s import JSON, POD_KEY, SERVICE_KEY, SyncResponse
+from hooks.shared.request import as_last_applied, read_children, read_parent
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
@@ -106,28 +107,9 @@ def changed_since_created(prefix: str, observed_pods: Mapping[str, Any]) -> list
 
 
 def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, Any]]:
-    if not isinstance(request, Mapping):
-        raise InvalidRequest("the body must be a JSON object (a Metacontroller sync request)")
-    parent = request.get("parent")
-    if not isinstance(parent, Mapping):
-        raise InvalidRequest("parent: required, the MXJob being synced")
-    if parent.get("apiVersion") != PARENT_API_VERSION or parent.get("kind") != PARENT_KIND:
-        raise InvalidRequest(f"parent: expected apiVersion {PARENT_API_VERSION} kind "
-                             f"{PARENT_KIND}, got {parent.get('apiVersion')} {parent.get('kind')}")
-    if not isinstance(parent.get("metadata"), Mapping) or not parent["metadata"].get("name"):
-        raise InvalidRequest("parent.metadata.name: required")
-    children = request.get("children")
-    if not isinstance(children, Mapping):
-        raise InvalidRequest("children: required, a map keyed by child kind (Pod.v1, Service.v1)")
-    observed = []
-    for key in (POD_KEY, SERVICE_KEY):
-        # Metacontroller always sends one entry per child rule; a missing one would make us
-        # believe the children do not exist.
-        value = children.get(key)
-        if not isinstance(value, Mapping):
-            raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
-        observed.append(value)
-    return parent, observed[0], observed[1]
+    parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
+    pods, services = read_children(request, (POD_KEY, SERVICE_KEY))
+    return parent, pods, services
 
 
 def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
@@ -141,7 +123,7 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
         # An edit must never destroy a running job: keep every child as last applied and say why.
         status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
         status["specError"] = message
-        children = [_as_last_applied(obj) for obj in (*observed_pods.values(),
+        children = [as_last_applied(obj) for obj in (*observed_pods.values(),
                                                         *observed_services.values())]
         return {"status": status, "children": children}
     conds = Conditions(old_status.get("conditions"), now)
@@ -149,21 +131,3 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
     status = {"conditions": conds.ordered(),
               "completionTime": old_status.get("completionTime") or rfc3339(now)}
     return {"status": status, "children": []}
-
-
-def _as_last_applied(obj: Mapping[str, Any]) -> JSON:
-    """The object as Metacontroller last applied it, so keeping it changes nothing."""
-    meta = obj.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(LAST_APPLIED)
-    if text:
-        try:
-            applied = json.loads(text)
-            if isinstance(applied, dict) and applied.get("metadata", {}).get("name"):
-                return applied
-        except ValueError:
-            pass
-    # No usable record (created by an older Metacontroller?): keep the identity, which is all
-    # Metacontroller needs to leave an existing child alone.
-    keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta,
-            "spec": obj.get("spec")}

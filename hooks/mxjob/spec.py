@@ -7,8 +7,9 @@ so a user fixes a manifest in one round trip.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
@@ -79,6 +80,24 @@ class MXJob:
         """Whether the job has at least one replica of this type."""
         spec = self.replicas.get(rtype)
         return spec is not None and spec.replicas > 0
+
+    @property
+    def deciding_type(self) -> str:
+        """The replica type whose pods decide the job: the one rule behind success and job-role.
+
+        MXTune: the Tuner. MXTrain: the Scheduler, unless there is none or successPolicy is
+        AllWorkers; then every Worker.
+        """
+        if self.job_mode == "MXTune":
+            return "Tuner"
+        if not self.has("Scheduler") or self.success_policy == "AllWorkers":
+            return "Worker"
+        return "Scheduler"
+
+    def deciding_slots(self) -> list[tuple[str, int]]:
+        """Every (replica type, index) whose pod must succeed for the job to succeed."""
+        rtype = self.deciding_type
+        return [(rtype, i) for i in range(self.replicas[rtype].replicas)]
 
 
 class SpecError(ValueError):
@@ -230,7 +249,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
     for port in ports:
         if isinstance(port, Mapping) and port.get("name") == PORT_NAME:
             number = port.get("containerPort")
-            if not (_is_non_negative_int(number) and 1 <= number <= 65535):
+            if not (isinstance(number, int) and _is_non_negative_int(number) and 1 <= number <= 65535):
                 problems.append(f"{cpath}[name={MAIN_CONTAINER}].ports[name={PORT_NAME}]"
                                 f".containerPort: must be an integer from 1 to 65535")
                 return DEFAULT_PORT
@@ -239,7 +258,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
 
 
 def _tuner_key(template: Any, label: Any) -> str:
-    annotations = {}
+    annotations: Any = {}
     if isinstance(template, Mapping) and isinstance(template.get("metadata"), Mapping):
         annotations = template["metadata"].get("annotations") or {}
     key = annotations.get(TUNER_KEY_ANNOTATION) if isinstance(annotations, Mapping) else None

@@ -1,12 +1,13 @@
 """Builders of the desired children: one Pod and one headless Service per replica index."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from hooks.env import env_for, merge_env
-from hooks.k8s import JSON
-from hooks.names import child_name, labels_for, selector_for
-from hooks.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec
+from hooks.mxjob.env import env_for, merge_env
+from hooks.mxjob.names import child_name, labels_for, selector_for
+from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec
+from hooks.shared.jsoncopy import json_copy
+from hooks.shared.k8s import JSON
 
 
 def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str) -> JSON:
@@ -69,12 +70,3 @@ def _ports_with_mxjob_port(ports: Any, port: int) -> list:
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": port})
     return ports
-
-
-def json_copy(value: Any) -> Any:
-    """Deep copy of JSON-shaped data; several times faster than copy.deepcopy on pod templates."""
-    if isinstance(value, Mapping):
-        return {k: json_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_copy(v) for v in value]
-    return value

@@ -1,9 +1,10 @@
 """Job conditions: setting them without churn, and keeping the current state last."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import cast
 
-from hooks.k8s import Condition
+from hooks.shared.k8s import Condition
 
 # Highest first: the first of these that is True is the job's state, shown by `kubectl get mxj`.
 STATE_ORDER = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
@@ -12,7 +13,7 @@ TERMINAL = ("Succeeded", "Failed")
 
 def rfc3339(moment: datetime) -> str:
     """A UTC timestamp with second precision, as Kubernetes writes them."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> datetime:
@@ -24,7 +25,7 @@ class Conditions:
     """An ordered condition list being updated for one sync at one instant."""
 
     def __init__(self, existing: list | None, now: datetime):
-        self._items: list[Condition] = [dict(c) for c in existing or [] if isinstance(c, dict)]
+        self._items: list[Condition] = [cast(Condition, dict(c)) for c in existing or [] if isinstance(c, dict)]
         self._now = rfc3339(now)
 
     def get(self, ctype: str) -> Condition | None:
@@ -53,7 +54,8 @@ class Conditions:
             return
         if cond.get("status") != value:
             cond["lastTransitionTime"] = self._now
-        cond.update(status=value, reason=reason, message=message, lastUpdateTime=self._now)
+        cond["status"], cond["reason"], cond["message"] = value, reason, message
+        cond["lastUpdateTime"] = self._now
 
     def clear(self, ctype: str, reason: str, message: str) -> None:
         """Set a condition False if the job has it True; never add a False condition."""
@@ -65,4 +67,4 @@ class Conditions:
         state = next((t for t in STATE_ORDER if self.is_true(t)), None)
         if state is None:
             return list(self._items)
-        return [c for c in self._items if c["type"] != state] + [self.get(state)]
+        return [c for c in self._items if c["type"] != state] + [c for c in self._items if c["type"] == state]

@@ -1,11 +1,12 @@
 """What the core reads from observed pods: a small, flat view of each pod of the job."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from hooks.names import child_name
-from hooks.spec import MAIN_CONTAINER, MXJob
+from hooks.mxjob.names import child_name
+from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
 
 
 @dataclass(frozen=True)

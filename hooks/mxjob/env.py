@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from hooks.names import child_name
-from hooks.spec import MXJob
+from hooks.mxjob.names import child_name
+from hooks.mxjob.spec import MXJob
 
 OPERATOR_ENV_NAMES = frozenset({
     "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",

@@ -1,0 +1,26 @@
+"""The job kinds this hooks server serves: each kind's routes and its pure sync entry point.
+
+A new kind is one sub-package beside hooks/mxjob and one entry in each table here; the HTTP shell
+serves whatever is listed.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.k8s import SyncResponse
+
+
+class SyncFunction(Protocol):
+    """A kind's pure sync: the request and the time in, the answer out."""
+
+    def __call__(self, request: Mapping[str, Any], *, now: datetime) -> SyncResponse: ...
+
+
+# `/sync` is the MXJob route every installed CompositeController already calls.
+ROUTES: dict[str, tuple[str, ...]] = {"MXJob": ("/sync", "/mxjob/sync")}
+
+# Looked up on every request (not bound at start-up), so a test can stand in for one kind's core.
+SYNC: dict[str, SyncFunction] = {"MXJob": sync_mxjob}

@@ -1,0 +1,1 @@
+"""What every job kind shares: request reading, errors, conditions, Kubernetes shapes, copying."""
