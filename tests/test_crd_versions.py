@@ -1,0 +1,197 @@
+"""The older API versions the CRD serves (v1beta1, v1alpha2): one schema, deprecated, converted by rewrite.
+
+Under conversion strategy None the API server only rewrites apiVersion, so a v1beta1 or v1alpha2
+MXJob reaches the hook as a v1 object with the same fields. Each case in tests/versions/ holds a
+manifest in an old version's shape and, as its second document, the same job written for v1: the
+old one must pass its own version's schema and CEL rules, and once rewritten to v1 it must give
+the hook the same children and status as the v1 one, through a whole run.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcsim import Sim
+from test_crd import CRD, CRD_PATH, Rule, collect_rules, lookup, nodes_at, pruned_paths, schema_errors
+
+VERSIONS = {v["name"]: v for v in CRD["spec"]["versions"]}
+OLD_VERSIONS = ("v1beta1", "v1alpha2")
+CASES_DIR = Path(__file__).resolve().parent / "versions"
+CASES = sorted(CASES_DIR.glob("*.yaml"))
+
+
+def load_case(path: Path) -> tuple[dict, dict]:
+    old, new = (d for d in yaml.safe_load_all(path.read_text()) if d)
+    return old, new
+
+
+def version_of(doc: dict) -> str:
+    group, _, version = doc["apiVersion"].partition("/")
+    assert group == "kubeflow.org"
+    return version
+
+
+def schema_of(version: str) -> dict:
+    return VERSIONS[version]["schema"]["openAPIV3Schema"]
+
+
+def broken_rules(rules: list[Rule], obj: dict, old: dict | None = None) -> list[Rule]:
+    """The rules of one version the API server would reject obj for (old: the stored object)."""
+    broken = []
+    for rule in rules:
+        for where, value in nodes_at(obj, rule.path):
+            if rule.is_transition:
+                found, old_value = lookup(old, where) if old is not None else (False, None)
+                if found and not rule.holds(value, old_value):
+                    broken.append(rule)
+            elif not rule.holds(value):
+                broken.append(rule)
+    return broken
+
+
+# ---------------------------------------------------------------------------------------------
+# The CRD's version list
+
+
+def test_v1_is_the_storage_version_and_the_old_ones_are_served_and_deprecated():
+    assert list(VERSIONS) == ["v1", *OLD_VERSIONS]
+    assert [n for n, v in VERSIONS.items() if v["storage"]] == ["v1"]
+    assert VERSIONS["v1"].get("deprecated") is not True
+    for name in OLD_VERSIONS:
+        version = VERSIONS[name]
+        assert (version["served"], version["storage"], version["deprecated"]) == (True, False, True)
+        warning = version["deprecationWarning"]
+        assert f"kubeflow.org/{name}" in warning and "kubeflow.org/v1 " in warning, warning
+
+
+def test_conversion_only_rewrites_the_api_version():
+    assert CRD["spec"]["conversion"] == {"strategy": "None"}
+
+
+@pytest.mark.parametrize("name", OLD_VERSIONS)
+def test_old_versions_have_v1s_schema_status_subresource_and_columns(name):
+    for key in ("schema", "subresources", "additionalPrinterColumns"):
+        assert VERSIONS[name][key] == VERSIONS["v1"][key], key
+
+
+def test_the_schema_is_written_once_and_aliased():
+    # Equal today is not enough: a second copy would drift. The old versions must be aliases.
+    text = CRD_PATH.read_text()
+    assert text.count("openAPIV3Schema:") == 1
+    assert text.count("schema: *schema") == len(OLD_VERSIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifests in each old version's shape
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_old_manifest_passes_its_versions_schema_and_rules(path):
+    old, new = load_case(path)
+    version = version_of(old)
+    assert version in OLD_VERSIONS and version_of(new) == "v1"
+    schema = schema_of(version)
+    assert schema_errors(old, schema) == []
+    assert pruned_paths(old, schema) == [], "the API server would drop these fields"
+    assert broken_rules(list(collect_rules(schema)), old) == []
+
+
+def test_cases_cover_both_old_versions_and_the_label_fallback():
+    versions = {version_of(load_case(p)[0]) for p in CASES}
+    assert versions == set(OLD_VERSIONS)
+    labelled = {version_of(load_case(p)[0]) for p in CASES if "label:" in p.read_text()}
+    assert labelled == set(OLD_VERSIONS)
+
+
+@pytest.mark.parametrize("name", OLD_VERSIONS)
+def test_old_versions_keep_the_immutability_rules(name):
+    old, _ = load_case(CASES_DIR / "v1alpha2-dist.yaml")
+    old["apiVersion"] = f"kubeflow.org/{name}"
+    rules = list(collect_rules(schema_of(name)))
+    edited = copy.deepcopy(old)
+    edited["spec"]["mxReplicaSpecs"]["Worker"]["replicas"] = 4
+    assert [r.message.split(" ")[0] for r in broken_rules(rules, edited, old)] == ["spec.mxReplicaSpecs"]
+    edited = copy.deepcopy(old)
+    edited["spec"]["jobMode"] = "MXTune"
+    assert "spec.jobMode is immutable" in " ".join(r.message for r in broken_rules(rules, edited, old))
+
+
+@pytest.mark.parametrize("name", OLD_VERSIONS)
+def test_old_versions_reject_what_v1_rejects(name):
+    old, _ = load_case(CASES_DIR / "v1alpha2-dist.yaml")
+    old["apiVersion"] = f"kubeflow.org/{name}"
+    old["spec"]["mxReplicaSpecs"]["Server"]["restartPolicy"] = "Sometimes"
+    old["spec"]["mxReplicaSpecs"]["Chief"] = old["spec"]["mxReplicaSpecs"]["Worker"]
+    schema = schema_of(name)
+    assert schema_errors(old, schema) != []
+    assert any("unknown replica type" in r.message for r in broken_rules(list(collect_rules(schema)), old))
+
+
+# ---------------------------------------------------------------------------------------------
+# The hook after the API server's rewrite
+
+
+def as_served(doc: dict) -> dict:
+    """What Metacontroller sends for a stored object: apiVersion v1, identity filled in."""
+    doc = copy.deepcopy(doc)
+    doc["apiVersion"] = "kubeflow.org/v1"
+    doc["metadata"].setdefault("namespace", "default")
+    doc["metadata"].update(uid=f"uid-{doc['metadata']['name']}", generation=1)
+    return doc
+
+
+def comparable(answer: dict) -> str:
+    """The answer without the tuner-server-key annotation, the one place label and annotation differ.
+
+    The v1 spelling is a template annotation, which the pod template carries onto the pods; the
+    old `label` field is not part of the template. Everything else, MX_CONFIG included, must match.
+    """
+    answer = copy.deepcopy(answer)
+    for child in answer["children"]:
+        annotations = child["metadata"].get("annotations") or {}
+        annotations.pop("tuner-server-key", None)
+        if not annotations:
+            child["metadata"].pop("annotations", None)
+    return json.dumps(answer, sort_keys=True)
+
+
+def deciding_pods(sim: Sim) -> list[str]:
+    return sorted(name for name, pod in sim.pods.items()
+                  if pod["metadata"]["labels"].get("training.kubeflow.org/job-role") == "master"
+                  or "-worker-" in name)
+
+
+def run_to_completion(sim: Sim) -> list[dict[str, Any]]:
+    """First sync, every pod running, the deciding pods succeed, then the TTL, if any, passes."""
+    answers = [sim.sync()]
+    sim.run()
+    answers.append(sim.sync())
+    for name in deciding_pods(sim):
+        sim.set_phase(name, "Succeeded", exit_code=0)
+    answers.append(sim.sync())
+    sim.tick(3600)
+    answers.append(sim.sync())
+    return answers
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_rewritten_old_manifest_runs_like_its_v1_twin(path):
+    old, new = load_case(path)
+    old_run = run_to_completion(Sim(as_served(old)))
+    new_run = run_to_completion(Sim(as_served(new)))
+    assert old_run[0]["children"], "the first sync should create children"
+    assert old_run[2]["status"]["conditions"][-1]["type"] == "Succeeded"
+    for step, (got, want) in enumerate(zip(old_run, new_run, strict=True)):
+        assert comparable(got) == comparable(want), f"sync {step} differs"
+
+
+def test_label_reaches_mx_config_as_the_tuner_server_key():
+    old, _ = load_case(CASES_DIR / "v1beta1-tune-label.yaml")
+    answer = Sim(as_served(old)).sync()
+    pod = next(c for c in answer["children"] if c["metadata"]["name"] == "beta-tune-tuner-0")
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert json.loads(env["MX_CONFIG"])["labels"]["tunerserver"] == "2080ti"
