@@ -86,10 +86,7 @@ class _State:
             for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
         # Pods this sync's answer deletes; counting them would change status on the next sync.
         self.leaving: set[str] = set()
-        self.completed: dict[str, set[int]] = {
-            rtype: _parse_indexes(((old.get("replicaStatuses") or {}).get(rtype) or {})
-                                  .get("completedIndexes", ""))
-            for rtype in job.replicas}
+        self.completed = _completed_before(job, old)
 
     @classmethod
     def load(cls, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
@@ -310,6 +307,35 @@ def _fatal_message(job: MXJob, fatal: list[PodView]) -> str:
                else "a permanent error under restartPolicy ExitCode")
         parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}; {why}")
     return f"MXJob {job.key} failed: {'; '.join(parts)}."
+
+
+def _completed_before(job: MXJob, old: Mapping[str, Any]) -> dict[str, set[int]]:
+    """Replica indexes that already succeeded, as the last status recorded them.
+
+    Jobs adopted from an older operator carry its status: mxnet-operator before v1.1 wrote
+    `mxReplicaStatuses`, later ones `replicaStatuses` without `completedIndexes`, both with counts
+    only, keyed by the replica key as the user spelt it. A succeeded count that covers every
+    replica of a type names every index (there is one pod per index); a smaller count cannot say
+    which indexes, so those are left to the pods still observed. This hook always writes
+    completedIndexes, so the counts are read at most once, on the first sync of an adopted job.
+    """
+    recorded = old.get("replicaStatuses")
+    if not isinstance(recorded, Mapping):
+        recorded = old.get("mxReplicaStatuses")
+    if not isinstance(recorded, Mapping):
+        recorded = {}
+    by_type = {str(key).lower(): entry for key, entry in recorded.items() if isinstance(entry, Mapping)}
+    completed: dict[str, set[int]] = {}
+    for rtype, spec in job.replicas.items():
+        entry = by_type.get(rtype.lower(), {})
+        if "completedIndexes" in entry:
+            completed[rtype] = _parse_indexes(entry["completedIndexes"])
+            continue
+        succeeded = entry.get("succeeded")
+        everyone = (isinstance(succeeded, int) and not isinstance(succeeded, bool)
+                    and spec.replicas > 0 and succeeded >= spec.replicas)
+        completed[rtype] = set(range(spec.replicas)) if everyone else set()
+    return completed
 
 
 def _parse_indexes(text: Any) -> set[int]:
