@@ -7,10 +7,11 @@ EXAMPLE ?= examples/local/dist-train-digits.yaml
 
 .PHONY: setup run test bench lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt -r requirements-mxnet.txt
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 setup: $(STAMP)
