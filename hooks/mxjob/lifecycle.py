@@ -316,8 +316,9 @@ def _completed_before(job: MXJob, old: Mapping[str, Any]) -> dict[str, set[int]]
     `mxReplicaStatuses`, later ones `replicaStatuses` without `completedIndexes`, both with counts
     only, keyed by the replica key as the user spelt it. A succeeded count that covers every
     replica of a type names every index (there is one pod per index); a smaller count cannot say
-    which indexes, so those are left to the pods still observed. This hook always writes
-    completedIndexes, so the counts are read at most once, on the first sync of an adopted job.
+    which indexes, so those are left to the pods still observed. This hook writes
+    completedIndexes whenever an index has completed, so the counts only matter on the first sync
+    of an adopted job.
     """
     recorded = old.get("replicaStatuses")
     if not isinstance(recorded, Mapping):
