@@ -44,7 +44,8 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     observed = dict(zip(CHILD_KEYS, read_children(request, CHILD_KEYS), strict=True))
     # Only the hook writes status; anything else there is ignored rather than trusted.
-    old_status = parent.get("status") if isinstance(parent.get("status"), Mapping) else {}
+    raw_status = parent.get("status")
+    old_status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
     try:
         job = parse_chainerjob(parent)
     except SpecError as err:
