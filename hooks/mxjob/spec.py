@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hooks.shared.errors import SpecError
+
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
 TUNE_TYPES = ("TunerTracker", "TunerServer", "Tuner")
@@ -98,14 +100,6 @@ class MXJob:
         """Every (replica type, index) whose pod must succeed for the job to succeed."""
         rtype = self.deciding_type
         return [(rtype, i) for i in range(self.replicas[rtype].replicas)]
-
-
-class SpecError(ValueError):
-    """The MXJob spec is invalid; `problems` lists every problem with its field path."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("; ".join(problems))
-        self.problems = problems
 
 
 def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
