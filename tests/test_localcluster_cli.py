@@ -238,3 +238,34 @@ def test_a_closed_pipe_ends_the_run_quietly_and_stops_everything(tmp_path: Path)
             proc.kill()
     assert code == cli.EXIT_BROKEN_PIPE and "Traceback" not in stderr, stderr
     assert processes_with(marker) == []
+
+
+@pytest.mark.e2e
+def test_a_hooks_server_that_cannot_start_is_a_start_up_failure_not_a_failed_job(tmp_path: Path):
+    path = write(tmp_path, job("nostart", ["true"]))
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
+                             "run", str(path), "--timeout", "40"], cwd=REPO, capture_output=True, text=True, timeout=90,
+                            env={**os.environ, "GUNICORN_CMD_ARGS": "--no-such-gunicorn-flag"})
+    assert result.returncode == cli.EXIT_CANNOT_START, result.stdout + result.stderr
+    assert "error: the local cluster could not start: hooks server exited with" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.e2e
+def test_run_waits_for_workers_that_leave_after_the_scheduler(tmp_path: Path):
+    # ps-lite in small: the scheduler (which decides success) exits first, the server and workers a moment later.
+    def replica(command: list[str], replicas: int = 1) -> dict:
+        return {"replicas": replicas, "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "mxnet", "image": "busybox:1.36", "command": command}]}}}
+    late = ["python", "-c", "import time; time.sleep(2)"]
+    manifest = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "pslite"},
+                "spec": {"mxReplicaSpecs": {"Scheduler": replica(["python", "-c", "pass"]),
+                                            "Server": replica(late), "Worker": replica(late, 2)}}}
+    out = io.StringIO()
+    assert cli.run(run_args(tmp_path, write(tmp_path, manifest), timeout=60), out=out, err=io.StringIO()) == 0
+    final = yaml.safe_load(out.getvalue().split("final status:\n", 1)[1].rsplit("\nMXJob", 1)[0])
+    replicas = final["status"]["replicaStatuses"]
+    assert replicas["Worker"] == {"active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
+    assert replicas["Server"]["succeeded"] == 1
+    for pod in ("pslite-worker-0", "pslite-worker-1", "pslite-server-0"):
+        assert "exited with code 0" in (tmp_path / "state" / "default" / "pslite" / f"{pod}.log").read_text()
