@@ -185,6 +185,7 @@ def test_backoff_limit_reached_by_recreations():
             step(sim)  # recreated
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
+    assert sim.condition("Failed")["message"].endswith("; last exit codes: mx-worker-0 143.")
     assert sim.status["restartCount"] == 2
 
 
@@ -213,10 +214,11 @@ def test_in_place_container_restarts_count_toward_backoff_limit():
     sim.set_phase("mx-worker-0", "Running", restarts=2)
     step(sim)
     assert sim.state() == "Running"
-    sim.set_phase("mx-worker-0", "Running", restarts=3)
+    sim.set_phase("mx-worker-0", "Running", restarts=3, last_exit_code=1)
     step(sim)
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
+    assert sim.condition("Failed")["message"].endswith("backoffLimit 2; last exit codes: mx-worker-0 1.")
     assert pods(sim) == []  # cleanPodPolicy Running frees the running pod
 
 

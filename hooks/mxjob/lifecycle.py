@@ -60,7 +60,7 @@ def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
         state.conclude("Failed", "MXJobFailed",
                        f"MXJob {job.key} has reached the specified backoff limit: "
                        f"{state.restart_total()} restarts, backoffLimit "
-                       f"{job.run_policy.backoff_limit}.")
+                       f"{job.run_policy.backoff_limit}{state.exit_codes_note()}.")
     elif deadline is not None and now >= deadline:
         state.conclude("Failed", "MXJobFailed",
                        f"MXJob {job.key} was active longer than activeDeadlineSeconds "
@@ -249,6 +249,20 @@ class _State:
         live = sum(p.restarts for p in self.pods.values()
                    if p.uid != self.history.get(p.name, {}).get("lastFailedUID"))
         return max(past + live, self.old_restart_count)
+
+    def exit_codes_note(self) -> str:
+        """'; last exit codes: pod code, ...' for the pods that restarted, so the cause is in the message."""
+        codes: dict[str, int] = {}
+        for name, record in self.history.items():
+            if isinstance(record.get("lastExitCode"), int):
+                codes[name] = record["lastExitCode"]
+        for pod in self.pods.values():
+            code = pod.exit_code if pod.phase == "Failed" else pod.last_exit_code
+            if code is not None and (pod.restarts or pod.phase == "Failed"):
+                codes[pod.name] = code
+        if not codes:
+            return ""
+        return "; last exit codes: " + ", ".join(f"{name} {codes[name]}" for name in sorted(codes))
 
     def deadline(self) -> datetime | None:
         """startTime + activeDeadlineSeconds, if both are set."""
