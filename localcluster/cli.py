@@ -206,8 +206,11 @@ def job_running(state_dir: Path, namespace: str, name: str) -> bool:
 
 
 def pods_settled(cluster: LocalCluster, name: str, namespace: str) -> bool:
-    """No pod of the job runs, waits to start, or is being deleted."""
-    return all(pod_row(pod)[1] in ("Succeeded", "Failed", "Evicted") for pod in cluster.pods(name, namespace))
+    """No pod of the job runs, waits to start, or is being deleted, and the status has caught up."""
+    if not all(pod_row(pod)[1] in ("Succeeded", "Failed", "Evicted") for pod in cluster.pods(name, namespace)):
+        return False
+    replicas = ((cluster.get_job(name, namespace) or {}).get("status") or {}).get("replicaStatuses") or {}
+    return sum(counts.get("active", 0) for counts in replicas.values()) == 0
 
 
 _EXIT_LINE = re.compile(r"^=== localcluster: container \S+ exited with code (\d+) at (\S+)$", re.M)
