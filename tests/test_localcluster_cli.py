@@ -269,3 +269,11 @@ def test_run_waits_for_workers_that_leave_after_the_scheduler(tmp_path: Path):
     assert replicas["Server"]["succeeded"] == 1
     for pod in ("pslite-worker-0", "pslite-worker-1", "pslite-server-0"):
         assert "exited with code 0" in (tmp_path / "state" / "default" / "pslite" / f"{pod}.log").read_text()
+
+
+def test_another_interpreter_gets_a_message_not_a_traceback():
+    # -S: no site-packages, as with a Python that is not the project's venv.
+    result = subprocess.run([sys.executable, "-S", "-m", "localcluster", "run", "x.yaml"], cwd=REPO,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == cli.EXIT_CANNOT_START
+    assert "Traceback" not in result.stderr and ".venv/bin/localcluster" in result.stderr
