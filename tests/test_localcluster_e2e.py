@@ -257,7 +257,8 @@ def test_hooks_500_then_recovery_reaches_success(cluster: LocalCluster):
 
 
 def test_restarting_the_hooks_server_mid_job_changes_nothing(cluster: LocalCluster):
-    cluster.submit(worker_job("restart", [sleep_exit(3.0), sleep_exit(3.0)]))
+    # Long enough that the job still runs after a hooks server restart on a busy machine.
+    cluster.submit(worker_job("restart", [sleep_exit(8.0), sleep_exit(8.0)]))
     cluster.wait_for(lambda: all(phase_of(cluster, f"restart-worker-{i}") == "Running" for i in (0, 1)), 20, what="workers running")
     before = uids(cluster.pods("restart"))
     status_before = wait_active(cluster, "restart", 2)["status"]
