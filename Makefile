@@ -1,27 +1,58 @@
-# One virtualenv (.venv) holds the hooks server, the test tools and the MXNet example.
-PY ?= python3
+# One virtualenv (.venv) holds the hooks server, the test tools, the MXNet example and this project
+# itself (`pip install -e .`, which gives the `localcluster` command).
+PYTHON_VERSION := 3.11
+# mxnet 1.9.1 and numpy 1.23.5 have wheels for Python 3.11 only (of the versions still supported).
+PY ?= $(shell command -v python$(PYTHON_VERSION) 2>/dev/null || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/local/dist-train-digits.yaml
+# Every installed package pinned, dependencies of dependencies included (see `make constraints`).
+CONSTRAINTS := constraints.txt
+# What `make test` needs besides Python packages.
+TOOLS := kubectl git
+IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: setup run test bench lint clean
+.PHONY: help setup check-python check-tools run test bench lint clean constraints
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt pyproject.toml
+## Show the targets and what they do.
+help:
+	@awk '/^## /{doc=substr($$0, 4); next} /^[a-z][a-z-]*:/{if (doc) printf "  make %-12s %s\n", substr($$1, 1, length($$1)-1), doc; doc=""}' $(MAKEFILE_LIST)
+
+## Check the interpreter: Python 3.11 is required; a .venv made by another one is rebuilt.
+check-python:
+	@$(PY) -c '$(IS_PY311)' 2>/dev/null || { \
+		echo "error: Python $(PYTHON_VERSION) is required (mxnet 1.9.1 and numpy 1.23.5 have no wheels for others);" >&2; \
+		echo "  '$(PY)' is $$($(PY) --version 2>&1 || echo missing). Install python$(PYTHON_VERSION), or run: make PY=/path/to/python$(PYTHON_VERSION) ..." >&2; \
+		exit 1; }
+	@if [ -e $(BIN)/python ] && ! $(BIN)/python -c '$(IS_PY311)' 2>/dev/null; then \
+		echo "$(VENV) was made by $$($(BIN)/python --version 2>&1 || echo a missing interpreter): rebuilding it with $(PY)"; \
+		rm -rf $(VENV); fi
+
+## Check the tools `make test` needs besides Python packages (kubectl renders the kustomizations).
+check-tools:
+	@missing=""; for tool in $(TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "error: missing on PATH:$$missing. kubectl: https://kubernetes.io/docs/tasks/tools/ (any version from 1.27; the tests use 'kubectl kustomize')." >&2; \
+		exit 1; fi
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt $(CONSTRAINTS) pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -r requirements-mxnet.txt
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --upgrade pip
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-setup: $(STAMP)
+## Create .venv from the pinned requirements (Python 3.11) and install the project into it.
+setup: check-python
+	@$(MAKE) --no-print-directory $(STAMP)
 
 ## Run the example MXJob to Succeeded on the local cluster (no Kubernetes needed).
 run: setup
-	$(BIN)/python -m localcluster run $(EXAMPLE)
+	$(BIN)/localcluster run $(EXAMPLE)
 
 ## Run the linters (ruff, mypy), then the whole test suite.
-test: lint
+test: lint check-tools
 	$(BIN)/python -m pytest
 
 ## ruff (style and bugs) and mypy (types) on every Python file; both must pass.
@@ -29,9 +60,15 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## Time the pure sync and the HTTP round trip for 1 to 5,000 replicas.
+## Time the pure sync and the HTTP round trip for 1 to 5,000 replicas (long: up to ~13 GB of memory at 5,000).
 bench: setup
 	$(BIN)/python benchmarks/sync_bench.py
 
+## Rewrite constraints.txt from .venv (after changing a requirements file and running `make setup`).
+constraints: setup
+	{ echo "# Every package of .venv, pinned; made by \`make constraints\` (do not edit by hand)."; \
+	  $(BIN)/pip freeze --all --exclude-editable | grep -v '^mxjob-operator' | LC_ALL=C sort -f; } > $(CONSTRAINTS)
+
+## Remove .venv and every cache or state file the tools and the local cluster leave.
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info

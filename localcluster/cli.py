@@ -1,22 +1,43 @@
-"""The command line: `run` an MXJob with a live progress view, and `logs` to read a pod's output."""
+"""The command line: `run` an MXJob with a live progress view, and `logs` to read a pod's output.
+
+Output: the progress view, the final status and a success line go to stdout; every error and the
+line saying why a job did not succeed go to stderr. Exit codes are the EXIT_* constants below
+(the README lists them).
+"""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
+import re
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TextIO, cast
 
 import yaml
 
-from .cluster import LocalCluster, condition, finished, job_state
+from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
+EXIT_SUSPENDED = 5  # the job is suspended: nothing will run until spec.runPolicy.suspend is false
+EXIT_CANNOT_START = 6  # the local cluster itself could not start (hooks server, state dir in use)
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # stdout was closed (`run ... | head`)
+# Stopped by a signal: 128 + its number, as a shell reports it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEFAULT_STATE_DIR = ".localcluster"
 REFRESH_SECONDS = 0.25
+# After the job has finished, how long `run` waits for its pods to settle (finish on their own within
+# the operator's success grace, or be removed by cleanPodPolicy) before it stops everything.
+SETTLE_SECONDS = 45.0
+FAILED_LOG_LINES = 15
 
 
 def _age(timestamp: str | None) -> str:
@@ -36,12 +57,12 @@ def pod_row(pod: KubeObject) -> tuple[str, str, int, str]:
     return pod["metadata"]["name"], phase, restarts, _age(pod["metadata"].get("creationTimestamp"))
 
 
-def render(cluster: LocalCluster, name: str) -> list[str]:
+def render(cluster: LocalCluster, name: str, namespace: str = "default") -> list[str]:
     """The progress view of one job as lines."""
-    job = cluster.get_job(name) or {}
-    lines = [f"MXJob {name}   state: {job_state(job) or '-'}   age: {_age(job.get('metadata', {}).get('creationTimestamp'))}"]
+    job = cluster.get_job(name, namespace) or {}
+    lines = [f"MXJob {namespace}/{name}   state: {job_state(job) or '-'}   age: {_age(job.get('metadata', {}).get('creationTimestamp'))}"]
     lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
-    for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name)):
+    for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name, namespace)):
         lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
     conditions = job.get("status", {}).get("conditions") or []
     lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
@@ -78,97 +99,312 @@ class Progress:
         self.out.flush()
 
 
+class InputError(ValueError):
+    """The job file cannot be used; the message names the file and what is wrong."""
+
+
 def load_job(path: Path) -> KubeObject:
-    """The single MXJob in a YAML file; ValueError with a one-line reason otherwise."""
+    """The single MXJob in a YAML file, with a valid name and namespace; InputError otherwise."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-    except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"cannot read {path}: {err}") from err
+        with path.open() as stream:  # a stream, so YAML errors name the file
+            documents = [doc for doc in yaml.safe_load_all(stream) if doc]
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise InputError(f"{path} is not valid YAML: {err}") from err
     jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "MXJob"]
     if len(jobs) != 1:
-        raise ValueError(f"{path} must hold exactly one MXJob, found {len(jobs)}")
+        raise InputError(f"{path} must hold exactly one MXJob, found {len(jobs)}")
     job = jobs[0]
     if job.get("apiVersion") != "kubeflow.org/v1":
-        raise ValueError(f"{path}: apiVersion must be kubeflow.org/v1, not {job.get('apiVersion')!r}")
-    if not isinstance(job.get("metadata"), dict) or not job["metadata"].get("name"):
-        raise ValueError(f"{path}: metadata.name is required")
+        raise InputError(f"{path}: apiVersion must be kubeflow.org/v1, not {job.get('apiVersion')!r}")
+    meta = job.get("metadata")
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: metadata.name is required")
+    problem = check_dns_label("metadata.name", meta.get("name"))
+    if problem is None and "namespace" in meta:
+        problem = check_dns_label("metadata.namespace", meta["namespace"])
+    if problem:
+        raise InputError(f"{path}: {problem}")
     return cast(KubeObject, job)
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+class Stopped(BaseException):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) arrived while the job was running."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class StopSignals:
+    """The first stop signal ends the run (the cluster is then stopped in order); a second one
+    while stopping kills every process at once, so an impatient user never orphans anything."""
+
+    def __init__(self, err: TextIO):
+        self.err = err
+        self.cluster: LocalCluster | None = None
+        self.stopping = False
+
+    @contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self._say(f"{signal.Signals(signum).name}: stopping every process… (Ctrl-C again to kill them at once)")
+            raise Stopped(signum)
+        self._say(f"{signal.Signals(signum).name} again: killing every process now")
+        if self.cluster is not None:
+            self.cluster.kill()
+
+    def _say(self, text: str) -> None:
+        try:
+            print(text, file=self.err, flush=True)
+        except (OSError, ValueError):
+            pass  # a closed terminal (SIGHUP) must not keep the processes from being stopped
+
+
+@contextmanager
+def job_lock(state_dir: Path, namespace: str, name: str) -> Iterator[None]:
+    """Only one `run` per job and state dir: a second one would delete the first's live logs."""
+    path = state_dir / namespace / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "?"
+            raise RuntimeError(
+                f"MXJob {namespace}/{name} is already being run from this state dir (pid {owner}); "
+                f"wait for it, or give this run another --state-dir") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+
+
+def job_running(state_dir: Path, namespace: str, name: str) -> bool:
+    """Whether a `run` of this job holds its lock right now."""
+    path = state_dir / namespace / f"{name}.lock"
+    if not path.exists():
+        return False
+    with path.open() as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def pods_settled(cluster: LocalCluster, name: str, namespace: str) -> bool:
+    """No pod of the job runs, waits to start, or is being deleted, and the status has caught up."""
+    if not all(pod_row(pod)[1] in ("Succeeded", "Failed", "Evicted") for pod in cluster.pods(name, namespace)):
+        return False
+    replicas = ((cluster.get_job(name, namespace) or {}).get("status") or {}).get("replicaStatuses") or {}
+    return sum(counts.get("active", 0) for counts in replicas.values()) == 0
+
+
+_EXIT_LINE = re.compile(r"^=== localcluster: container \S+ exited with code (\d+) at (\S+)$", re.M)
+
+
+def failing_log(cluster: LocalCluster, name: str, namespace: str, message: str) -> Path | None:
+    """The log that best explains a failure: a pod the message names, else the first non-zero exit."""
+    logs = sorted(cluster.job_dir(name, namespace).glob("*.log"))
+    named = [path for path in logs if re.search(rf"\b{re.escape(path.name.split('.')[0])}\b", message)]
+    if named:
+        return named[0]
+    exits = []
+    for path in logs:
+        for code, at in _EXIT_LINE.findall(path.read_text(errors="replace")):
+            if int(code) not in (0, 128 + signal.SIGTERM):  # 143: stopped by the cleanup, not the cause
+                exits.append((at, path))
+    return min(exits)[1] if exits else None
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    return path.read_text(errors="replace").splitlines()[-lines:]
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run one MXJob to the end; the exit code says how it ended."""
     try:
         job = load_job(Path(args.file))
-    except ValueError as err:
-        print(f"invalid spec: {err}", file=out)
+    except InputError as error:
+        print(f"error: {error}", file=err)
         return EXIT_INVALID
     name = job["metadata"]["name"]
-    with LocalCluster(args.state_dir) as cluster:
-        print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.state_dir / 'hooks-server.log'})", file=out)
-        print(f"controller: {cluster.config.name} from {cluster.config.source}", file=out)
-        print(f"pod logs: {cluster.job_dir(name)}/<pod>.log  (python -m localcluster logs {name} <pod>)", file=out)
-        created = cluster.submit(job)
-        uid = created["metadata"]["uid"]
-        progress = Progress(out)
-        deadline = time.monotonic() + args.timeout
-        outcome: tuple[int, str] | None = None
-        while outcome is None:
-            progress.show(render(cluster, name))
-            current = cluster.get_job(name)
-            hot = cluster.controller.hot_loop(uid) if cluster.controller else None
-            if hot:
-                outcome = (EXIT_STAND_IN, f"stand-in error: MXJob {name}: {hot}")
-            elif finished(current) == "Succeeded":
-                outcome = (EXIT_SUCCEEDED, f"MXJob {name} Succeeded")
-            elif finished(current) == "Failed":
-                failed = condition(current, "Failed") or {}
-                kind = "invalid spec" if failed.get("reason") == "MXJobFailedValidation" else "Failed"
-                outcome = (EXIT_INVALID if kind == "invalid spec" else EXIT_FAILED, f"MXJob {name} {kind}: {failed.get('message', '')}")
-            elif time.monotonic() >= deadline:
-                outcome = (EXIT_TIMEOUT, f"MXJob {name} timed out after {args.timeout:g}s in state {job_state(current) or '-'}")
-            else:
-                time.sleep(REFRESH_SECONDS)
-        time.sleep(REFRESH_SECONDS)  # let the last pod transitions (cleanPodPolicy) show
-        progress.show(render(cluster, name))
-        final = cluster.get_job(name) or {}
-        print("final status:", file=out)
-        print(yaml.safe_dump({"status": final.get("status", {})}, sort_keys=False).rstrip(), file=out)
-    code, reason = outcome
-    print(reason, file=out)
+    namespace = job["metadata"].get("namespace") or "default"
+    state_dir = Path(args.state_dir).resolve()
+    signals = StopSignals(err)
+    with signals.installed():
+        try:
+            with job_lock(state_dir, namespace, name):
+                job_dir = state_dir / namespace / name
+                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log")
+                signals.cluster = cluster
+                try:
+                    cluster.submit(job)  # empties the job's folder: only under the lock
+                    cluster.start()
+                except (RuntimeError, OSError) as error:
+                    signals.stopping = True
+                    cluster.stop()
+                    print(f"error: the local cluster could not start: {error}", file=err)
+                    return EXIT_CANNOT_START
+                try:
+                    code, reason = watch(cluster, name, namespace, args.timeout, out)
+                finally:
+                    signals.stopping = True  # from here on a signal only hurries the stop along
+                    cluster.stop()
+        except RuntimeError as error:
+            print(f"error: {error}", file=err)
+            return EXIT_CANNOT_START
+        except Stopped as stop:
+            print(f"MXJob {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; every process is stopped", file=err)
+            return 128 + stop.signum
+    print(reason, file=out if code == EXIT_SUCCEEDED else err)
     return code
 
 
-def logs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Print one pod's log (its first container, or -c CONTAINER)."""
-    job_dir = Path(args.state_dir) / args.job
-    path = job_dir / (f"{args.pod}.{args.container}.log" if args.container else f"{args.pod}.log")
-    if not path.exists():
-        candidates = sorted(p.name for p in job_dir.glob("*.log")) if job_dir.is_dir() else []
-        print(f"no log at {path}; available: {', '.join(candidates) or 'none'}", file=sys.stderr)
-        return 1
-    out.write(path.read_text())
-    return 0
+def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO) -> tuple[int, str]:
+    """Show progress until the job ends (or the timeout); then the final view and status."""
+    key = f"{namespace}/{name}"
+    print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.hooks.log_path if cluster.hooks else '-'})", file=out)
+    print(f"controller: {cluster.config.name} from {cluster.config.source}", file=out)
+    print(f"pod logs: {cluster.job_dir(name, namespace)}/<pod>.log  (localcluster logs {name} <pod>"
+          f"{'' if namespace == 'default' else f' -n {namespace}'} [--follow])", file=out)
+    uid = (cluster.get_job(name, namespace) or {})["metadata"]["uid"]
+    progress = Progress(out)
+    deadline = time.monotonic() + timeout
+    outcome: tuple[int, str] | None = None
+    while outcome is None:
+        progress.show(render(cluster, name, namespace))
+        current = cluster.get_job(name, namespace)
+        hot = cluster.controller.hot_loop(uid) if cluster.controller else None
+        if hot:
+            outcome = (EXIT_STAND_IN, f"stand-in error: MXJob {key}: {hot}")
+        elif finished(current) == "Succeeded":
+            outcome = (EXIT_SUCCEEDED, f"MXJob {key} Succeeded")
+        elif finished(current) == "Failed":
+            failed = condition(current, "Failed") or {}
+            message = failed.get("message", "")
+            if failed.get("reason") == "MXJobFailedValidation":
+                outcome = (EXIT_INVALID, message or f"MXJob {key} has an invalid spec")
+            else:
+                outcome = (EXIT_FAILED, f"MXJob {key} Failed: {message}")
+        elif (condition(current, "Suspended") or {}).get("status") == "True":
+            outcome = (EXIT_SUSPENDED, f"MXJob {key} is suspended (spec.runPolicy.suspend: true), so nothing runs; "
+                                       "set it to false to run the job")
+        elif time.monotonic() >= deadline:
+            outcome = (EXIT_TIMEOUT, f"MXJob {key} timed out after {timeout:g}s in state {job_state(current) or '-'}")
+        else:
+            time.sleep(REFRESH_SECONDS)
+    # Workers leave a moment after the scheduler, and cleanPodPolicy deletes what still runs: wait
+    # for that, so the final view is how the job really ended and no process is cut short.
+    settle_until = time.monotonic() + SETTLE_SECONDS
+    while outcome[0] in (EXIT_SUCCEEDED, EXIT_FAILED) and not pods_settled(cluster, name, namespace) \
+            and time.monotonic() < settle_until:
+        progress.show(render(cluster, name, namespace))
+        time.sleep(REFRESH_SECONDS)
+    progress.show(render(cluster, name, namespace))
+    final = cluster.get_job(name, namespace) or {}
+    print("final status:", file=out)
+    print(yaml.safe_dump({"status": final.get("status", {})}, sort_keys=False).rstrip(), file=out)
+    if outcome[0] == EXIT_FAILED:
+        path = failing_log(cluster, name, namespace, outcome[1])
+        if path is not None:
+            print(f"last lines of {path}:", file=out)
+            print("\n".join("  " + line for line in tail(path, FAILED_LOG_LINES)), file=out)
+    out.flush()
+    return outcome
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m localcluster`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m localcluster",
+def log_files(job_dir: Path) -> dict[tuple[str, str], Path]:
+    """(pod, container) -> log file. `<pod>.log` is the pod's first container, named in its first line."""
+    found: dict[tuple[str, str], Path] = {}
+    for path in sorted(job_dir.glob("*.log")) if job_dir.is_dir() else []:
+        pod, _, rest = path.name[:-len(".log")].partition(".")
+        if rest:
+            found[(pod, rest)] = path
+            continue
+        with path.open(errors="replace") as handle:
+            first = handle.readline()
+        match = re.search(r" container (\S+) start ", first)
+        if match:
+            found[(pod, match.group(1))] = path
+    return found
+
+
+def logs(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Print one container's log (the pod's first container unless -c); --follow keeps printing."""
+    state_dir = Path(args.state_dir).resolve()
+    for field, value in (("namespace", args.namespace), ("job", args.job)):
+        problem = check_dns_label(field, value)
+        if problem:
+            print(f"error: {problem}", file=err)
+            return EXIT_INVALID
+    files = log_files(state_dir / args.namespace / args.job)
+    mine = {container: path for (pod, container), path in files.items() if pod == args.pod}
+    if args.container:
+        path = mine.get(args.container)
+    else:
+        path = next((p for p in mine.values() if "." not in p.name[:-len(".log")]), None)
+    if path is None:
+        available = ", ".join(f"{pod} -c {container}" for pod, container in files) or "none"
+        what = f"container {args.container} of pod {args.pod}" if args.container else f"pod {args.pod}"
+        print(f"error: no log for {what} of MXJob {args.namespace}/{args.job} in {state_dir}; available: {available}", file=err)
+        return EXIT_FAILED
+    with path.open(errors="replace") as handle:
+        while True:
+            chunk = handle.read()
+            if chunk:
+                out.write(chunk)
+                out.flush()
+            elif not args.follow or not job_running(state_dir, args.namespace, args.job):
+                return EXIT_SUCCEEDED
+            else:
+                time.sleep(REFRESH_SECONDS)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line's arguments."""
+    top = argparse.ArgumentParser(
+        prog="localcluster",
         description="Run MXJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
-    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    top.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster in the current directory)")
+    sub = top.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="run one MXJob to the end; exit 0 only if it Succeeded")
     run_parser.add_argument("file", help="a YAML file holding one MXJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
     logs_parser.add_argument("pod")
-    logs_parser.add_argument("-c", "--container", help="a container other than the pod's first")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        try:
+    logs_parser.add_argument("-c", "--container", help="the container (default: the pod's first, mxnet)")
+    logs_parser.add_argument("-n", "--namespace", default="default", help="the job's namespace (default: default)")
+    logs_parser.add_argument("-f", "--follow", action="store_true", help="keep printing while the job's `run` goes on")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `localcluster` command and of `python -m localcluster`."""
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "run":
             return run(args)
-        except KeyboardInterrupt:
-            print("interrupted; every process stopped", file=sys.stderr)
-            return 130
-    return logs(args)
+        return logs(args)
+    except BrokenPipeError:
+        # The reader went away (`run ... | head`): the cluster was stopped on the way out; say
+        # nothing more, and keep Python from complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # Ctrl-C in `logs --follow`
+        return 128 + signal.SIGINT

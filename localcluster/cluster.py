@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -19,6 +20,20 @@ from .types import KubeObject
 
 T = TypeVar("T")
 TERMINAL = ("Succeeded", "Failed")
+# Kubernetes' rule for namespaces and for the names of objects that become DNS labels; it also
+# keeps a name from being a path ("..", "/etc", "a/b") when it names a folder under the state dir.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL_MAX = 63
+
+
+def check_dns_label(field: str, value: object) -> str | None:
+    """Why `value` is not a valid DNS label (RFC 1123), naming `field`; None when it is."""
+    if not isinstance(value, str) or not value:
+        return f"{field} is required and must be a string"
+    if len(value) > DNS_LABEL_MAX or not DNS_LABEL.fullmatch(value):
+        return (f"{field} {value!r} is not a valid name: use at most {DNS_LABEL_MAX} lower-case letters, "
+                "digits and '-', starting and ending with a letter or digit (e.g. my-job)")
+    return None
 
 
 def job_state(job: KubeObject | None) -> str | None:
@@ -57,13 +72,14 @@ class LocalCluster:
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
         sync_backoff: tuple[float, float] = (0.05, 5.0),
         hot_loop_syncs: int = 25,
+        hooks_log: Path | None = None,
     ):
         self.state_dir = Path(state_dir).resolve()
         self.config = config or load_controller_config()
         self.store = Store()
         self.dns = ClusterDNS(self._service_names)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff)
-        self.hooks: HooksServer | None = None if hook_url else HooksServer(self.state_dir / "hooks-server.log")
+        self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy
@@ -115,6 +131,12 @@ class LocalCluster:
         if errors:
             raise errors[0]
 
+    def kill(self) -> None:
+        """SIGKILL every process at once (a second Ctrl-C while stopping); `stop` still cleans up after."""
+        self.kubelet.kill_all()
+        if self.hooks is not None:
+            self.hooks.kill()
+
     def __enter__(self) -> LocalCluster:
         return self.start()
 
@@ -126,14 +148,24 @@ class LocalCluster:
     def submit(self, job: KubeObject) -> KubeObject:
         """Create an MXJob (the store assigns uid, generation 1, creationTimestamp); clears its old logs."""
         job = copy.deepcopy(job)
-        job.setdefault("metadata", {}).setdefault("namespace", "default")
+        meta = job.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
         job.pop("status", None)
-        shutil.rmtree(self.job_dir(job["metadata"]["name"]), ignore_errors=True)
+        # The name becomes a folder that is emptied: check it before any file operation.
+        folder = self.job_dir(meta.get("name"), meta["namespace"])
+        shutil.rmtree(folder, ignore_errors=True)
         return self.store.create(job)
 
-    def job_dir(self, name: str) -> Path:
-        """Where the logs of a job's pods go."""
-        return self.state_dir / name
+    def job_dir(self, name: object, namespace: object = "default") -> Path:
+        """Where the logs of a job's pods go: `<state dir>/<namespace>/<name>`; ValueError for a bad name."""
+        for field, value in (("metadata.namespace", namespace), ("metadata.name", name)):
+            problem = check_dns_label(field, value)
+            if problem:
+                raise ValueError(problem)
+        folder = (self.state_dir / str(namespace) / str(name)).resolve()
+        if not folder.is_relative_to(self.state_dir) or folder == self.state_dir:
+            raise ValueError(f"{folder} is outside the state dir {self.state_dir}")  # unreachable for DNS labels
+        return folder
 
     def get_job(self, name: str, namespace: str = "default") -> KubeObject | None:
         """The stored MXJob."""

@@ -52,7 +52,7 @@ class ControllerConfig:
         return None
 
 
-# The shape DESIGN 2 / docs/architecture.md fix, used only when metacontroller/ has no CompositeController.
+# The shape docs/architecture.md fixes, used only when metacontroller/ has no CompositeController.
 DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
     "apiVersion": "metacontroller.k8s.io/v1alpha1",
     "kind": "CompositeController",
@@ -131,7 +131,7 @@ def _duration_seconds(value: str | float) -> float:
 
 
 def load_controller_config(directory: Path = MANIFEST_DIR) -> ControllerConfig:
-    """The shipped CompositeController's configuration, or DESIGN 2's shape while it is missing."""
+    """The shipped CompositeController's configuration, or the default shape while it is missing."""
     found = find_composite_controller(directory)
     if found is None:
         return parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "built-in default (no CompositeController in metacontroller/)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ class HooksServer:
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen | None = None
-        self._metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
+        self._metrics_dir: str | None = None
 
     @property
     def url(self) -> str:
@@ -43,6 +44,8 @@ class HooksServer:
     def start(self) -> None:
         """Start gunicorn and wait until /readyz answers 200."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Made per start and removed by stop, so no run leaves a metrics directory behind.
+        self._metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self._metrics_dir}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with self.log_path.open("a") as log:
@@ -74,14 +77,28 @@ class HooksServer:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (gunicorn drains), SIGKILL after `timeout`."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            if process is None or process.poll() is not None:
+                return
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            if self._metrics_dir is not None:
+                shutil.rmtree(self._metrics_dir, ignore_errors=True)
+                self._metrics_dir = None
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group now (`stop` still reaps it and cleans up)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def restart(self) -> None:
         """Stop and start again on the same port (a rolling restart of the hooks Deployment, in small)."""

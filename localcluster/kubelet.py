@@ -110,6 +110,7 @@ class ProcessKubelet:
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
         self.restart_backoff = restart_backoff
         self._workers: dict[tuple[str, str], PodWorker] = {}
+        self._stopping: list[PodWorker] = []
         self._lock = threading.Lock()
         self._stopped = False
 
@@ -153,13 +154,13 @@ class ProcessKubelet:
             return self._workers[(namespace, name)]
 
     def log_path(self, pod: KubeObject, container: str) -> Path:
-        """Where a container's output goes: `<log_dir>/<owner or namespace>/<pod>[.<container>].log`."""
+        """Where a container's output goes: `<log_dir>/<namespace>/[<owner>/]<pod>[.<container>].log`."""
         meta = pod["metadata"]
-        owner = next((ref["name"] for ref in meta.get("ownerReferences", []) if ref.get("controller")), meta["namespace"])
+        owner = [ref["name"] for ref in meta.get("ownerReferences", []) if ref.get("controller")][:1]
         containers = pod.get("spec", {}).get("containers", [])
         first = containers[0]["name"] if containers else None
         suffix = "" if container == first else f".{container}"
-        return self.log_dir / owner / f"{meta['name']}{suffix}.log"
+        return self.log_dir.joinpath(meta["namespace"], *owner, f"{meta['name']}{suffix}.log")
 
     # --- fault injection -------------------------------------------------------------------------
 
@@ -171,12 +172,20 @@ class ProcessKubelet:
         """Evict a Pod as the kubelet does under pressure: stop its containers, phase Failed, reason Evicted."""
         self.worker(namespace, name).request_eviction(message)
 
+    def kill_all(self) -> None:
+        """SIGKILL every container process now, also of pods that `stop` is already stopping."""
+        with self._lock:
+            workers = list(self._workers.values()) + self._stopping
+        for worker in workers:
+            worker._kill_all(signal.SIGKILL)
+
     def stop(self, grace: float = 2.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
         self._stopped = True
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
+            self._stopping = workers
         for worker in workers:
             worker.request_shutdown(grace)
         for worker in workers:
@@ -268,6 +277,7 @@ class PodWorker(threading.Thread):
                 self._start(run)
             self._containers_started = True
             self._condition("Initialized", "True")
+            self._step()  # a container that failed to start goes to CrashLoopBackOff before the first report
         self._write_status()
         while init_ok and not self._stopping():
             if self._step():
@@ -349,6 +359,14 @@ class PodWorker(threading.Thread):
         changed = False
         now = time.monotonic()
         for run in self.runs:
+            # Restart first, then settle: a container that cannot start at all (StartError) is put
+            # back into CrashLoopBackOff in the same step, so the pod never shows phase Failed under
+            # OnFailure/Always (which would make the operator recreate it in a tight loop).
+            if run.restart_at is not None and now >= run.restart_at:
+                run.restart_at = None
+                run.restart_count += 1
+                self._start(run)
+                changed = True
             if run.process is not None and run.process.poll() is not None:
                 self._record_exit(run)
                 changed = True
@@ -359,11 +377,6 @@ class PodWorker(threading.Thread):
                     run.restart_at = now + self._backoff(run)
                     run.last_state = {"terminated": run.state["terminated"]}
                     run.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting failed container {run.name}"}}
-            if run.restart_at is not None and now >= run.restart_at:
-                run.restart_at = None
-                run.restart_count += 1
-                self._start(run)
-                changed = True
         return changed
 
     def _env(self, container: Container) -> dict[str, str]:

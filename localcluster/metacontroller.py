@@ -1,6 +1,6 @@
 """The Metacontroller stand-in: a CompositeController's sync loop over the in-memory store.
 
-It follows DESIGN 2 and reference/metacontroller.md section 7: the exact request shape, claim
+It follows Metacontroller v4.17's sync-hook contract (docs/localcluster.md): the exact request shape, claim
 (adopt/release) by the selector, delete-first apply with the last-applied annotation and a
 three-way merge per update strategy, status replaced wholesale plus observedGeneration, resync on
 every parent or child change (its own status writes included) and on resyncAfterSeconds, no side

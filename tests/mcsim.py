@@ -96,13 +96,15 @@ class Sim:
             self.set_phase(name, "Running")
 
     def set_phase(self, name: str, phase: str, *, exit_code: int | None = None,
-                  restarts: int = 0) -> None:
-        """Report a pod phase with the mxnet container's state, as the kubelet does."""
+                  restarts: int = 0, last_exit_code: int | None = None) -> None:
+        """Report a pod phase with the mxnet container's state (and last state), as the kubelet does."""
         state = {"running": {}} if phase == "Running" else {}
         if exit_code is not None:
             state = {"terminated": {"exitCode": exit_code}}
-        self.pods[name]["status"] = {"phase": phase, "containerStatuses": [
-            {"name": "mxnet", "restartCount": restarts, "state": state}]}
+        container = {"name": "mxnet", "restartCount": restarts, "state": state}
+        if last_exit_code is not None:
+            container["lastState"] = {"terminated": {"exitCode": last_exit_code}}
+        self.pods[name]["status"] = {"phase": phase, "containerStatuses": [container]}
 
     def gc(self, name: str) -> None:
         """The pod disappears without the operator asking (garbage collection, kubectl delete)."""

@@ -173,11 +173,13 @@ def test_the_server_logs_only_json_lines_one_per_sync(server):
 # --- the settings themselves -------------------------------------------------------------------
 
 @pytest.fixture
-def load_conf(monkeypatch):
+def load_conf(monkeypatch, tmp_path):
     """Re-import hooks.server.gunicorn_conf under the given environment."""
     def load(**env):
         for name in ("PORT", "WEB_CONCURRENCY", "GUNICORN_THREADS"):
             monkeypatch.delenv(name, raising=False)
+        # Given, so that importing the settings does not make (and export) a metrics directory of its own.
+        monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "conf-metrics"))
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         import hooks.server.gunicorn_conf
@@ -185,7 +187,9 @@ def load_conf(monkeypatch):
     yield load
     import hooks.server.gunicorn_conf
     monkeypatch.undo()
-    importlib.reload(hooks.server.gunicorn_conf)
+    with pytest.MonkeyPatch.context() as restoring:
+        restoring.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "conf-metrics"))
+        importlib.reload(hooks.server.gunicorn_conf)
 
 
 @pytest.mark.parametrize(
@@ -224,3 +228,41 @@ def test_startup_creates_a_missing_metrics_directory(load_conf, monkeypatch, tmp
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "new" / "metrics"))
     conf.on_starting(None)
     assert (tmp_path / "new" / "metrics").is_dir()
+
+
+def test_started_by_hand_without_a_metrics_dir_the_workers_still_add_up(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"PORT", "GUNICORN_CMD_ARGS", "PROMETHEUS_MULTIPROC_DIR"}}
+    env.update(WEB_CONCURRENCY="2", TMPDIR=str(scratch))
+    proc = subprocess.Popen(
+        [str(GUNICORN), "--config", "python:hooks.server.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+         "hooks.server.app:create_app()"],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not list(scratch.glob("mxjob-hooks-metrics-*")) or not _answers(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "gunicorn did not start"
+            time.sleep(0.1)
+        (metrics_dir,) = scratch.glob("mxjob-hooks-metrics-*")
+        sent = 0
+        while len([c for c in ok_count_per_worker(metrics_dir, tmp_path).values() if c > 0]) < 2:
+            assert time.monotonic() < deadline + 30, "every sync went to one worker"
+            assert call(port, "POST", "/sync", json.dumps(mxjob_request(f"job-{sent}")).encode())[0] == 200
+            sent += 1
+        for _ in range(4):  # whichever worker answers the scrape, the total is the same
+            assert scrape(port)[("mxjob_hooks_syncs_total", (("outcome", "ok"),))] == sent
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert list(scratch.iterdir()) == []  # its own metrics directory is gone with it
+
+
+def _answers(port: int) -> bool:
+    try:
+        return call(port, "GET", "/healthz")[0] == 200
+    except OSError:
+        return False

@@ -55,10 +55,64 @@ def test_normal_success_goes_created_running_succeeded():
     assert sim.state() == "Succeeded"
     assert sim.condition("Running")["status"] == "False"
     assert sim.status["completionTime"] == "2026-11-21T10:01:05Z"
-    # cleanPodPolicy Running (default): the still-running server is freed, finished pods stay.
+    # The still-running server gets the success grace to leave on its own...
+    assert pods(sim) == ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
+    assert sim.last["resyncAfterSeconds"] == 30
+    sim.tick(30)
+    step(sim)
+    # ...then cleanPodPolicy Running (default) frees it; finished pods stay.
     assert pods(sim) == ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"]
     assert "mx-server-0" not in sim.services
+    assert "resyncAfterSeconds" not in sim.last
     assert sim.condition("Created")["lastTransitionTime"] == "2026-11-21T10:00:00Z"
+
+
+@pytest.mark.parametrize("policy", ["Running", "All"])
+def test_pods_that_finish_within_the_success_grace_count_as_succeeded(policy):
+    sim = Sim(mxjob(runPolicy={"cleanPodPolicy": policy}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+    still_running = ["mx-server-0", "mx-worker-0", "mx-worker-1"]
+    assert [p for p in still_running if p in sim.pods] == still_running  # kept, not SIGTERMed
+    assert sim.status["replicaStatuses"]["Worker"]["active"] == 2
+    sim.tick(2)
+    finish_ok(sim, "mx-worker-0", "mx-worker-1")
+    answer = step(sim)
+    assert sim.status["replicaStatuses"]["Worker"] == {
+        "active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
+    assert answer["resyncAfterSeconds"] == 28  # the end of the grace, for the server still running
+    sim.tick(28)
+    step(sim)
+    expected = ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"] if policy == "Running" else []
+    assert pods(sim) == expected and sorted(sim.services) == expected
+    assert sim.status["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+def test_failure_paths_clean_up_at_once_without_a_grace():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=1)
+    answer = step(sim)
+    assert sim.state() == "Failed"
+    assert pods(sim) == ["mx-worker-0"] and "resyncAfterSeconds" not in answer
+
+
+def test_the_success_grace_and_the_ttl_resync_at_the_earlier_of_the_two():
+    sim = Sim(mxjob(runPolicy={"ttlSecondsAfterFinished": 10}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0")
+    assert step(sim)["resyncAfterSeconds"] == 10
+    sim.tick(10)
+    step(sim)
+    assert pods(sim) == [] and sim.status["cleanedUpTime"] == "2026-11-21T10:00:10Z"
 
 
 def test_worker_permanent_failure_under_never_fails_the_job():
@@ -131,6 +185,7 @@ def test_backoff_limit_reached_by_recreations():
             step(sim)  # recreated
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
+    assert sim.condition("Failed")["message"].endswith("; last exit codes: mx-worker-0 143.")
     assert sim.status["restartCount"] == 2
 
 
@@ -159,10 +214,11 @@ def test_in_place_container_restarts_count_toward_backoff_limit():
     sim.set_phase("mx-worker-0", "Running", restarts=2)
     step(sim)
     assert sim.state() == "Running"
-    sim.set_phase("mx-worker-0", "Running", restarts=3)
+    sim.set_phase("mx-worker-0", "Running", restarts=3, last_exit_code=1)
     step(sim)
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
+    assert sim.condition("Failed")["message"].endswith("backoffLimit 2; last exit codes: mx-worker-0 1.")
     assert pods(sim) == []  # cleanPodPolicy Running frees the running pod
 
 

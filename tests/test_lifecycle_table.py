@@ -118,6 +118,18 @@ def row_15():
     return running(), lambda s: s.edit({"jobMode": "MXRun"})
 
 
+def row_16():
+    sim = running()
+    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    sim.sync()
+    assert "mx-worker-0" in sim.pods  # still running: kept for the grace
+
+    def worker_finishes(s: Sim) -> None:
+        s.tick(10)
+        s.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    return sim, worker_finishes
+
+
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
                                   if name.startswith("row_")}
 

@@ -257,7 +257,8 @@ def test_hooks_500_then_recovery_reaches_success(cluster: LocalCluster):
 
 
 def test_restarting_the_hooks_server_mid_job_changes_nothing(cluster: LocalCluster):
-    cluster.submit(worker_job("restart", [sleep_exit(3.0), sleep_exit(3.0)]))
+    # Long enough that the job still runs after a hooks server restart on a busy machine.
+    cluster.submit(worker_job("restart", [sleep_exit(8.0), sleep_exit(8.0)]))
     cluster.wait_for(lambda: all(phase_of(cluster, f"restart-worker-{i}") == "Running" for i in (0, 1)), 20, what="workers running")
     before = uids(cluster.pods("restart"))
     status_before = wait_active(cluster, "restart", 2)["status"]
@@ -483,9 +484,11 @@ def run_cli(tmp_path: Path, job: dict, *extra: str, timeout: float = 60) -> subp
 def test_cli_exits_non_zero_with_the_failure_reason(tmp_path: Path):
     result = run_cli(tmp_path, worker_job("clifail", [sleep_exit(0.2, 2)]), "--timeout", "40")
     assert result.returncode == 1, result.stdout + result.stderr
-    last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("MXJob clifail Failed:") and "2" in last
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("MXJob default/clifail Failed:") and "2" in last
     assert "--- " in result.stdout  # non-tty: progress lines, not redraws
+    # The end of the failing pod's log is shown under the final status.
+    assert "last lines of " in result.stdout and "clifail-worker-0.log" in result.stdout
     logs = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
                            "logs", "clifail", "clifail-worker-0"],
                           cwd=REPO, capture_output=True, text=True, timeout=20)
@@ -497,10 +500,11 @@ def test_cli_reports_an_invalid_spec(tmp_path: Path):
     job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "not-mxnet"
     result = run_cli(tmp_path, job, "--timeout", "40")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("MXJob clibad invalid spec:")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("MXJob default/clibad has an invalid spec:") and last.count("invalid spec") == 1
 
 
 def test_cli_times_out(tmp_path: Path):
     result = run_cli(tmp_path, worker_job("cliwait", [sleep_exit(30)]), "--timeout", "3")
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "timed out after 3s" in result.stdout.strip().splitlines()[-1]
+    assert "timed out after 3s" in result.stderr.strip().splitlines()[-1]

@@ -103,6 +103,12 @@ def test_bad_spec_is_reported_with_its_field_path(parent, field, words):
     assert any(p.startswith(field + ":") and words in p for p in problems), problems
 
 
+@pytest.mark.parametrize("replicas", [-1, "two", 1.5], ids=["negative", "string", "float"])
+def test_an_invalid_count_is_reported_once_not_again_as_a_missing_worker(replicas):
+    assert problems_of(mxjob(replicas={"Worker": replicas})) == [
+        f"spec.mxReplicaSpecs.Worker.replicas: must be a non-negative integer, got {replicas!r}"]
+
+
 def test_every_problem_is_reported_at_once():
     parent = mxjob(replicas={"Worker": -1, "Chief": 1}, cleanPodPolicy="Some")
     assert len(problems_of(parent)) >= 3

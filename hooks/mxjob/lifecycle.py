@@ -19,6 +19,10 @@ from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
+# After a success, pods still running get this long to finish on their own before cleanPodPolicy
+# deletes them: ps-lite servers and workers leave a moment after the scheduler, and deleting them
+# at once would record a spurious exit 143. Failures clean up at once.
+SUCCESS_GRACE_SECONDS = 30
 
 
 @dataclass
@@ -56,7 +60,7 @@ def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
         state.conclude("Failed", "MXJobFailed",
                        f"MXJob {job.key} has reached the specified backoff limit: "
                        f"{state.restart_total()} restarts, backoffLimit "
-                       f"{job.run_policy.backoff_limit}.")
+                       f"{job.run_policy.backoff_limit}{state.exit_codes_note()}.")
     elif deadline is not None and now >= deadline:
         state.conclude("Failed", "MXJobFailed",
                        f"MXJob {job.key} was active longer than activeDeadlineSeconds "
@@ -152,14 +156,18 @@ class _State:
         self.completion_time = rfc3339(self.now)
 
     def finish(self, observed_services: Mapping[str, Any]) -> Plan:
-        """A finished job: never a new pod; cleanPodPolicy, then the TTL, decide what stays."""
+        """A finished job: never a new pod; the success grace, cleanPodPolicy, then the TTL, decide what stays."""
         policy = self.job.run_policy.clean_pod_policy
+        grace_left = self._success_grace_left()
+        in_grace = [p for p in self.pods.values() if grace_left is not None and p.active]
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
-            policy == "None" or (policy == "Running" and p.finished))]
+            policy == "None" or (policy == "Running" and p.finished) or p in in_grace)]
         services = sorted(observed_services) if policy == "None" else keep
         services = [name for name in services if name in observed_services]
         plan = Plan(status={}, pods=keep, services=services)
         self.leaving = set(self.pods) - set(keep)
+        if in_grace and policy != "None":
+            plan.resync_after = grace_left  # the policy applies to whatever still runs then
         ttl = self.job.run_policy.ttl_seconds_after_finished
         if ttl is not None and self.completion_time:
             expiry = parse_rfc3339(self.completion_time) + timedelta(seconds=ttl)
@@ -168,9 +176,18 @@ class _State:
                 self.leaving = set(self.pods)
                 self.cleaned_up_time = rfc3339(expiry)
             else:
-                plan.resync_after = (expiry - self.now).total_seconds()
+                left = (expiry - self.now).total_seconds()
+                plan.resync_after = left if plan.resync_after is None else min(plan.resync_after, left)
         plan.status = self.status()
         return plan
+
+    def _success_grace_left(self) -> float | None:
+        """Seconds left of the success grace, or None (not a success, no completionTime, or over)."""
+        if not self.conds.is_true("Succeeded") or not self.completion_time:
+            return None
+        end = parse_rfc3339(self.completion_time) + timedelta(seconds=SUCCESS_GRACE_SECONDS)
+        left = (end - self.now).total_seconds()
+        return left if left > 0 else None
 
     def run(self, slots: Mapping[str, tuple[str, int]], recreate: list[PodView]) -> Plan:
         """A running job: every slot gets its pod except finished ones gone and ones to recreate."""
@@ -229,6 +246,20 @@ class _State:
         live = sum(p.restarts for p in self.pods.values()
                    if p.uid != self.history.get(p.name, {}).get("lastFailedUID"))
         return max(past + live, self.old_restart_count)
+
+    def exit_codes_note(self) -> str:
+        """'; last exit codes: pod code, ...' for the pods that restarted, so the cause is in the message."""
+        codes: dict[str, int] = {}
+        for name, record in self.history.items():
+            if isinstance(record.get("lastExitCode"), int):
+                codes[name] = record["lastExitCode"]
+        for pod in self.pods.values():
+            code = pod.exit_code if pod.phase == "Failed" else pod.last_exit_code
+            if code is not None and (pod.restarts or pod.phase == "Failed"):
+                codes[pod.name] = code
+        if not codes:
+            return ""
+        return "; last exit codes: " + ", ".join(f"{name} {codes[name]}" for name in sorted(codes))
 
     def deadline(self) -> datetime | None:
         """startTime + activeDeadlineSeconds, if both are set."""

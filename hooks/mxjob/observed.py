@@ -21,6 +21,7 @@ class PodView:
     terminating: bool
     exit_code: int | None
     restarts: int
+    last_exit_code: int | None = None  # of the mxnet container's previous run (lastState), if it restarted
 
     @property
     def active(self) -> bool:
@@ -53,7 +54,8 @@ def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any])
             name=name, rtype=slot[0], index=slot[1], uid=str(meta.get("uid", "")),
             phase=str(status.get("phase") or "Pending"),
             terminating=bool(meta.get("deletionTimestamp")),
-            exit_code=_exit_code(main), restarts=_int(main.get("restartCount")),
+            exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
+            last_exit_code=_exit_code(main.get("lastState")),
         )
     return views
 
@@ -65,8 +67,8 @@ def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def _exit_code(container_status: Mapping[str, Any]) -> int | None:
-    terminated = (container_status.get("state") or {}).get("terminated")
+def _exit_code(state: Any) -> int | None:
+    terminated = state.get("terminated") if isinstance(state, Mapping) else None
     if isinstance(terminated, Mapping) and isinstance(terminated.get("exitCode"), int):
         return terminated["exitCode"]
     return None

@@ -272,6 +272,9 @@ def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[
         return replicas[rtype].replicas if rtype in replicas else None
 
     def need(rtype: str, ok: bool, rule: str) -> None:
+        # A count that is itself invalid was reported already; a rule about it would only repeat that.
+        if any(p.startswith(f"spec.mxReplicaSpecs.{rtype}.replicas:") for p in problems):
+            return
         if not ok:
             got = "none" if count(rtype) is None else count(rtype)
             problems.append(f"spec.mxReplicaSpecs.{rtype}.replicas: {rule}, got {got}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import tempfile
 
 # Listen on every interface on 8080 (the Service maps port 80 to it); PORT lets a platform or a
 # test pick another port without rewriting the command.
@@ -55,6 +57,14 @@ logconfig_dict = {
 }
 
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Started by hand without PROMETHEUS_MULTIPROC_DIR (outside the image), the server uses a private
+# temporary directory, so /metrics sums every worker instead of showing whichever one answers the
+# scrape; on_exit removes it. This must happen when this file is read: the logging config above
+# makes the master import the app, and prometheus_client picks its mode when it is first imported.
+_own_metrics_dir: str | None = None
+if not os.environ.get(_MULTIPROC_ENV):
+    _own_metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
+    os.environ[_MULTIPROC_ENV] = _own_metrics_dir
 
 
 def on_starting(server: object) -> None:
@@ -75,3 +85,9 @@ def child_exit(server: object, worker: object) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+
+
+def on_exit(server: object) -> None:
+    """Remove the metrics directory this server made for itself."""
+    if _own_metrics_dir is not None:
+        shutil.rmtree(_own_metrics_dir, ignore_errors=True)
