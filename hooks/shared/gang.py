@@ -124,9 +124,11 @@ def check_min_available(policy: SchedulingPolicy, total: int, path: str,
 def _int32(value: Any, path: str, unit: str, problems: list[str]) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT32:
-        problems.append(f"{path}: must be a non-negative integer ({unit}) of at most {MAX_INT32}, "
-                        f"got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        problems.append(f"{path}: must be a non-negative integer ({unit}), got {value!r}")
+        return None
+    if value > MAX_INT32:
+        problems.append(f"{path}: must be at most {MAX_INT32} ({unit}), got {value}")
         return None
     return value
 
