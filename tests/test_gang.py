@@ -315,3 +315,23 @@ def test_upstream_schemas_reject_what_they_should():
         assert not validator.is_valid({"minMember": "4"})
         assert not validator.is_valid({"minMember": 2**31})
         assert not validator.is_valid({"minResources": {"cpu": "lots"}})
+
+
+# --- the CRD refuses what it can before the hook sees it -------------------------------------------
+
+
+@pytest.mark.parametrize(("dotted", "value", "valid"), [
+    pytest.param("minResources", {"cpu": "-1"}, False, id="negative-quantity-string"),
+    pytest.param("minResources", {"cpu": -1}, False, id="negative-quantity-number"),
+    pytest.param("minResources", {"cpu": "lots"}, False, id="non-quantity"),
+    pytest.param("minResources", {"cpu": "+500m", "memory": "4Gi", "nvidia.com/gpu": 2}, True,
+                 id="quantities"),
+    pytest.param("scheduleTimeoutSeconds", -5, False, id="negative-timeout"),
+    pytest.param("minAvailable", -1, False, id="negative-min-available"),
+    pytest.param("minAvailable", 0, True, id="min-available-zero"),
+])
+@pytest.mark.parametrize("layout", ["spec.runPolicy.schedulingPolicy", "spec.schedulingPolicy"])
+def test_crd_schema_of_scheduling_policy(layout, dotted, value, valid):
+    from test_crd import VALID, _set, schema_errors
+
+    assert (schema_errors(_set(VALID, f"{layout}.{dotted}", value)) == []) is valid
