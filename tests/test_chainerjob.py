@@ -400,3 +400,13 @@ def test_a_request_missing_a_child_rule_is_refused_not_taken_as_no_children():
     client = create_app().test_client()
     reply = client.post("/chainerjob/sync", json={"parent": chainerjob(), "children": {"Job.batch/v1": {}}})
     assert reply.status_code == 400 and "children[ServiceAccount.v1]" in reply.get_json()["error"]
+
+
+@pytest.mark.parametrize("status", [[], "Running", {"conditions": ["Created"]}, {"conditions": None}],
+                         ids=["list", "string", "condition-not-an-object", "null-conditions"])
+def test_a_status_the_hook_did_not_write_is_ignored(status):
+    parent = chainerjob(workers={"ws": 1})
+    parent["status"] = status
+    answer = first_sync(parent)
+    assert [c["kind"] for c in answer["children"]][:1] == ["ServiceAccount"]
+    assert answer["status"]["conditions"][-1]["type"] == "Waiting"
