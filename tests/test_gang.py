@@ -335,3 +335,67 @@ def test_crd_schema_of_scheduling_policy(layout, dotted, value, valid):
     from test_crd import VALID, _set, schema_errors
 
     assert (schema_errors(_set(VALID, f"{layout}.{dotted}", value)) == []) is valid
+
+
+# --- ChainerJob under a gang -----------------------------------------------------------------------
+
+
+def _chainer_sim(api_version: str | None):
+    from chainersim import ChainerSim, example
+    from chainersim import gang_controller as chainer_controller
+
+    controller = chainer_controller(api_version) if api_version else None
+    return ChainerSim(example("chainerjob-mn.yaml"), controller=controller)
+
+
+def _by_kind(answer: dict, kind: str) -> list[dict]:
+    return [c for c in answer["children"] if c["kind"] == kind]
+
+
+@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API])
+def test_chainerjob_gang_creates_the_master_at_once_with_every_pod_in_the_group(api_version):
+    answer = _chainer_sim(api_version).sync()
+    [group] = _by_kind(answer, "PodGroup")
+    [master] = _by_kind(answer, "Job")  # no worker is ready yet: without a gang it would wait
+    workers = _by_kind(answer, "StatefulSet")
+    assert group["apiVersion"] == api_version
+    assert group["spec"]["minMember"] == 1 + sum(s["spec"]["replicas"] for s in workers)
+    for template in [master["spec"]["template"]] + [s["spec"]["template"] for s in workers]:
+        assert template["spec"]["schedulerName"] == read_gang(
+            {"controller": _chainer_sim(api_version).controller}).scheduler_name
+        if api_version == VOLCANO_API:
+            assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"]
+        else:
+            assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == group["metadata"]["name"]
+
+
+def test_chainerjob_without_a_gang_is_unchanged_and_waits_for_workers():
+    answer = _chainer_sim(None).sync()
+    assert _by_kind(answer, "PodGroup") == [] and _by_kind(answer, "Job") == []
+    [assets] = _by_kind(answer, "ConfigMap")
+    assert "waited=0" not in assets["data"]["kubexeb.sh"]
+
+
+def test_chainerjob_agent_waits_for_its_target_under_a_gang(tmp_path):
+    import os
+    import subprocess
+
+    [assets] = _by_kind(_chainer_sim(VOLCANO_API).sync(), "ConfigMap")
+    agent = tmp_path / "kubexeb.sh"
+    agent.write_text(assets["data"]["kubexeb.sh"])
+    agent.chmod(0o755)
+    # A stand-in kubectl: the target's container is not running on the first look, then it is.
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text('#!/bin/sh\n'
+                       'if [ "$1" = get ]; then\n'
+                       f'  n=$(cat {tmp_path}/looks 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/looks\n'
+                       '  [ "$n" -ge 1 ] && printf "2026-11-21T10:00:00Z"\n'
+                       '  exit 0\n'
+                       'fi\n'
+                       'echo "exec $*"\n')
+    kubectl.chmod(0o755)
+    result = subprocess.run([str(agent), "example-job-mn-workerset-ws0-0", "echo", "hi"], capture_output=True,
+                            text=True, timeout=30, env={**os.environ, "KUBECTL_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "exec exec -i example-job-mn-workerset-ws0-0 -c chainer -- /bin/sh -c echo hi\n"
+    assert (tmp_path / "looks").read_text().strip() == "2"  # it looked twice: waited once

@@ -66,6 +66,10 @@ def test_rendered_controller_turns_the_gang_on_in_the_hooks(tmp_path, component)
     # The rest of the controller is the plain install's.
     plain = the(render(ROOT / "metacontroller"), "CompositeController", "mxjob-controller")
     assert controller["spec"]["childResources"][:-1] == plain["spec"]["childResources"]
+    # Every job kind's controller of the install (MXJob, ChainerJob) is turned on alike.
+    controllers = [o for o in objects if o["kind"] == "CompositeController"]
+    assert len(controllers) == len([o for o in render(ROOT / "metacontroller") if o["kind"] == "CompositeController"])
+    assert all(read_gang({"controller": c}) == Gang(api_version, scheduler) for c in controllers)
 
 
 @pytest.mark.parametrize("component", sorted(COMPONENTS))

@@ -15,6 +15,7 @@ from typing import Protocol
 import pytest
 import yaml
 from chainersim import JOB_KEY, ChainerSim, chainerjob, example
+from chainersim import gang_controller as chainer_gang_controller
 from mcsim import Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
@@ -267,6 +268,24 @@ def chainerjob_invalid_edit_of_running_job() -> ChainerSim:
     return sim
 
 
+def gang_chainerjob_volcano_first_sync() -> ChainerSim:
+    # Under a gang the master Job comes at once, with the workers, and the agent waits for them.
+    return ChainerSim(example("chainerjob-gpu-two-sets.yaml"), controller=chainer_gang_controller(VOLCANO))
+
+
+def gang_chainerjob_master_complete() -> ChainerSim:
+    sim = ChainerSim(example("chainerjob-mn.yaml"), controller=chainer_gang_controller(COSCHEDULING))
+    sim.sync()
+    sim.tick(20)
+    sim.all_ready()
+    sim.master("example-job-mn-master", active=1)
+    sim.sync()
+    sim.tick(300)
+    sim.master("example-job-mn-master", succeeded=1,
+               finished=("Complete", "CompletionsReached", "Reached expected number of succeeded pods"))
+    return sim
+
+
 CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for f in (
     first_sync_dist_cpu, first_sync_tune, running_all_pods_observed, terminal_succeeded,
     terminal_failed_never, terminal_failed_exitcode_permanent, restarting_exitcode_retryable,
@@ -278,7 +297,7 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     chainerjob_invalid_negative_replicas, chainerjob_invalid_edit_of_running_job,
     gang_volcano_defaults, gang_volcano_queue_priority_min_available,
     gang_scheduler_plugins_timeout_min_resources, gang_terminal_succeeded,
-    gang_invalid_scheduling_policy)}
+    gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_master_complete)}
 
 
 def _dump(data: dict) -> str:
