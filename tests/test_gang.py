@@ -63,6 +63,9 @@ def _rules(*apis: str) -> dict:
     pytest.param(gang_controller(VOLCANO_API, ""), "scheduling.kubeflow.org/scheduler-name",
                  id="empty-scheduler-name"),
     pytest.param(["not", "an", "object"], "controller: must be", id="controller-not-object"),
+    pytest.param({"spec": {"childResources": [{"resource": "podgroups", "apiVersion": ["x"]}]}},
+                 "childResources[0].apiVersion", id="api-version-not-a-string"),
+    pytest.param({"spec": {"childResources": "podgroups"}}, "must be a list", id="rules-not-a-list"),
 ])
 def test_bad_gang_configuration_is_a_bad_request(controller, message):
     with pytest.raises(InvalidRequest, match=message.replace("[", r"\[").replace("]", r"\]")):

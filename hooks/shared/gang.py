@@ -64,7 +64,8 @@ def read_gang(request: Mapping[str, Any]) -> Gang | None:
         return None
     if not isinstance(controller, Mapping):
         raise InvalidRequest("controller: must be the CompositeController object")
-    rules = (controller.get("spec") or {}).get("childResources") or []
+    spec = controller.get("spec") or {}
+    rules = (spec.get("childResources") if isinstance(spec, Mapping) else None) or []
     if not isinstance(rules, list):
         raise InvalidRequest("controller.spec.childResources: must be a list of child rules")
     found = [(i, rule) for i, rule in enumerate(rules)
@@ -77,10 +78,13 @@ def read_gang(request: Mapping[str, Any]) -> Gang | None:
                              f"{PODGROUP_RESOURCE}; keep one ({supported})")
     index, rule = found[0]
     api_version = rule.get("apiVersion")
-    if api_version not in DEFAULT_SCHEDULER:
+    if not isinstance(api_version, str) or api_version not in DEFAULT_SCHEDULER:
         raise InvalidRequest(f"controller.spec.childResources[{index}].apiVersion: "
                              f"{PODGROUP_RESOURCE} of {api_version!r} are not supported; {supported}")
-    annotations = (controller.get("metadata") or {}).get("annotations") or {}
+    metadata = controller.get("metadata") or {}
+    annotations = (metadata.get("annotations") if isinstance(metadata, Mapping) else None) or {}
+    if not isinstance(annotations, Mapping):
+        annotations = {}
     name = annotations.get(SCHEDULER_NAME_ANNOTATION, DEFAULT_SCHEDULER[api_version])
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"controller.metadata.annotations[{SCHEDULER_NAME_ANNOTATION}]: must "
