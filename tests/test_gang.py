@@ -402,3 +402,12 @@ def test_chainerjob_agent_waits_for_its_target_under_a_gang(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "exec exec -i example-job-mn-workerset-ws0-0 -c chainer -- /bin/sh -c echo hi\n"
     assert (tmp_path / "looks").read_text().strip() == "2"  # it looked twice: waited once
+
+
+def test_chainerjob_gang_answer_is_a_fixed_point():
+    sim = _chainer_sim(VOLCANO_API)
+    sim.sync()
+    sim.all_ready()
+    again = sim.sync()
+    assert sim.sync() == again
+    assert len(_by_kind(again, "PodGroup")) == 1 and len(_by_kind(again, "Job")) == 1
