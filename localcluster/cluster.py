@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 from .config import ControllerConfig, load_controller_config
 from .dns import ClusterDNS
+from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .kubelet import RESTART_BACKOFF, ProcessKubelet
 from .metacontroller import MetacontrollerStandIn
@@ -78,7 +79,8 @@ class LocalCluster:
         self.config = config or load_controller_config()
         self.store = Store()
         self.dns = ClusterDNS(self._service_names)
-        self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff)
+        self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
+                                      gate=GangGate(self.store))
         self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None

@@ -20,6 +20,7 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("v1", "pods"): "Pod",
     ("v1", "services"): "Service",
     ("scheduling.volcano.sh/v1beta1", "podgroups"): "PodGroup",
+    ("scheduling.x-k8s.io/v1alpha1", "podgroups"): "PodGroup",
     ("v1", "configmaps"): "ConfigMap",
 }
 PARENT_KINDS: dict[tuple[str, str], str] = {("kubeflow.org/v1", "mxjobs"): "MXJob"}

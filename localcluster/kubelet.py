@@ -10,6 +10,8 @@ Decisions (docs/localcluster.md says the same):
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
+- Scheduling: a pod is bound at once unless the `gate` (the gang scheduler, localcluster/gang.py)
+  holds it back; it then stays Pending with PodScheduled False, reason Unschedulable.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -42,6 +45,8 @@ HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME
 PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
 POLL_SECONDS = 0.05
+GATE_POLL_SECONDS = 0.1
+SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
@@ -106,9 +111,11 @@ class ProcessKubelet:
         *,
         workdir: Path = REPO_ROOT,
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
+        gate: SchedulingGate | None = None,
     ):
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
         self.restart_backoff = restart_backoff
+        self.gate = gate
         self._workers: dict[tuple[str, str], PodWorker] = {}
         self._stopping: list[PodWorker] = []
         self._lock = threading.Lock()
@@ -216,6 +223,7 @@ class PodWorker(threading.Thread):
         self._conditions: dict[str, tuple[str, str]] = {}
         self._containers_started = False
         self._init_failed = False
+        self._unschedulable: str | None = None  # why the scheduling gate holds the pod back
 
     # --- requests from other threads -------------------------------------------------------------
 
@@ -268,6 +276,9 @@ class PodWorker(threading.Thread):
             self.kubelet._forget(self)
 
     def _run(self) -> None:
+        if not self._wait_for_gate():
+            self._terminate()
+            return
         if not self._bind():
             return
         self._write_status()
@@ -299,6 +310,25 @@ class PodWorker(threading.Thread):
         with self._lock:
             evicting = self._evict_message is not None and self._status.get("reason") != "Evicted"
             return self._terminate_grace is not None or evicting
+
+    def _wait_for_gate(self) -> bool:
+        """Stay Pending while the gate holds the pod back; False if the pod ends meanwhile."""
+        gate = self.kubelet.gate
+        while gate is not None and not self._stopping():
+            current = self.kubelet.store.get("v1", "Pod", *self.key)
+            if current is None or current["metadata"]["uid"] != self.uid:
+                return False
+            reason = gate(current)
+            if reason is None:
+                self._unschedulable = None
+                return True
+            if reason != self._unschedulable:
+                self._unschedulable = reason
+                self._condition("PodScheduled", "False")
+                self._write_status()
+            self._wake.wait(GATE_POLL_SECONDS)
+            self._wake.clear()
+        return not self._stopping()
 
     def _bind(self) -> bool:
         """Set spec.nodeName (the scheduler's binding), so deletion becomes graceful."""
@@ -480,6 +510,10 @@ class PodWorker(threading.Thread):
         }
         if self.init_runs:
             status["initContainerStatuses"] = [r.status() for r in self.init_runs]
+        if self._unschedulable is not None:
+            for cond in status["conditions"]:
+                if cond["type"] == "PodScheduled":
+                    cond.update(reason="Unschedulable", message=self._unschedulable)
         if self._status.get("reason"):
             status["reason"], status["message"] = self._status["reason"], self._status.get("message", "")
         self._status = status

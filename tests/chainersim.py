@@ -21,7 +21,16 @@ from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import LAST_APPLIED
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "chainerjob"
+CONTROLLER = Path(__file__).resolve().parent.parent / "metacontroller" / "chainerjob-controller.yaml"
 ON_DELETE = {SERVICE_ACCOUNT_KEY, JOB_KEY}
+
+
+def gang_controller(api_version: str) -> dict:
+    """The shipped chainerjob-controller with the podgroups rule a gang component adds."""
+    controller = yaml.safe_load(CONTROLLER.read_text())
+    controller["spec"]["childResources"].append(
+        {"apiVersion": api_version, "resource": "podgroups", "updateStrategy": {"method": "InPlace"}})
+    return controller
 
 
 def chainerjob(name: str = "chj", *, workers: dict | None = None, **spec) -> dict:
@@ -54,9 +63,13 @@ def key_of(child: dict) -> str:
 class ChainerSim:
     """One ChainerJob and its children, synced step by step."""
 
-    def __init__(self, parent: dict, now: datetime = T0, **settings: str):
+    def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None, **settings: str):
         self.parent = copy.deepcopy(parent)
+        self.controller = copy.deepcopy(controller or {})
         self.children: dict[str, dict[str, dict]] = {key: {} for key in CHILD_KEYS}
+        for rule in self.controller.get("spec", {}).get("childResources", []):
+            if rule.get("resource") == "podgroups":
+                self.children[f"PodGroup.{rule['apiVersion']}"] = {}
         self.now = now
         self.settings = settings
         self.last: dict = {}
@@ -66,7 +79,8 @@ class ChainerSim:
 
     def request(self) -> dict:
         """The sync request Metacontroller would send now."""
-        return {"controller": {}, "parent": copy.deepcopy(self.parent), "children": copy.deepcopy(self.children),
+        return {"controller": copy.deepcopy(self.controller), "parent": copy.deepcopy(self.parent),
+                "children": copy.deepcopy(self.children),
                 "related": {}, "finalizing": False}
 
     def sync(self) -> dict:

@@ -31,13 +31,33 @@ def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
             "spec": {"mxReplicaSpecs": specs, **spec}}
 
 
+def gang_controller(api_version: str, scheduler_name: str | None = None) -> dict:
+    """The shipped CompositeController with a podgroups child rule, as the kustomize components make it."""
+    meta: dict = {"name": "mxjob-controller"}
+    if scheduler_name is not None:
+        meta["annotations"] = {"scheduling.kubeflow.org/scheduler-name": scheduler_name}
+    return {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": meta,
+            "spec": {"parentResource": {"apiVersion": "kubeflow.org/v1", "resource": "mxjobs"},
+                     "generateSelector": True,
+                     "childResources": [
+                         {"apiVersion": "v1", "resource": "pods",
+                          "updateStrategy": {"method": "OnDelete"}},
+                         {"apiVersion": "v1", "resource": "services",
+                          "updateStrategy": {"method": "InPlace"}},
+                         {"apiVersion": api_version, "resource": "podgroups",
+                          "updateStrategy": {"method": "InPlace"}}]}}
+
+
 class Sim:
     """One MXJob and its children, synced step by step."""
 
-    def __init__(self, parent: dict, now: datetime = T0):
+    def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None):
         self.parent = copy.deepcopy(parent)
+        self.controller = copy.deepcopy(controller or {})
         self.pods: dict[str, dict] = {}
         self.services: dict[str, dict] = {}
+        self.podgroups: dict[str, dict] = {}
         self.now = now
         self.last: dict = {}
         self._uids = itertools.count(1)
@@ -48,10 +68,19 @@ class Sim:
 
     def request(self) -> dict:
         """The sync request Metacontroller would send now."""
-        return {"controller": {}, "parent": copy.deepcopy(self.parent),
-                "children": {"Pod.v1": copy.deepcopy(self.pods),
-                             "Service.v1": copy.deepcopy(self.services)},
-                "related": {}, "finalizing": False}
+        children = {"Pod.v1": copy.deepcopy(self.pods), "Service.v1": copy.deepcopy(self.services)}
+        if self.podgroup_key:
+            children[self.podgroup_key] = copy.deepcopy(self.podgroups)
+        return {"controller": copy.deepcopy(self.controller), "parent": copy.deepcopy(self.parent),
+                "children": children, "related": {}, "finalizing": False}
+
+    @property
+    def podgroup_key(self) -> str | None:
+        """The children key of the controller's PodGroup rule, if it declares one."""
+        for rule in self.controller.get("spec", {}).get("childResources", []):
+            if rule.get("resource") == "podgroups":
+                return f"PodGroup.{rule['apiVersion']}"
+        return None
 
     def sync(self) -> dict:
         """Call the hook and apply its answer."""
@@ -60,17 +89,18 @@ class Sim:
         return self.last
 
     def apply(self, answer: dict) -> None:
-        """Apply an answer as Metacontroller does (Pods OnDelete, Services InPlace)."""
+        """Apply an answer as Metacontroller does (Pods OnDelete, Services and PodGroups InPlace)."""
         desired = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
-        for kind, store in (("Pod", self.pods), ("Service", self.services)):
+        stores = {"Pod": self.pods, "Service": self.services, "PodGroup": self.podgroups}
+        for kind, store in stores.items():
             for name in list(store):
                 if (kind, name) not in desired:
                     del store[name]
                     self.deleted.append(f"{kind}/{name}")
         for (kind, name), child in desired.items():
-            store = self.pods if kind == "Pod" else self.services
+            store = stores[kind]
             if name in store:
-                if kind == "Service":
+                if kind != "Pod":
                     store[name]["spec"] = copy.deepcopy(child["spec"])
                 continue
             obj = copy.deepcopy(child)

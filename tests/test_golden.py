@@ -15,7 +15,8 @@ from typing import Protocol
 import pytest
 import yaml
 from chainersim import JOB_KEY, ChainerSim, chainerjob, example
-from mcsim import Sim, mxjob
+from chainersim import gang_controller as chainer_gang_controller
+from mcsim import Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
 
@@ -129,6 +130,63 @@ def suspended_running_job() -> Sim:
     return sim
 
 
+VOLCANO = "scheduling.volcano.sh/v1beta1"
+COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
+
+
+def gang_volcano_defaults() -> Sim:
+    return Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}),
+               controller=gang_controller(VOLCANO))
+
+
+def gang_volcano_queue_priority_min_available() -> Sim:
+    # The mxnet-operator layout: schedulingPolicy inline under spec. Worker pods set their own
+    # priority class, which the policy's must not replace.
+    worker = {"replicas": 3, "template": {"spec": {
+        "priorityClassName": "best-effort",
+        "containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1"}]}}}
+    return Sim(mxjob(replicas={"Scheduler": 1, "Server": 2, "Worker": worker},
+                     schedulingPolicy={"minAvailable": 4, "queue": "research",
+                                       "priorityClass": "high-priority"}),
+               controller=gang_controller(VOLCANO))
+
+
+def gang_scheduler_plugins_timeout_min_resources() -> Sim:
+    def template(requests: dict, limits: dict) -> dict:
+        return {"spec": {"containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1-gpu",
+                                         "resources": {"requests": requests, "limits": limits}}]}}
+
+    return Sim(mxjob(replicas={
+        "Scheduler": {"replicas": 1, "template": template({"cpu": "500m", "memory": "512Mi"}, {})},
+        "Server": {"replicas": 1, "template": template({"cpu": 1, "memory": "2Gi"},
+                                                        {"cpu": 2, "memory": "2Gi"})},
+        # No requests: the limits count, the GPUs included.
+        "Worker": {"replicas": 2, "template": template({}, {"cpu": "4", "memory": "16Gi",
+                                                            "nvidia.com/gpu": 2})}},
+        runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 120}}),
+        controller=gang_controller(COSCHEDULING, "scheduler-plugins-scheduler"))
+
+
+def gang_terminal_succeeded() -> Sim:
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}),
+              controller=gang_controller(VOLCANO))
+    sim.sync()
+    sim.tick(5)
+    sim.run()
+    sim.sync()
+    sim.tick(60)
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    return sim
+
+
+def gang_invalid_scheduling_policy() -> Sim:
+    return Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}, runPolicy={
+        "schedulingPolicy": {"minAvailable": 9, "scheduleTimeoutSeconds": -5,
+                             "minResources": {"cpu": "lots", "memory": "8Gi"}}}),
+        controller=gang_controller(VOLCANO))
+
+
 # --- ChainerJob ---------------------------------------------------------------------------------
 
 
@@ -210,6 +268,24 @@ def chainerjob_invalid_edit_of_running_job() -> ChainerSim:
     return sim
 
 
+def gang_chainerjob_volcano_first_sync() -> ChainerSim:
+    # Under a gang the master Job comes at once, with the workers, and the agent waits for them.
+    return ChainerSim(example("chainerjob-gpu-two-sets.yaml"), controller=chainer_gang_controller(VOLCANO))
+
+
+def gang_chainerjob_master_complete() -> ChainerSim:
+    sim = ChainerSim(example("chainerjob-mn.yaml"), controller=chainer_gang_controller(COSCHEDULING))
+    sim.sync()
+    sim.tick(20)
+    sim.all_ready()
+    sim.master("example-job-mn-master", active=1)
+    sim.sync()
+    sim.tick(300)
+    sim.master("example-job-mn-master", succeeded=1,
+               finished=("Complete", "CompletionsReached", "Reached expected number of succeeded pods"))
+    return sim
+
+
 CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for f in (
     first_sync_dist_cpu, first_sync_tune, running_all_pods_observed, terminal_succeeded,
     terminal_failed_never, terminal_failed_exitcode_permanent, restarting_exitcode_retryable,
@@ -218,7 +294,10 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     chainerjob_non_distributed, chainerjob_one_worker_set, chainerjob_two_worker_sets_gpu,
     chainerjob_waiting_for_workers, chainerjob_master_running, chainerjob_master_complete,
     chainerjob_master_failed_backoff_limit, chainerjob_invalid_backend, chainerjob_invalid_names_too_long,
-    chainerjob_invalid_negative_replicas, chainerjob_invalid_edit_of_running_job)}
+    chainerjob_invalid_negative_replicas, chainerjob_invalid_edit_of_running_job,
+    gang_volcano_defaults, gang_volcano_queue_priority_min_available,
+    gang_scheduler_plugins_timeout_min_resources, gang_terminal_succeeded,
+    gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_master_complete)}
 
 
 def _dump(data: dict) -> str:

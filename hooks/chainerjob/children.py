@@ -6,6 +6,8 @@ from typing import Any
 
 from hooks.chainerjob import launch, names
 from hooks.chainerjob.spec import ChainerJob, WorkerSet
+from hooks.shared.errors import SpecError
+from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
 
@@ -16,6 +18,7 @@ KUBECTL_IN_IMAGE = "/bin/kubectl"
 KUBECTL_INIT_CONTAINER = "kubectl-delivery"
 
 KUBECTL_VOLUME = "chainer-operator-volume-kubectl"
+MASTER_TASK = "master"  # Volcano's task name of the master pod; worker pods use their worker set's
 ASSETS_VOLUME = "chainer-operator-volume-assets"
 AGENT_MODE = 0o555
 HOSTFILE_MODE = 0o444
@@ -59,11 +62,12 @@ def role_binding_for(job: ChainerJob) -> JSON:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.role(job)}}
 
 
-def assets_for(job: ChainerJob) -> JSON:
+def assets_for(job: ChainerJob, *, gang: Gang | None = None) -> JSON:
     """The ConfigMap with the rsh agent and the complete hostfile."""
+    agent = launch.agent_script(job, wait_for_target=gang is not None)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(job, names.assets(job), names.common_labels(job)),
-            "data": {names.AGENT_KEY: launch.agent_script(job), names.HOSTFILE_KEY: launch.hostfile(job)}}
+            "data": {names.AGENT_KEY: agent, names.HOSTFILE_KEY: launch.hostfile(job)}}
 
 
 def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
@@ -76,22 +80,25 @@ def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
                      "selector": names.worker_labels(job, ws.name)}}
 
 
-def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool) -> JSON:
+def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | None = None) -> JSON:
     """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished."""
     labels = names.worker_labels(job, ws.name)
     pod_spec = json_copy(dict(ws.template.get("spec") or {}))
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
+    template_meta = _template_meta(ws.template, labels)
+    if gang is not None:
+        mark_pod(gang, template_meta, pod_spec, group=job.name, task=ws.name, priority_class=None)
     return {"apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": _meta(job, names.worker_set(job, ws.name), {**job.labels, **labels}),
             "spec": {"replicas": 0 if done else ws.replicas,
                      "podManagementPolicy": "Parallel",
                      "serviceName": names.worker_set(job, ws.name),
                      "selector": {"matchLabels": labels},
-                     "template": {"metadata": _template_meta(ws.template, labels), "spec": pod_spec}}}
+                     "template": {"metadata": template_meta, "spec": pod_spec}}}
 
 
-def master_job_for(job: ChainerJob, *, kubectl_image: str) -> JSON:
+def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None) -> JSON:
     """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile."""
     labels = names.master_labels(job)
     pod_spec = json_copy(dict(job.master.template.get("spec") or {}))
@@ -113,9 +120,29 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str) -> JSON:
         spec["backoffLimit"] = job.master.backoff_limit
     if job.master.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = job.master.active_deadline_seconds
-    spec["template"] = {"metadata": _template_meta(job.master.template, labels), "spec": pod_spec}
+    template_meta = _template_meta(job.master.template, labels)
+    if gang is not None:
+        mark_pod(gang, template_meta, pod_spec, group=job.name, task=MASTER_TASK, priority_class=None)
+    spec["template"] = {"metadata": template_meta, "spec": pod_spec}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": _meta(job, names.master(job), {**job.labels, **labels}), "spec": spec}
+
+
+def podgroup_for_job(job: ChainerJob, gang: Gang) -> JSON:
+    """The job's PodGroup: the master and every worker start together.
+
+    ChainerJob's API has no schedulingPolicy, so only minMember (every pod) and the resources of
+    those pods are set. Raises SpecError when a template's resources cannot be read.
+    """
+    members = [("spec.master.template.spec", job.master.template.get("spec") or {}, 1)]
+    members += [(f"spec.workerSets.{ws.name}.template.spec", ws.template.get("spec") or {}, ws.replicas)
+                for ws in job.worker_sets.values()]
+    problems: list[str] = []
+    resources = min_resources(members, 1 + job.workers, problems)
+    if problems:
+        raise SpecError(problems)
+    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=names.common_labels(job),
+                        min_member=1 + job.workers, policy=SchedulingPolicy(), resources=resources)
 
 
 def _meta(job: ChainerJob, name: str, labels: Mapping[str, str]) -> JSON:

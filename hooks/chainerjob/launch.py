@@ -10,6 +10,10 @@ from __future__ import annotations
 from hooks.chainerjob import names
 from hooks.chainerjob.spec import DEFAULT_CONTAINER, ChainerJob
 
+# How long the rsh agent waits for a worker container under gang scheduling (image pulls included).
+AGENT_WAIT_SECONDS = 600
+AGENT_WAIT_STEP = 2
+
 AGENT_PATH = f"{names.ASSETS_DIR}/{names.AGENT_KEY}"
 HOSTFILE_PATH = f"{names.ASSETS_DIR}/{names.HOSTFILE_KEY}"
 
@@ -52,8 +56,13 @@ def hostfile(job: ChainerJob) -> str:
     return "\n".join(lines) + "\n"
 
 
-def agent_script(job: ChainerJob) -> str:
-    """The rsh agent: run `<command...>` on pod `<host>` through a shell, as ssh would."""
+def agent_script(job: ChainerJob, *, wait_for_target: bool = False) -> str:
+    """The rsh agent: run `<command...>` on pod `<host>` through a shell, as ssh would.
+
+    With `wait_for_target` (gang scheduling: every pod is created at once, so mpiexec may start
+    before a worker's container runs) it first waits, at most AGENT_WAIT_SECONDS, for the target
+    container to be running, and says why when it gives up.
+    """
     cases = "".join(f"  {names.worker_set(job, ws.name)}-[0-9]*) container={ws.main_container} ;;\n"
                     for ws in job.worker_sets.values())
     return (
@@ -68,6 +77,24 @@ def agent_script(job: ChainerJob) -> str:
         f"{cases}"
         f"  *) container={DEFAULT_CONTAINER} ;;\n"
         "esac\n"
+        f"{_wait_for_target() if wait_for_target else ''}"
         f"exec \"${{KUBECTL_DIR:-{names.KUBECTL_DIR}}}/kubectl\" exec -i \"$host\" -c \"$container\" -- "
         "/bin/sh -c \"$*\"\n"
+    )
+
+
+def _wait_for_target() -> str:
+    running = ('{.status.containerStatuses[?(@.name==\\"$container\\")].state.running.startedAt}')
+    return (
+        "waited=0\n"
+        f"until [ -n \"$(\"${{KUBECTL_DIR:-{names.KUBECTL_DIR}}}/kubectl\" get pod \"$host\" "
+        f"-o \"jsonpath={running}\" 2>/dev/null)\" ]; do\n"
+        f"  if [ \"$waited\" -ge {AGENT_WAIT_SECONDS} ]; then\n"
+        "    echo \"kubexeb.sh: container $container of pod $host is not running after $waited s; "
+        "giving up (is the gang scheduled? kubectl describe pod $host)\" >&2\n"
+        "    exit 1\n"
+        "  fi\n"
+        f"  sleep {AGENT_WAIT_STEP}\n"
+        f"  waited=$((waited + {AGENT_WAIT_STEP}))\n"
+        "done\n"
     )

@@ -21,6 +21,7 @@ from hooks.chainerjob.status import (
     validation_failed_status,
 )
 from hooks.shared.answers import invalid_spec_message, keep_children
+from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
 from hooks.shared.request import read_children, read_parent
 
@@ -42,12 +43,15 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
                     kubectl_image: str = children.KUBECTL_IMAGE) -> SyncResponse:
     """Answer one sync request: the desired children and the status."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
-    observed = dict(zip(CHILD_KEYS, read_children(request, CHILD_KEYS), strict=True))
+    gang = read_gang(request)
+    keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
+    observed = dict(zip(keys, read_children(request, keys), strict=True))
     # Only the hook writes status; anything else there is ignored rather than trusted.
     raw_status = parent.get("status")
     old_status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
     try:
         job = parse_chainerjob(parent)
+        podgroup = children.podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
         message = invalid_spec_message(PARENT_KIND, parent, err.problems)
         kept = [obj for objs in observed.values() for obj in objs.values()]
@@ -66,21 +70,27 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
     # Once it exists the master is kept (OnDelete, so never changed); it is first created only
     # when every worker can be reached, and never again after the job has finished.
-    master_wanted = master_job is not None or (not done and workers_ready)
-    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image)
+    # Under a gang the master is created at once: waiting for ready workers would deadlock (the
+    # gang waits for the master's pod); its rsh agent waits for each worker instead.
+    master_wanted = master_job is not None or (not done and (workers_ready or gang is not None))
+    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image, gang=gang)
+    if podgroup is not None and not done:
+        # Only while the job runs: a finished job's PodGroup would keep its queue's share.
+        wanted.insert(0, podgroup)
     return {"status": status_for(job, old_status, record, ready, master_wanted, now), "children": wanted}
 
 
-def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str) -> list[JSON]:
+def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str,
+                     gang: Gang | None = None) -> list[JSON]:
     """Every child, in a fixed order: launcher RBAC and assets, then per worker set, then the master."""
     wanted: list[JSON] = []
     if job.distributed:
         wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
-                   children.assets_for(job)]
+                   children.assets_for(job, gang=gang)]
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
-        wanted += [children.statefulset_for(job, ws, done=done) for ws in job.worker_sets.values()]
+        wanted += [children.statefulset_for(job, ws, done=done, gang=gang) for ws in job.worker_sets.values()]
     if with_master:
-        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image))
+        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang))
     return wanted
 
 

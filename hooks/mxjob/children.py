@@ -1,16 +1,19 @@
-"""Builders of the desired children: one Pod and one headless Service per replica index."""
+"""Builders of the desired children: one Pod and one headless Service per replica index, and the
+job's PodGroup under gang scheduling."""
 from __future__ import annotations
 
 from typing import Any
 
 from hooks.mxjob.env import env_for, merge_env
-from hooks.mxjob.names import child_name, labels_for, selector_for
-from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec
+from hooks.mxjob.names import child_name, job_labels, labels_for, selector_for
+from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec, SpecError
+from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
 
 
-def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str) -> JSON:
+def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str,
+            gang: Gang | None = None) -> JSON:
     """The desired Pod of one replica: the template with the operator's changes, nothing else."""
     template = spec.template
     meta = template.get("metadata") or {}
@@ -31,7 +34,31 @@ def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str) -> JSON:
     }
     if meta.get("annotations"):
         metadata["annotations"] = dict(meta["annotations"])
+    if gang is not None:
+        mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
+                 priority_class=job.run_policy.scheduling.priority_class)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
+    """The job's PodGroup: every pod is a member unless schedulingPolicy.minAvailable says fewer.
+
+    Raises SpecError when minResources must be computed and a template's resources cannot be read.
+    """
+    policy = job.run_policy.scheduling
+    min_member = policy.min_available if policy.min_available is not None else job.total_replicas
+    if policy.min_resources is not None:
+        resources = {name: q.canonical() for name, q in sorted(policy.min_resources.items())}
+    else:
+        problems: list[str] = []
+        # The first pods created: replica types in their fixed order, indexes ascending.
+        members = [(f"spec.mxReplicaSpecs.{rtype}.template.spec", s.template.get("spec") or {},
+                    s.replicas) for rtype, s in job.replicas.items()]
+        resources = min_resources(members, min_member, problems)
+        if problems:
+            raise SpecError(problems)
+    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=job_labels(job),
+                        min_member=min_member, policy=policy, resources=resources)
 
 
 def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:

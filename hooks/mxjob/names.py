@@ -34,6 +34,12 @@ def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:
     }
 
 
+def job_labels(job: MXJob) -> dict[str, str]:
+    """Labels of an object that belongs to the whole job rather than one replica (its PodGroup)."""
+    return {OPERATOR_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job.name,
+            "group-name": "kubeflow.org", "job-name": job.name}
+
+
 def labels_for(job: MXJob, rtype: str, index: int) -> dict[str, str]:
     """Operator labels of a pod or service: the current family and the legacy one."""
     labels = selector_for(job.name, rtype, index)

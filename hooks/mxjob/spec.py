@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.shared.errors import SpecError
+from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
@@ -59,6 +60,8 @@ class RunPolicy:
     active_deadline_seconds: int | None = None
     backoff_limit: int | None = None
     suspend: bool = False
+    scheduling: SchedulingPolicy = field(default_factory=SchedulingPolicy)
+    scheduling_path: str = "spec.runPolicy.schedulingPolicy"
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,11 @@ class MXJob:
             return "Worker"
         return "Scheduler"
 
+    @property
+    def total_replicas(self) -> int:
+        """How many pods the job has: every replica of every type."""
+        return total_replicas(self.replicas)
+
     def deciding_slots(self) -> list[tuple[str, int]]:
         """Every (replica type, index) whose pod must succeed for the job to succeed."""
         rtype = self.deciding_type
@@ -123,6 +131,8 @@ def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
     if job_mode in JOB_MODES:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
+    check_min_available(run_policy.scheduling, total_replicas(replicas), run_policy.scheduling_path,
+                        problems)
     if problems:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
@@ -161,10 +171,13 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
     if not isinstance(suspend, bool):
         problems.append(f"{paths['suspend']}: must be true or false, got {suspend!r}")
         suspend = False
+    scheduling_path = paths.get("schedulingPolicy", "spec.runPolicy.schedulingPolicy")
+    scheduling = parse_scheduling_policy(merged.get("schedulingPolicy"), scheduling_path, problems)
     return RunPolicy(clean_pod_policy=clean,
                      ttl_seconds_after_finished=ints["ttlSecondsAfterFinished"],
                      active_deadline_seconds=ints["activeDeadlineSeconds"],
-                     backoff_limit=ints["backoffLimit"], suspend=suspend)
+                     backoff_limit=ints["backoffLimit"], suspend=suspend,
+                     scheduling=scheduling, scheduling_path=scheduling_path)
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:
@@ -308,6 +321,11 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
         problems.append(f"metadata.name: too long: the Service name {longest!r} would have "
                         f"{len(longest)} characters (the limit is {MAX_NAME_LENGTH}); use a job "
                         f"name of at most {allowed} characters")
+
+
+def total_replicas(replicas: Mapping[str, ReplicaSpec]) -> int:
+    """How many pods a job with these replica specs has."""
+    return sum(s.replicas for s in replicas.values())
 
 
 def _is_non_negative_int(value: Any) -> bool:

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.mxjob.children import pod_for, service_for
+from hooks.mxjob.children import pod_for, podgroup_for_job, service_for
 from hooks.mxjob.env import mx_config, mx_config_prefix
 from hooks.mxjob.lifecycle import decide
 from hooks.mxjob.observed import replica_slots, view_pods
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
 from hooks.shared.conditions import Conditions, rfc3339
+from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.request import as_last_applied, read_children, read_parent
 
@@ -29,7 +30,7 @@ MAX_ANNOTATIONS_BYTES = 262144  # the API server's limit on all annotations of o
 
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     """Answer one sync request: desired children, status and, when a timer is due, a resync."""
-    parent, observed_pods, observed_services = _read_request(request)
+    parent, gang, (observed_pods, observed_services, observed_groups) = _read_request(request)
     old_status = parent.get("status") or {}
     try:
         job = parse_mxjob(parent)
@@ -37,14 +38,20 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         problems = size_problems(job, prefix) or changed_since_created(prefix, observed_pods)
         if problems:
             raise SpecError(problems)
+        podgroup = podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
-        return _invalid_spec(parent, old_status, observed_pods, observed_services, err, now)
+        return _invalid_spec(parent, old_status, (observed_pods, observed_services, observed_groups),
+                             err, now)
 
     slots = replica_slots(job)
     plan = decide(job, old_status, view_pods(slots, observed_pods), slots, observed_services, now)
-    children = [pod_for(job, job.replicas[slots[n][0]], slots[n][1], prefix=prefix)
+    children = [pod_for(job, job.replicas[slots[n][0]], slots[n][1], prefix=prefix, gang=gang)
                 for n in plan.pods]
     children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
+    # The gang exists while the job may still get pods: a finished job's PodGroup would keep
+    # holding its queue's share, and a suspended job has no pods to group.
+    if podgroup is not None and not job.run_policy.suspend and not _finished(plan.status, now):
+        children.insert(0, podgroup)
     response: SyncResponse = {"status": plan.status, "children": children}
     if plan.resync_after is not None:
         # Never 0: Metacontroller reads 0 as "no resync"; a due timer should fire at once.
@@ -106,25 +113,33 @@ def changed_since_created(prefix: str, observed_pods: Mapping[str, Any]) -> list
     return []
 
 
-def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, Any]]:
+def _read_request(request: Any) -> tuple[JSON, Gang | None, tuple[Mapping[str, Any], ...]]:
+    """The parent, the gang configuration, and the observed Pods, Services and PodGroups."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
-    pods, services = read_children(request, (POD_KEY, SERVICE_KEY))
-    return parent, pods, services
+    gang = read_gang(request)
+    if gang is None:
+        pods, services = read_children(request, (POD_KEY, SERVICE_KEY))
+        return parent, None, (pods, services, {})
+    pods, services, groups = read_children(request, (POD_KEY, SERVICE_KEY, gang.child_key))
+    return parent, gang, (pods, services, groups)
+
+
+def _finished(status: Mapping[str, Any], now: datetime) -> bool:
+    return Conditions(status.get("conditions"), now).terminal() is not None
 
 
 def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
-                  observed_pods: Mapping[str, Any], observed_services: Mapping[str, Any],
-                  err: SpecError, now: datetime) -> SyncResponse:
+                  observed: tuple[Mapping[str, Any], ...], err: SpecError,
+                  now: datetime) -> SyncResponse:
     meta = parent["metadata"]
     message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
                + "; ".join(err.problems) + ".")
-    started = bool(observed_pods or observed_services or old_status.get("startTime"))
+    started = any(observed) or bool(old_status.get("startTime"))
     if started:
         # An edit must never destroy a running job: keep every child as last applied and say why.
         status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
         status["specError"] = message
-        children = [as_last_applied(obj) for obj in (*observed_pods.values(),
-                                                        *observed_services.values())]
+        children = [as_last_applied(obj) for group in observed for obj in group.values()]
         return {"status": status, "children": children}
     conds = Conditions(old_status.get("conditions"), now)
     conds.set("Failed", True, "MXJobFailedValidation", message)

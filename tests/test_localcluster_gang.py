@@ -1,0 +1,134 @@
+"""End to end on the local cluster: a gang is held back until its pods exist, then starts together.
+
+The controller is the one the README's kustomization with a gang component renders, so the local
+Metacontroller, the real hooks server and the kubelet's gang gate run exactly what a user installs.
+A pod that cannot be created yet (here: refused by a namespace quota, as an API server would) is
+what leaves a gang incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_gang_manifests import readme_kustomizations, write_kustomization
+from test_manifests import render, the
+
+from localcluster.cluster import LocalCluster, finished
+from localcluster.config import parse_composite_controller
+from localcluster.store import StoreError
+
+pytestmark = pytest.mark.e2e
+
+REPLICAS = 3
+# Each worker prints when its process started, then works for a moment.
+WORKER = ("import json,os,time; print('STARTED', json.dumps(time.time()), flush=True); "
+          "time.sleep(1.5)")
+
+
+def gang_job(name: str, policy: dict) -> dict:
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name},
+        "spec": {"runPolicy": {"schedulingPolicy": policy}, "mxReplicaSpecs": {"Worker": {
+            "replicas": REPLICAS, "restartPolicy": "Never",
+            "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                {"name": "mxnet", "image": "busybox:1.36", "command": ["python", "-c", WORKER]}]}}}}},
+    }
+
+
+@contextmanager
+def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
+    install = write_kustomization(tmp_path / "install", readme_kustomizations()[component])
+    controller = the(render(install), "CompositeController", "mxjob-controller")
+    config = parse_composite_controller(controller, f"README kustomization with {component}")
+    with LocalCluster(tmp_path / "state", config=config, sync_backoff=(0.05, 0.4)) as cluster:
+        yield cluster
+
+
+def refuse_creating(cluster: LocalCluster, pod_name: str) -> list[bool]:
+    """Make the API refuse one pod (as a ResourceQuota would) until the returned flag is cleared."""
+    refusing = [True]
+    create = cluster.store.create
+
+    def quota_create(obj):
+        if refusing[0] and obj.get("kind") == "Pod" and obj["metadata"]["name"] == pod_name:
+            raise StoreError(403, "Forbidden", f"pods {pod_name!r} is forbidden: exceeded quota")
+        return create(obj)
+
+    cluster.store.create = quota_create  # type: ignore[method-assign]
+    return refusing
+
+
+def scheduled(pod: dict) -> dict:
+    return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), {})
+
+
+def start_times(cluster: LocalCluster, job: str) -> dict[str, float]:
+    times = {}
+    for pod in cluster.pods(job):
+        log = cluster.log_path(pod["metadata"]["name"])
+        found = re.search(r"^STARTED (\S+)$", log.read_text(), re.M) if log.exists() else None
+        if found:
+            times[pod["metadata"]["name"]] = json.loads(found.group(1))
+    return times
+
+
+def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path):
+    with gang_cluster(tmp_path, "volcano") as cluster:
+        refusing = refuse_creating(cluster, "gang-worker-2")
+        cluster.submit(gang_job("gang", {}))
+
+        def held() -> list[dict] | None:
+            pods = cluster.pods("gang")
+            ok = len(pods) == 2 and all(scheduled(p).get("reason") == "Unschedulable" for p in pods)
+            return pods if ok else None
+
+        pods = cluster.wait_for(held, 30, what="two pods held back by the gang")
+        assert cluster.store.get("scheduling.volcano.sh/v1beta1", "PodGroup", "default", "gang")
+        for pod in pods:
+            assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+            assert scheduled(pod)["message"] == ("pod group gang: 2 of its minMember 3 pods exist; "
+                                                 "the gang starts when 3 do")
+            assert pod["spec"]["schedulerName"] == "volcano"
+        # Held, not just slow: a while later still nothing has started.
+        time.sleep(1.0)
+        assert all(p["status"]["phase"] == "Pending" for p in cluster.pods("gang"))
+        assert start_times(cluster, "gang") == {}
+
+        refusing[0] = False
+        job = cluster.wait_finished("gang", 60)
+        times = start_times(cluster, "gang")
+
+    assert finished(job) == "Succeeded"
+    assert sorted(times) == [f"gang-worker-{i}" for i in range(REPLICAS)]
+    assert max(times.values()) - min(times.values()) < 1.0, times
+
+
+def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path):
+    with gang_cluster(tmp_path, "scheduler-plugins") as cluster:
+        refusing = refuse_creating(cluster, "part-worker-2")
+        cluster.submit(gang_job("part", {"minAvailable": 2}))
+
+        def two_running() -> bool:
+            pods = cluster.pods("part")
+            return len(pods) == 2 and all(p["status"].get("phase") in ("Running", "Succeeded") for p in pods)
+
+        cluster.wait_for(two_running, 30, what="two of three workers running")
+        group = cluster.store.get("scheduling.x-k8s.io/v1alpha1", "PodGroup", "default", "part")
+        assert group is not None and group["spec"]["minMember"] == 2
+        assert cluster.pod("part-worker-2") is None
+        assert all(p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "part"
+                   and p["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+                   for p in cluster.pods("part"))
+
+        refusing[0] = False
+        job = cluster.wait_finished("part", 60)
+        remaining = cluster.store.get("scheduling.x-k8s.io/v1alpha1", "PodGroup", "default", "part")
+
+    assert finished(job) == "Succeeded"
+    assert remaining is None  # the finished job's PodGroup is gone
