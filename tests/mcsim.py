@@ -38,6 +38,7 @@ class Sim:
         self.parent = copy.deepcopy(parent)
         self.pods: dict[str, dict] = {}
         self.services: dict[str, dict] = {}
+        self.config_maps: dict[str, dict] = {}
         self.now = now
         self.last: dict = {}
         self._uids = itertools.count(1)
@@ -50,7 +51,8 @@ class Sim:
         """The sync request Metacontroller would send now."""
         return {"controller": {}, "parent": copy.deepcopy(self.parent),
                 "children": {"Pod.v1": copy.deepcopy(self.pods),
-                             "Service.v1": copy.deepcopy(self.services)},
+                             "Service.v1": copy.deepcopy(self.services),
+                             "ConfigMap.v1": copy.deepcopy(self.config_maps)},
                 "related": {}, "finalizing": False}
 
     def sync(self) -> dict:
@@ -60,15 +62,16 @@ class Sim:
         return self.last
 
     def apply(self, answer: dict) -> None:
-        """Apply an answer as Metacontroller does (Pods OnDelete, Services InPlace)."""
+        """Apply an answer as Metacontroller does (Pods and ConfigMaps OnDelete, Services InPlace)."""
         desired = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
-        for kind, store in (("Pod", self.pods), ("Service", self.services)):
+        stores = {"Pod": self.pods, "Service": self.services, "ConfigMap": self.config_maps}
+        for kind, store in stores.items():
             for name in list(store):
                 if (kind, name) not in desired:
                     del store[name]
                     self.deleted.append(f"{kind}/{name}")
         for (kind, name), child in desired.items():
-            store = self.pods if kind == "Pod" else self.services
+            store = stores[kind]
             if name in store:
                 if kind == "Service":
                     store[name]["spec"] = copy.deepcopy(child["spec"])

@@ -49,7 +49,7 @@ def sync_request(name: str = "digits", namespace: str = "team-a") -> dict:
             "spec": {"jobMode": "MXTrain",
                      "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": template}}},
         },
-        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
         "related": {},
         "finalizing": False,
     }

@@ -281,7 +281,7 @@ def test_composite_controller_child_rules():
         (c["apiVersion"], c["resource"]): c.get("updateStrategy", {}).get("method", "OnDelete")
         for c in spec["childResources"]
     }
-    assert strategies == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace"}
+    assert strategies == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace", ("v1", "configmaps"): "OnDelete"}
 
 
 def test_sync_webhook_points_at_the_hooks_service():

@@ -1,16 +1,31 @@
-"""Builders of the desired children: one Pod and one headless Service per replica index."""
+"""Builders of the desired children: the job's cluster ConfigMap, one Pod and one headless Service per replica index."""
 from __future__ import annotations
 
 from typing import Any
 
-from hooks.mxjob.env import env_for, merge_env
-from hooks.mxjob.names import child_name, labels_for, selector_for
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
+from hooks.mxjob.names import child_name, job_labels, labels_for, selector_for
 from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
 
 
-def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str) -> JSON:
+def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
+    """The ConfigMap every pod of the job reads its cluster map from (MXJOB_CLUSTER).
+
+    Immutable: the layout of a job never changes after its pods exist, and the kubelet need not
+    watch an immutable ConfigMap.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": wiring.config_map, "namespace": job.namespace, "labels": job_labels(job.name)},
+        "immutable": True,
+        "data": {CLUSTER_KEY: wiring.cluster},
+    }
+
+
+def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, wiring: ClusterWiring) -> JSON:
     """The desired Pod of one replica: the template with the operator's changes, nothing else."""
     template = spec.template
     meta = template.get("metadata") or {}
@@ -18,7 +33,7 @@ def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str) -> JSON:
     # ExitCode is the operator's policy, not the kubelet's: the pod must not be restarted in
     # place so that the operator sees the exit code and decides.
     pod_spec["restartPolicy"] = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
-    operator_env = env_for(job, spec.type, index, prefix=prefix)
+    operator_env = env_for(job, spec.type, index, wiring=wiring)
     for container in pod_spec["containers"]:
         container["env"] = merge_env(operator_env, container.get("env"))
         if container["name"] == MAIN_CONTAINER:

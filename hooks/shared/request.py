@@ -59,6 +59,8 @@ def as_last_applied(obj: Mapping[str, Any]) -> JSON:
             pass
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.
+    # The rest of the object (a Pod's spec, a ConfigMap's data) is kept as observed.
     keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta,
-            "spec": obj.get("spec")}
+    kept: JSON = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    kept["metadata"] = keep_meta
+    return kept
