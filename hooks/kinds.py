@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import SyncResponse
 
@@ -24,3 +25,7 @@ ROUTES: dict[str, tuple[str, ...]] = {"MXJob": ("/sync", "/mxjob/sync")}
 
 # Looked up on every request (not bound at start-up), so a test can stand in for one kind's core.
 SYNC: dict[str, SyncFunction] = {"MXJob": sync_mxjob}
+
+# The fields of observed children each kind's core reads (see hooks.server.wire): the shell decodes
+# only these. A kind left out here gets every field.
+OBSERVED_FIELDS: dict[str, Mapping[str, Any]] = {"MXJob": MXJOB_OBSERVED_FIELDS}

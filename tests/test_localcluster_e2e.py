@@ -348,7 +348,8 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
     assert request["controller"]["kind"] == "CompositeController"
-    assert set(request["children"]) == {"Pod.v1", "Service.v1"} and request["children"]["Service.v1"] == {}
+    assert set(request["children"]) == {"Pod.v1", "Service.v1", "ConfigMap.v1"}
+    assert request["children"]["Service.v1"] == request["children"]["ConfigMap.v1"] == {}
     assert request["parent"]["metadata"]["uid"] == uid
     pod = request["children"]["Pod.v1"]["p"]
     assert pod["metadata"]["labels"]["controller-uid"] == uid

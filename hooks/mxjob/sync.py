@@ -24,6 +24,21 @@ PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
 MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
 
+# Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: True is
+# any value, a dict an object of those fields, a one-element list an array of such objects. The
+# shell may hand over observed children with only these fields (a large request is mostly pod
+# specs nobody reads here); tests/test_wire.py checks every answer is the same either way, so a new
+# read of an observed child must be added here.
+OBSERVED_FIELDS: Mapping[str, Any] = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": {"name": True, "namespace": True, "uid": True, "labels": True, "annotations": True,
+                 "deletionTimestamp": True},
+    "status": {"phase": True,
+               "containerStatuses": [{"name": True, "restartCount": True, "state": {"terminated": {"exitCode": True}}}]},
+    "data": True,
+}
+
 
 class Observed(NamedTuple):
     """The observed children of one MXJob, by child rule, each keyed by name."""
