@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from hooks.mxjob.children import cluster_config_map, pod_for, service_for
+from hooks.mxjob.children import cluster_config_map, pod_builder, service_for
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring
 from hooks.mxjob.lifecycle import decide
 from hooks.mxjob.observed import replica_slots, view_pods
@@ -67,7 +67,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
 
     slots = replica_slots(job)
     plan = decide(job, old_status, view_pods(slots, observed.pods), slots, observed.services, now)
-    children = [pod_for(job, job.replicas[slots[n][0]], slots[n][1], wiring=wiring) for n in plan.pods]
+    pods = {rtype: pod_builder(job, spec, wiring) for rtype, spec in job.replicas.items()}
+    children = [pods[slots[n][0]](slots[n][1]) for n in plan.pods]
     children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
