@@ -40,7 +40,7 @@ def read_body(environ: Mapping[str, Any], limit: int | None) -> bytes:
 
     The limit holds for chunked bodies too: without Content-Length, reading stops one byte past it.
     """
-    stream = environ["wsgi.input"]
+    stream = _unbuffered(environ["wsgi.input"])
     declared = environ.get("CONTENT_LENGTH") or ""
     if declared.isdigit():
         length = int(declared)
@@ -62,6 +62,21 @@ def read_body(environ: Mapping[str, Any], limit: int | None) -> bytes:
         total += len(chunk)
         if limit is not None and total > limit:
             raise _too_large(limit)
+
+
+def _unbuffered(stream: Any) -> Any:
+    """gunicorn's body reader itself, when nothing has been read from the body yet.
+
+    gunicorn's `wsgi.input` (gunicorn.http.body.Body) pulls its reader 1 KB at a time whatever size
+    is asked for, re-buffering the socket's 8 KB chunks on every pull; its reader (for a
+    Content-Length or a chunked body) returns what is asked for in one pass. Measured on a 13 MB
+    request: several times faster (docs/benchmarks.md).
+    """
+    reader = getattr(stream, "reader", None)
+    buffered = getattr(stream, "buf", None)
+    if callable(getattr(reader, "read", None)) and buffered is not None and buffered.tell() == 0:
+        return reader
+    return stream
 
 
 def _read_exactly(stream: Any, length: int) -> bytes:
