@@ -77,3 +77,19 @@ def test_the_selective_decode_leaves_out_what_the_core_never_reads():
     pod = decoded["children"]["Pod.v1"]["mx-worker-0"]
     assert "spec" not in pod and set(pod) == {"apiVersion", "kind", "metadata", "status"}
     assert decoded["parent"] == sim.parent  # the parent is decoded whole
+
+
+@pytest.mark.parametrize(("child", "path"), [
+    ({"status": "Running"}, "$.children[...][...].status"),
+    ({"metadata": {"uid": 7}}, "$.children[...][...].metadata.uid"),
+    ({"metadata": {"labels": {"a": 1}}}, "$.children[...][...].metadata.labels[...]"),
+    ({"status": {"containerStatuses": {"name": "mxnet"}}}, "$.children[...][...].status.containerStatuses"),
+    ("a pod", "$.children[...][...]"),
+], ids=["status-a-string", "uid-a-number", "label-not-a-string", "container-statuses-an-object", "child-a-string"])
+def test_an_observed_child_of_the_wrong_shape_is_malformed_and_named(child, path):
+    from hooks.server.wire import MalformedRequest
+
+    body = json.dumps({"parent": {}, "children": {"Pod.v1": {"p": child}}}).encode()
+    with pytest.raises(MalformedRequest, match="wrong shape") as caught:
+        DECODER.decode(body)
+    assert caught.value.status == 400 and str(caught.value).endswith(f"at `{path}`")

@@ -24,19 +24,20 @@ PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
 MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
 
-# Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: True is
-# any value, a dict an object of those fields, a one-element list an array of such objects. The
-# shell may hand over observed children with only these fields (a large request is mostly pod
-# specs nobody reads here); tests/test_wire.py checks every answer is the same either way, so a new
-# read of an observed child must be added here.
+# Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: a leaf
+# is the type Kubernetes gives the value (True: any value), a dict an object of those fields, a
+# one-element list an array of such objects. The shell may hand over observed children with only
+# these fields (a large request is mostly pod specs nobody reads here), and refuses children whose
+# fields have other types. tests/test_wire.py checks every answer is the same either way, so a
+# new read of an observed child must be added here.
 OBSERVED_FIELDS: Mapping[str, Any] = {
-    "apiVersion": True,
-    "kind": True,
-    "metadata": {"name": True, "namespace": True, "uid": True, "labels": True, "annotations": True,
-                 "deletionTimestamp": True},
-    "status": {"phase": True,
-               "containerStatuses": [{"name": True, "restartCount": True, "state": {"terminated": {"exitCode": True}}}]},
-    "data": True,
+    "apiVersion": str,
+    "kind": str,
+    "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
+                 "annotations": dict[str, str], "deletionTimestamp": str},
+    "status": {"phase": str,
+               "containerStatuses": [{"name": str, "restartCount": int, "state": {"terminated": {"exitCode": int}}}]},
+    "data": dict[str, str],
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -99,19 +99,17 @@ class RequestDecoder:
     """Decodes one kind's sync requests: fully, or only the declared fields of observed children."""
 
     def __init__(self, observed_fields: Mapping[str, Any] | None):
-        self._typed = observed_fields is not None
         if observed_fields is None:
             self._decoder: msgspec.json.Decoder = msgspec.json.Decoder()
+            self._unbounded: tuple[str, ...] | None = None
         else:
-            child = _struct_type("ObservedChild", observed_fields)
-            request = msgspec.defstruct("SyncRequest", [
-                ("controller", Any, msgspec.UNSET),
-                ("parent", Any, msgspec.UNSET),
-                ("children", dict[str, dict[str, child]], msgspec.UNSET),  # type: ignore[valid-type]
-                ("related", Any, msgspec.UNSET),
-                ("finalizing", Any, msgspec.UNSET),
-            ])
-            self._decoder = msgspec.json.Decoder(type=request | list | str | int | float | bool | None)
+            child = _typed_dict("ObservedChild", observed_fields)
+            request = _typed_dict("SyncRequest", {
+                "controller": True, "parent": True, "children": dict[str, dict[str, child]],  # type: ignore[valid-type]
+                "related": True, "finalizing": True})
+            self._decoder = msgspec.json.Decoder(request | list | str | int | float | bool | None)
+            # The children's depth is bounded by their declared types; these parts are not.
+            self._unbounded = ("controller", "parent", "related", "finalizing")
 
     def decode(self, raw: bytes) -> dict[str, Any]:
         """The request as plain dicts and lists, or MalformedRequest saying what is wrong and where."""
@@ -126,23 +124,21 @@ class RequestDecoder:
             raise MalformedRequest(f"request body is not valid JSON: {exc}") from None
         except RecursionError:
             raise MalformedRequest(f"request body nests deeper than {MAX_DEPTH} levels") from None
-        if self._typed and isinstance(value, msgspec.Struct):
-            value = msgspec.to_builtins(value)
         if not isinstance(value, dict):
             raise MalformedRequest(f"request body must be a JSON object, got {_json_type(value)}")
-        if _too_deep(value):
+        parts = value.values() if self._unbounded is None else [value.get(k) for k in self._unbounded]
+        if any(_too_deep(part, 2) for part in parts):
             raise MalformedRequest(f"request body nests deeper than {MAX_DEPTH} levels, deeper than any "
                                    "Kubernetes object")
         return value
 
 
-def _struct_type(name: str, fields: Mapping[str, Any]) -> Any:
-    """A msgspec Struct type for a tree of field names: True = any value, a dict = an object of
-    those fields, a one-element list = an array of such objects. Absent fields stay absent."""
-    members = []
-    for field, shape in fields.items():
-        members.append((field, _field_type(f"{name}_{field}", shape) | None, msgspec.UNSET))
-    return msgspec.defstruct(name, members, forbid_unknown_fields=False)
+def _typed_dict(name: str, fields: Mapping[str, Any]) -> Any:
+    """A TypedDict for a tree of fields: a leaf is True (any value) or the type its value must have,
+    a dict is an object of those fields, a one-element list an array of such objects. Absent fields
+    stay absent, and fields not named are skipped without being built."""
+    members = {field: _field_type(f"{name}_{field}", shape) | None for field, shape in fields.items()}
+    return TypedDict(name, members, total=False)  # type: ignore[operator]
 
 
 def _field_type(name: str, shape: Any) -> Any:
@@ -150,21 +146,23 @@ def _field_type(name: str, shape: Any) -> Any:
         return Any
     if isinstance(shape, list):
         return list[_field_type(name, shape[0])]  # type: ignore[misc]
-    return _struct_type(name, shape)
+    if isinstance(shape, Mapping):
+        return _typed_dict(name, shape)
+    return shape
 
 
-def _too_deep(value: Any) -> bool:
-    """Whether any container in the decoded value is nested more than MAX_DEPTH levels down."""
-    stack = [(value, 1)]
+def _too_deep(value: Any, depth: int = 1) -> bool:
+    """Whether any container in the value (itself at `depth`) is nested deeper than MAX_DEPTH."""
+    stack = [(value, depth)]
     while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        node, level = stack.pop()
+        if level > MAX_DEPTH:
             return True
         kind = type(node)
         if kind is dict:
-            stack.extend((v, depth + 1) for v in node.values() if type(v) is dict or type(v) is list)
+            stack.extend((v, level + 1) for v in node.values() if type(v) is dict or type(v) is list)
         elif kind is list:
-            stack.extend((v, depth + 1) for v in node if type(v) is dict or type(v) is list)
+            stack.extend((v, level + 1) for v in node if type(v) is dict or type(v) is list)
     return False
 
 
