@@ -61,7 +61,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         started = time.perf_counter()
         # A sync builds many short-lived objects and no cycles; the cyclic collector would walk
         # them again and again while they are alive (measured: docs/benchmarks.md). Reference
-        # counting frees them all the same; the collector runs again after the request.
+        # counting frees them all the same. The switch is per process: with several threads, the
+        # one that turned the collector off turns it back on, so it ends up on in every order.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
