@@ -30,7 +30,7 @@ log = logging.getLogger("hooks.server.app")
 
 # The largest sync request we accept (MAX_CONTENT_LENGTH; FLASK_MAX_CONTENT_LENGTH in the env).
 # The cluster map lives once per job (in a ConfigMap), so a request grows linearly: about 13 KB per
-# replica of a running job (benchmarks/sync_bench.py, docs/benchmarks.md: 13.5 MB at 1,000, 33.8 MB
+# replica of a running job (benchmarks/sync_bench.py, docs/benchmarks.md: 13.2 MB at 1,000, 33.0 MB
 # at 2,500). The largest admissible job is about 2,500 replicas (its pods' expanded MX_CONFIG must
 # fit Linux's 128 KiB per environment string; the core refuses larger ones), so 64 MiB admits it
 # with almost twice its size to spare for bigger pod templates and managedFields. Memory stays low
