@@ -256,3 +256,18 @@ def test_example_children_fed_back_running_give_the_same_answer(path):
     third = sync_mxjob(sim.request(), now=sim.now)
     assert second["children"] == first["children"] == third["children"]
     assert json.dumps(third["status"], sort_keys=True) == json.dumps(second["status"], sort_keys=True)
+
+
+@pytest.mark.parametrize("key", ["", "cost$5", "$(HOME)"], ids=["no-key", "dollar", "reference"])
+def test_the_size_check_measures_the_mx_config_the_process_sees(key):
+    from hooks.mxjob.env import cluster_wiring
+    from hooks.mxjob.spec import parse_mxjob
+
+    parent = mxjob("tune", jobMode="MXTune", replicas={
+        "TunerTracker": 1, "Tuner": 1,
+        "TunerServer": {"replicas": 12, "template": {"metadata": {"annotations": {"tuner-server-key": key}},
+                                                     "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}})
+    answer = first_sync(parent)
+    wiring = cluster_wiring(parse_mxjob(parent))
+    env = kubelet_env(child(answer, "Pod", "tune-tunerserver-11"), child(answer, "ConfigMap", "tune-cluster"))
+    assert wiring.expanded_length("TunerServer", 11) == len(env["MX_CONFIG"])
