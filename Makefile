@@ -60,9 +60,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## Time the pure sync and the HTTP round trip for 1 to 5,000 replicas (long: up to ~13 GB of memory at 5,000).
+## One sync, pure and over HTTP, against the floor of its JSON (BENCH_ARGS=--big adds 2,500 replicas).
 bench: setup
-	$(BIN)/python benchmarks/sync_bench.py
+	$(BIN)/python benchmarks/sync_bench.py $(BENCH_ARGS)
 
 ## Rewrite constraints.txt from .venv (after changing a requirements file and running `make setup`).
 constraints: setup

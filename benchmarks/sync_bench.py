@@ -1,9 +1,16 @@
-"""Times the pure sync and the HTTP round trip for MXJobs of 1 to 5,000 replicas, every pod Running.
+"""Times one MXJob sync, pure and over HTTP, against the floor of its JSON, for running jobs of 1 to 2,500 replicas.
 
-Run from the repo root: `python benchmarks/sync_bench.py` (or `make bench`). It prints a markdown
-table and asserts nothing about time. The observed children are built the way Metacontroller
-would see them: the core's own desired children, as the API server stores them (server defaults,
-ownerReferences, managedFields, the last-applied annotation) with a Running status added.
+Run from the repo root: `python benchmarks/sync_bench.py` (or `make bench`; `--big` adds the largest
+admissible job, 2,500 replicas). It prints a markdown table and asserts nothing about time. The
+observed children are built the way Metacontroller would see them: the core's own desired children,
+as the API server stores them (server defaults, ownerReferences, managedFields, the last-applied
+annotation) with a Running status added.
+
+Per size: request and response bytes; the pure core (on the request as the shell decodes it); the
+HTTP sync through Flask's test client and through the real gunicorn command on loopback (one
+worker); the floor, which is decoding the same request bytes and encoding the same answer with the
+stdlib `json` and with orjson in the same run; the ratio of the gunicorn sync to the orjson floor;
+and the peak resident memory (VmHWM) of the gunicorn worker after that size's syncs.
 """
 
 from __future__ import annotations
@@ -30,15 +37,19 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import orjson  # noqa: E402
+
+import hooks.kinds  # noqa: E402
 from hooks.mxjob.sync import sync_mxjob  # noqa: E402
 from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH, create_app  # noqa: E402
+from hooks.server.wire import RequestDecoder  # noqa: E402
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 JOB_NAME = "imagenet-resnet50"  # a realistic name length: MX_CONFIG grows with it
 NAMESPACE = "ml-training"
 CREATED = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)
-SIZES = (1, 100, 1000, 5000)
-GUNICORN_MAX_BYTES = 512 * 1000 * 1000
+SIZES = (1, 100, 1000)
+BIG_SIZES = (2500,)  # the largest admissible job: its expanded MX_CONFIG just fits 128 KiB
 
 
 def stamp(moment: datetime) -> str:
@@ -184,12 +195,25 @@ def observed_service(desired: dict[str, Any], parent: dict[str, Any], number: in
     return service
 
 
-def sync_request(parent: dict[str, Any], pods: dict, services: dict) -> dict[str, Any]:
+def observed_config_map(desired: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
+    """The job's cluster ConfigMap as the API server stores it."""
+    applied = copy.deepcopy(desired)
+    applied["metadata"]["labels"]["controller-uid"] = parent["metadata"]["uid"]
+    applied["metadata"]["ownerReferences"] = owner(parent)
+    config_map = copy.deepcopy(applied)
+    meta = config_map["metadata"]
+    meta.update(uid=uid_of("cm", meta["name"]), resourceVersion="48213990", creationTimestamp=stamp(CREATED))
+    meta.setdefault("annotations", {})[LAST_APPLIED] = json.dumps(applied, separators=(",", ":"))
+    meta["managedFields"] = [managed("metacontroller", applied)]
+    return config_map
+
+
+def sync_request(parent: dict[str, Any], pods: dict, services: dict, config_maps: dict) -> dict[str, Any]:
     return {
         "controller": {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
                        "metadata": {"name": "mxjob-controller", "uid": uid_of("cc")}},
         "parent": parent,
-        "children": {"Pod.v1": pods, "Service.v1": services},
+        "children": {"Pod.v1": pods, "Service.v1": services, "ConfigMap.v1": config_maps},
         "related": {},
         "finalizing": False,
     }
@@ -198,19 +222,22 @@ def sync_request(parent: dict[str, Any], pods: dict, services: dict) -> dict[str
 def steady_state_request(replicas: int, now: datetime) -> dict[str, Any]:
     """The sync request of a running job whose every pod is Running, built from the core's answers."""
     parent = mxjob(replicas)
-    first = sync_mxjob(sync_request(parent, {}, {}), now=now)
-    pods, services = {}, {}
+    first = sync_mxjob(sync_request(parent, {}, {}, {}), now=now)
+    pods, services, config_maps = {}, {}, {}
     for number, child in enumerate(first["children"]):
+        name = child["metadata"]["name"]
         if child["kind"] == "Pod":
-            pods[child["metadata"]["name"]] = observed_pod(child, parent, number)
+            pods[name] = observed_pod(child, parent, number)
+        elif child["kind"] == "Service":
+            services[name] = observed_service(child, parent, number)
         else:
-            services[child["metadata"]["name"]] = observed_service(child, parent, number)
+            config_maps[name] = observed_config_map(child, parent)
     parent["status"] = first["status"]
-    second = sync_mxjob(sync_request(parent, pods, services), now=now)
+    second = sync_mxjob(sync_request(parent, pods, services, config_maps), now=now)
     parent["status"] = second["status"]
-    request = sync_request(parent, pods, services)
+    request = sync_request(parent, pods, services, config_maps)
     third = sync_mxjob(request, now=now)
-    if len(pods) != replicas or len(third["children"]) != 2 * replicas or third["status"] != parent["status"]:
+    if len(pods) != replicas or len(third["children"]) != 2 * replicas + 1 or third["status"] != parent["status"]:
         raise SystemExit(f"{replicas} replicas: the request is not the steady state of a running job")
     return request
 
@@ -227,14 +254,25 @@ def median_seconds(run: Callable[[], Any], *, min_runs: int, budget: float, max_
     return statistics.median(times)
 
 
+def without_gc(run: Callable[[], Any]) -> Callable[[], Any]:
+    """`run` with the cyclic collector off, as the server answers a sync."""
+    def call() -> Any:
+        gc.disable()
+        try:
+            return run()
+        finally:
+            gc.enable()
+    return call
+
+
 class Gunicorn:
-    """The real server command on a loopback port, with no request-size limit."""
+    """The real server command on a loopback port, one worker, with no request-size limit."""
 
     def __init__(self) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if k not in {"PROMETHEUS_MULTIPROC_DIR", "PORT"}}
+        env = {k: v for k, v in os.environ.items() if k not in {"PROMETHEUS_MULTIPROC_DIR", "PORT", "WEB_CONCURRENCY"}}
         self.proc = subprocess.Popen(
             [str(pathlib.Path(sys.executable).with_name("gunicorn")), "--config", "python:hooks.server.gunicorn_conf",
              "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--timeout", "600",
@@ -261,6 +299,14 @@ class Gunicorn:
         finally:
             conn.close()
 
+    def worker_peak_rss(self) -> int:
+        """VmHWM of the one worker process, in bytes (its peak resident memory so far)."""
+        children = pathlib.Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        for line in pathlib.Path(f"/proc/{children[0]}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise SystemExit("no VmHWM for the gunicorn worker")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -272,22 +318,17 @@ class Gunicorn:
 
 
 def measure(replicas: int, *, budget: float, server: Gunicorn | None) -> dict[str, Any]:
-    """Sizes and median times for one job size (5,000 replicas needs about 14 GB of memory)."""
+    """Sizes, median times and the worker's peak memory for one job size."""
     now = CREATED + timedelta(hours=1)
     request = steady_state_request(replicas, now)
-    some_pod = next(iter(request["children"]["Pod.v1"].values()))
-    row: dict[str, Any] = {
-        "replicas": replicas,
-        "pod_bytes": len(json.dumps(some_pod, separators=(",", ":"))),
-        "mx_config_bytes": len(next(e["value"] for e in some_pod["spec"]["containers"][0]["env"]
-                                    if e["name"] == "MX_CONFIG")),
-    }
-    min_runs = 3 if replicas >= 1000 else 10
-    row["pure_s"] = median_seconds(lambda: sync_mxjob(request, now=now), min_runs=min_runs, budget=budget)  # noqa: F821 (bound before the del below)
-    # The HTTP part starts from the bytes alone: the largest requests are gigabytes in memory.
     body = json.dumps(request, separators=(",", ":")).encode()
-    row["request_bytes"] = len(body)
-    del request, some_pod
+    del request
+    row: dict[str, Any] = {"replicas": replicas, "request_bytes": len(body)}
+    min_runs = 3 if replicas >= 1000 else 10
+
+    decoded = RequestDecoder(hooks.kinds.OBSERVED_FIELDS["MXJob"]).decode(body)
+    row["pure_s"] = median_seconds(without_gc(lambda: sync_mxjob(decoded, now=now)), min_runs=min_runs, budget=budget)
+    answer = sync_mxjob(decoded, now=now)
 
     client = create_app({"MAX_CONTENT_LENGTH": None}).test_client()
     response = client.post("/sync", data=body, content_type="application/json")
@@ -298,42 +339,62 @@ def measure(replicas: int, *, budget: float, server: Gunicorn | None) -> dict[st
     row["http_s"] = median_seconds(
         lambda: client.post("/sync", data=body, content_type="application/json").data,
         min_runs=min_runs, budget=budget)
-    # A second copy of a multi-gigabyte body in another process would not fit in memory beside this one.
-    if server is not None and len(body) <= GUNICORN_MAX_BYTES:
+
+    # The floor: the same request bytes decoded and the same answer encoded, nothing else. The
+    # libraries are called as anyone would call them (the cyclic collector on); the orjson floor
+    # is also given with the collector off, as the server runs a sync.
+    row["stdlib_floor_s"] = median_seconds(
+        lambda: (json.loads(body), json.dumps(answer, separators=(",", ":"))),
+        min_runs=min_runs, budget=budget)
+    row["orjson_floor_s"] = median_seconds(lambda: (orjson.loads(body), orjson.dumps(answer)),
+                                           min_runs=min_runs, budget=budget)
+    row["orjson_floor_nogc_s"] = median_seconds(without_gc(lambda: (orjson.loads(body), orjson.dumps(answer))),
+                                                min_runs=min_runs, budget=budget)
+    if server is not None:
         status, _ = server.post(body)
         if status != 200:
             raise SystemExit(f"{replicas} replicas: gunicorn answered {status}")
         row["gunicorn_s"] = median_seconds(lambda: server.post(body), min_runs=min_runs, budget=budget)
+        row["worker_peak_rss"] = server.worker_peak_rss()
     return row
 
 
 def table(rows: list[dict[str, Any]], with_gunicorn: bool) -> str:
-    head = ["replicas", "request (KB)", "response (KB)", "pure sync median (ms)", "HTTP median (ms)"]
+    head = ["replicas", "request (MB)", "response (MB)", "pure core (ms)", "HTTP test client (ms)"]
     if with_gunicorn:
-        head.append("gunicorn loopback median (ms)")
-    head += ["observed pod (KB)", "MX_CONFIG (KB)"]
+        head.append("HTTP gunicorn (ms)")
+    head += ["floor stdlib json (ms)", "floor orjson (ms)", "floor orjson, GC off (ms)"]
+    if with_gunicorn:
+        head += ["ratio gunicorn / orjson floor", "ratio to floor with GC off", "worker peak RSS (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
     for row in rows:
-        cells = [f"{row['replicas']:,}", f"{row['request_bytes'] / 1000:,.0f}", f"{row['response_bytes'] / 1000:,.0f}",
+        cells = [f"{row['replicas']:,}", f"{row['request_bytes'] / 1e6:,.2f}", f"{row['response_bytes'] / 1e6:,.2f}",
                  f"{row['pure_s'] * 1000:,.1f}", f"{row['http_s'] * 1000:,.1f}"]
         if with_gunicorn:
-            cells.append(f"{row['gunicorn_s'] * 1000:,.1f}" if "gunicorn_s" in row else "not run")
-        cells += [f"{row['pod_bytes'] / 1000:,.1f}", f"{row['mx_config_bytes'] / 1000:,.1f}"]
+            cells.append(f"{row['gunicorn_s'] * 1000:,.1f}")
+        cells += [f"{row['stdlib_floor_s'] * 1000:,.1f}", f"{row['orjson_floor_s'] * 1000:,.1f}",
+                  f"{row['orjson_floor_nogc_s'] * 1000:,.1f}"]
+        if with_gunicorn:
+            cells += [f"{row['gunicorn_s'] / row['orjson_floor_s']:.2f}x",
+                      f"{row['gunicorn_s'] / row['orjson_floor_nogc_s']:.2f}x",
+                      f"{row['worker_peak_rss'] / 1e6:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=int, nargs="+", default=list(SIZES), help="job sizes to measure")
+    parser.add_argument("--replicas", type=int, nargs="+", default=None, help="job sizes to measure (ascending)")
+    parser.add_argument("--big", action="store_true", help="also measure the largest admissible job (2,500 replicas)")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of repeats per measurement")
-    parser.add_argument("--gunicorn", action="store_true", help="also time a real gunicorn on loopback")
+    parser.add_argument("--no-gunicorn", action="store_true", help="skip the real server (and the memory column)")
     args = parser.parse_args()
+    sizes = args.replicas or list(SIZES) + (list(BIG_SIZES) if args.big else [])
 
-    server = Gunicorn() if args.gunicorn else None
+    server = None if args.no_gunicorn else Gunicorn()
     rows = []
     try:
-        for replicas in args.replicas:
+        for replicas in sorted(sizes):
             rows.append(measure(replicas, budget=args.budget, server=server))
             print(f"measured {replicas} replicas", file=sys.stderr, flush=True)
     finally:
@@ -341,7 +402,8 @@ def main() -> None:
             server.stop()
 
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"{datetime.now(UTC):%Y-%m-%d}; KB = 1000 bytes; medians of repeated runs.\n")
+          f"{datetime.now(UTC):%Y-%m-%d}; MB = 10^6 bytes; medians of repeated runs; worker peak RSS is the "
+          f"worker's VmHWM after the syncs of that size and every smaller one.\n")
     print(table(rows, server is not None))
     too_large = [r["replicas"] for r in rows if r["request_bytes"] > DEFAULT_MAX_CONTENT_LENGTH]
     if too_large:

@@ -6,9 +6,11 @@ serves whatever is listed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from hooks.chainerjob.children import KUBECTL_IMAGE
 from hooks.chainerjob.sync import sync_chainerjob
+from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import SyncResponse
 
@@ -32,3 +34,7 @@ def settings_from(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Each kind's settings from an environment (the shell passes its own), defaults filled in."""
     return {kind: {param: environ.get(var) or default for param, (var, default) in params.items()}
             for kind, params in SETTINGS.items()}
+
+# The fields of observed children each kind's core reads (see hooks.server.wire): the shell decodes
+# only these. A kind left out here gets every field.
+OBSERVED_FIELDS: dict[str, Mapping[str, Any]] = {"MXJob": MXJOB_OBSERVED_FIELDS}

@@ -64,6 +64,7 @@ DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
         "childResources": [
             {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "OnDelete"}},
             {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
+            {"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "OnDelete"}},
         ],
         "hooks": {"sync": {"webhook": {"url": "http://mxjob-hooks.mxjob-system/sync"}}},
     },

@@ -5,8 +5,10 @@ Decisions (docs/localcluster.md says the same):
   this interpreter, sys.executable) with cwd = the repository root unless `workingDir` is set.
 - Init containers run first, one after another; app containers then start together.
 - The env starts from a small host allowlist (PATH with this venv first, HOME, LANG, ...), not the
-  whole host env, so host DMLC_* settings cannot leak in; then the container's env with `$(VAR)`
-  expansion, then the DNS stand-in's rewrite, then loopback-only ps-lite settings (LOOPBACK_ENV).
+  whole host env, so host DMLC_* settings cannot leak in; then the container's env resolved as the
+  kubelet does (podenv: configMapKeyRef, fieldRef, `$(VAR)` expansion), then the DNS stand-in's
+  rewrite, then loopback-only ps-lite settings (LOOPBACK_ENV). A missing ConfigMap keeps the
+  container waiting (CreateContainerConfigError) and is retried, as in a cluster.
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
@@ -17,7 +19,6 @@ Decisions (docs/localcluster.md says the same):
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from typing import Any, TextIO, cast
 
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
+from .podenv import EnvError, expand, resolve_env
 from .store import DELETED, Store, StoreError, now_rfc3339
 from .types import Container, ContainerState, ContainerStatus, KubeObject, PodStatus
 
@@ -47,19 +49,7 @@ RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
 POLL_SECONDS = 0.05
 GATE_POLL_SECONDS = 0.1
 SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes `$(VAR)` expansion: known names replaced, `$$` → `$`, unknown references kept."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env[name] if name in env else match.group(0)
-
-    return _VAR_REF.sub(replace, value)
+CONFIG_RETRY_SECONDS = 0.5  # how soon a container waiting for its ConfigMap tries again
 
 
 def exit_code(returncode: int) -> int:
@@ -81,6 +71,7 @@ class _Run:
     restart_at: float | None = None
     exit_code: int | None = None
     settled: bool = False  # the restart decision for the last exit has been taken
+    config_retry_at: float | None = None  # waiting for a ConfigMap (CreateContainerConfigError)
 
     @property
     def name(self) -> str:
@@ -354,6 +345,11 @@ class PodWorker(threading.Thread):
             while True:
                 self._start(run)
                 self._write_status()
+                if run.config_retry_at is not None:
+                    if not self._sleep_until(run.config_retry_at):
+                        return False
+                    run.config_retry_at = None
+                    continue
                 while run.process is not None and run.process.poll() is None:
                     if self._stopping():
                         return False
@@ -407,6 +403,10 @@ class PodWorker(threading.Thread):
                     run.restart_at = now + self._backoff(run)
                     run.last_state = {"terminated": run.state["terminated"]}
                     run.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting failed container {run.name}"}}
+            if run.config_retry_at is not None and now >= run.config_retry_at:
+                run.config_retry_at = None
+                self._start(run)
+                changed = True
         return changed
 
     def _env(self, container: Container) -> dict[str, str]:
@@ -414,10 +414,11 @@ class PodWorker(threading.Thread):
         host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
         host["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
         host["HOSTNAME"] = self.key[1]
-        declared: dict[str, str] = {}
-        for var in container.get("env", []):
-            if "value" in var or "valueFrom" not in var:
-                declared[var["name"]] = expand(var.get("value", ""), {**host, **declared})
+        namespace = self.key[0]
+        runtime = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
+                   "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
+        declared = resolve_env(container, self.pod, base=host, runtime=runtime,
+                               config_map=lambda name: self.kubelet.store.get("v1", "ConfigMap", namespace, name))
         rewritten = self.kubelet.dns.rewrite_env(self.key[0], declared)
         for name, value in LOOPBACK_OVERRIDES.items():
             if name in rewritten:
@@ -426,7 +427,12 @@ class PodWorker(threading.Thread):
 
     def _start(self, run: _Run) -> None:
         """Start a container's process; a start failure is a terminated state with exit code 128."""
-        env = self._env(run.container)
+        try:
+            env = self._env(run.container)
+        except EnvError as err:
+            run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(err)}}
+            run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
+            return
         argv = [expand(part, env) for part in run.container.get("command", []) + run.container.get("args", [])]
         workdir = Path(run.container.get("workingDir") or self.kubelet.workdir)
         if not workdir.is_absolute():
@@ -481,6 +487,8 @@ class PodWorker(threading.Thread):
         if self._init_failed or self._status.get("reason") == "Evicted":
             return "Failed"
         if not self._containers_started:
+            return "Pending"
+        if any(r.config_retry_at is not None for r in self.runs) and not any("running" in r.state for r in self.runs):
             return "Pending"
         if any("running" in r.state or r.restart_at is not None for r in self.runs):
             return "Running"

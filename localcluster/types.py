@@ -44,10 +44,11 @@ class KubeObject(TypedDict, total=False):
 
 
 class EnvVar(TypedDict, total=False):
-    """containers[].env[] entry (valueFrom is not emulated)."""
+    """containers[].env[] entry (valueFrom: configMapKeyRef and fieldRef are emulated, see podenv)."""
 
     name: str
     value: str
+    valueFrom: dict[str, Any]
 
 
 class Container(TypedDict, total=False):

@@ -58,6 +58,7 @@ class Sim:
         self.pods: dict[str, dict] = {}
         self.services: dict[str, dict] = {}
         self.podgroups: dict[str, dict] = {}
+        self.config_maps: dict[str, dict] = {}
         self.now = now
         self.last: dict = {}
         self._uids = itertools.count(1)
@@ -68,7 +69,8 @@ class Sim:
 
     def request(self) -> dict:
         """The sync request Metacontroller would send now."""
-        children = {"Pod.v1": copy.deepcopy(self.pods), "Service.v1": copy.deepcopy(self.services)}
+        children = {"Pod.v1": copy.deepcopy(self.pods), "Service.v1": copy.deepcopy(self.services),
+                    "ConfigMap.v1": copy.deepcopy(self.config_maps)}
         if self.podgroup_key:
             children[self.podgroup_key] = copy.deepcopy(self.podgroups)
         return {"controller": copy.deepcopy(self.controller), "parent": copy.deepcopy(self.parent),
@@ -89,9 +91,9 @@ class Sim:
         return self.last
 
     def apply(self, answer: dict) -> None:
-        """Apply an answer as Metacontroller does (Pods OnDelete, Services and PodGroups InPlace)."""
+        """Apply an answer as Metacontroller does (Pods and ConfigMaps OnDelete, Services and PodGroups InPlace)."""
         desired = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
-        stores = {"Pod": self.pods, "Service": self.services, "PodGroup": self.podgroups}
+        stores = {"Pod": self.pods, "Service": self.services, "ConfigMap": self.config_maps, "PodGroup": self.podgroups}
         for kind, store in stores.items():
             for name in list(store):
                 if (kind, name) not in desired:
@@ -100,7 +102,7 @@ class Sim:
         for (kind, name), child in desired.items():
             store = stores[kind]
             if name in store:
-                if kind != "Pod":
+                if kind in ("Service", "PodGroup"):  # InPlace
                     store[name]["spec"] = copy.deepcopy(child["spec"])
                 continue
             obj = copy.deepcopy(child)

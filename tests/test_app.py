@@ -49,7 +49,7 @@ def sync_request(name: str = "digits", namespace: str = "team-a") -> dict:
             "spec": {"jobMode": "MXTrain",
                      "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": template}}},
         },
-        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
         "related": {},
         "finalizing": False,
     }
@@ -242,8 +242,8 @@ def test_each_internal_error_gets_its_own_id(monkeypatch, client):
         pytest.param([], id="a-list"),
         pytest.param("ok", id="a-string"),
         pytest.param({"status": {"x": math.nan}, "children": []}, id="nan"),
-        pytest.param({"status": {"startTime": datetime(2026, 1, 1, tzinfo=UTC)}, "children": []},
-                     id="not-json-serialisable"),
+        pytest.param({"status": {}, "children": [], "resyncAfterSeconds": math.inf}, id="infinite-resync"),
+        pytest.param({"status": {"startTime": object()}, "children": []}, id="not-json-serialisable"),
     ],
 )
 def test_an_unusable_answer_from_the_core_is_a_500_not_a_200(monkeypatch, client, answer):
@@ -438,4 +438,5 @@ def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
     tree = ast.parse((REPO / "hooks" / "server" / "app.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert {m for m in imported if m.split(".")[0] == "hooks"} == {"hooks.kinds", "hooks.shared.errors", "hooks.server.metrics"}
+    assert {m for m in imported if m.split(".")[0] == "hooks"} == {
+        "hooks.kinds", "hooks.shared.errors", "hooks.server.metrics", "hooks.server.wire"}

@@ -11,13 +11,14 @@ import yaml
 from mcsim import T0, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
+from localcluster.podenv import resolve_env
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBERNETES_VERSION = "1.34"
 
 
 def first_sync(parent: dict) -> dict:
-    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}}, now=T0)
 
 
 def child(answer: dict, kind: str, name: str) -> dict:
@@ -28,22 +29,32 @@ def env_of(pod: dict, container: str = "mxnet") -> list[dict]:
     return next(c for c in pod["spec"]["containers"] if c["name"] == container)["env"]
 
 
+def kubelet_env(pod: dict, config_map: dict, container: str = "mxnet") -> dict[str, str]:
+    """The env the container's process gets, resolved and expanded as the kubelet does."""
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    by_name = {config_map["metadata"]["name"]: config_map}
+    return resolve_env(main, pod, base={}, config_map=by_name.get, runtime={})
+
+
 def test_worker_env_is_wired_in_the_documented_order():
     answer = first_sync(mxjob("dist", replicas={"Scheduler": 1, "Server": 2, "Worker": 2}))
     env = env_of(child(answer, "Pod", "dist-worker-1"))
-    assert [e["name"] for e in env] == ["MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI",
+    assert [e["name"] for e in env] == ["MXJOB_CLUSTER", "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI",
                                         "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_ROLE",
                                         "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID"]
-    values = {e["name"]: e["value"] for e in env}
+    assert env[0] == {"name": "MXJOB_CLUSTER",
+                      "valueFrom": {"configMapKeyRef": {"name": "dist-cluster", "key": "cluster"}}}
+    values = {e["name"]: e["value"] for e in env[1:]}
     assert values["DMLC_PS_ROOT_URI"] == "dist-scheduler-0"
     assert (values["DMLC_PS_ROOT_PORT"], values["DMLC_NUM_SERVER"], values["DMLC_NUM_WORKER"],
             values["DMLC_ROLE"], values["DMLC_USE_KUBERNETES"], values["DMLC_WORKER_ID"]) == \
         ("9091", "2", "2", "worker", "1", "1")
 
 
-def test_mx_config_is_compact_sorted_json_with_every_replica():
+def test_mx_config_expands_to_compact_sorted_json_with_every_replica():
     answer = first_sync(mxjob("dist", replicas={"Scheduler": 1, "Server": 1, "Worker": 2}))
-    value = {e["name"]: e["value"] for e in env_of(child(answer, "Pod", "dist-server-0"))}
+    pod = child(answer, "Pod", "dist-server-0")
+    config_map = child(answer, "ConfigMap", "dist-cluster")
     expected = {
         "cluster": {
             "scheduler": [{"port": 9091, "url": "dist-scheduler-0"}],
@@ -53,7 +64,32 @@ def test_mx_config_is_compact_sorted_json_with_every_replica():
         "labels": {"scheduler": "", "server": "", "worker": ""},
         "task": {"index": 0, "type": "server"},
     }
-    assert value["MX_CONFIG"] == json.dumps(expected, sort_keys=True, separators=(",", ":"))
+    assert config_map["data"] == {"cluster": json.dumps(expected["cluster"], sort_keys=True, separators=(",", ":"))}
+    raw = next(e["value"] for e in env_of(pod) if e["name"] == "MX_CONFIG")
+    assert raw.startswith('{"cluster":$(MXJOB_CLUSTER),"labels":')
+    assert kubelet_env(pod, config_map)["MX_CONFIG"] == json.dumps(expected, sort_keys=True, separators=(",", ":"))
+
+
+def test_the_cluster_config_map_is_immutable_and_labelled_for_the_job():
+    answer = first_sync(mxjob("dist", replicas={"Scheduler": 1, "Server": 1, "Worker": 2}))
+    config_map = child(answer, "ConfigMap", "dist-cluster")
+    assert config_map["immutable"] is True
+    assert config_map["metadata"] == {"name": "dist-cluster", "namespace": "ns", "labels": {
+        "training.kubeflow.org/operator-name": "mxjob-controller", "training.kubeflow.org/job-name": "dist",
+        "group-name": "kubeflow.org", "job-name": "dist"}}
+    pod_labels = child(answer, "Pod", "dist-worker-0")["metadata"]["labels"]
+    assert config_map["metadata"]["labels"].items() <= pod_labels.items()
+    assert [c["kind"] for c in answer["children"]].count("ConfigMap") == 1
+
+
+@pytest.mark.parametrize("key", ["plain", "cost$5", "$(HOME)", "$$", "ends-with-$", "$(MXJOB_CLUSTER)"])
+def test_a_dollar_in_a_tuner_key_reaches_the_process_unchanged(key):
+    answer = first_sync(mxjob("tune", jobMode="MXTune", replicas={
+        "TunerTracker": 1, "Tuner": 1,
+        "TunerServer": {"replicas": 1, "template": {"metadata": {"annotations": {"tuner-server-key": key}},
+                                                    "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}))
+    env = kubelet_env(child(answer, "Pod", "tune-tunerserver-0"), child(answer, "ConfigMap", "tune-cluster"))
+    assert json.loads(env["MX_CONFIG"])["labels"]["tunerserver"] == key
 
 
 def test_scheduler_and_server_have_no_worker_id():
@@ -213,10 +249,25 @@ def test_example_children_fed_back_running_give_the_same_answer(path):
     for pod in first["children"]:
         if pod["kind"] == "Pod":
             env = [e["name"] for e in env_of(pod)]
-            wiring = [n for n in env if n.startswith(("MX_CONFIG", "DMLC_"))]
-            assert env[:len(wiring)] == wiring and wiring[0] == "MX_CONFIG"
+            wiring = [n for n in env if n.startswith(("MXJOB_CLUSTER", "MX_CONFIG", "DMLC_"))]
+            assert env[:len(wiring)] == wiring and wiring[:2] == ["MXJOB_CLUSTER", "MX_CONFIG"]
     sim.run()
     second = sim.sync()
     third = sync_mxjob(sim.request(), now=sim.now)
     assert second["children"] == first["children"] == third["children"]
     assert json.dumps(third["status"], sort_keys=True) == json.dumps(second["status"], sort_keys=True)
+
+
+@pytest.mark.parametrize("key", ["", "cost$5", "$(HOME)"], ids=["no-key", "dollar", "reference"])
+def test_the_size_check_measures_the_mx_config_the_process_sees(key):
+    from hooks.mxjob.env import cluster_wiring
+    from hooks.mxjob.spec import parse_mxjob
+
+    parent = mxjob("tune", jobMode="MXTune", replicas={
+        "TunerTracker": 1, "Tuner": 1,
+        "TunerServer": {"replicas": 12, "template": {"metadata": {"annotations": {"tuner-server-key": key}},
+                                                     "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}})
+    answer = first_sync(parent)
+    wiring = cluster_wiring(parse_mxjob(parent))
+    env = kubelet_env(child(answer, "Pod", "tune-tunerserver-11"), child(answer, "ConfigMap", "tune-cluster"))
+    assert wiring.expanded_length("TunerServer", 11) == len(env["MX_CONFIG"])

@@ -674,7 +674,7 @@ def _hook_accepts(obj: dict) -> bool:
     request = {
         "controller": {},
         "parent": parent,
-        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
         "related": {},
         "finalizing": False,
     }

@@ -6,6 +6,7 @@ hooks.kinds. `UPDATE_GOLDEN=1 make test` rewrites every case from the scenarios 
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -19,6 +20,7 @@ from chainersim import gang_controller as chainer_gang_controller
 from mcsim import Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
+from localcluster.podenv import resolve_env
 
 
 class Scenario(Protocol):
@@ -30,6 +32,9 @@ class Scenario(Protocol):
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# MX_CONFIG of every golden pod's containers as it was when the whole cluster map was written
+# inline into each pod, before it moved to the `<job>-cluster` ConfigMap.
+INLINE_MX_CONFIG = Path(__file__).resolve().parent / "data" / "golden_mx_config.json"
 
 
 def _example(name: str) -> Sim:
@@ -328,3 +333,16 @@ def test_golden(name):
 
 def test_every_golden_folder_has_a_case():
     assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()) == sorted(CASES)
+
+
+def test_every_golden_process_sees_the_mx_config_it_saw_when_the_map_was_inline():
+    """The kubelet's resolution of MXJOB_CLUSTER and expansion of $(MXJOB_CLUSTER) restore the old bytes."""
+    seen = {}
+    for folder in sorted(p for p in GOLDEN.iterdir() if p.is_dir()):
+        children = yaml.safe_load((folder / "response.yaml").read_text())["children"]
+        config_maps = {c["metadata"]["name"]: c for c in children if c["kind"] == "ConfigMap"}
+        for pod in (c for c in children if c["kind"] == "Pod"):
+            for container in pod["spec"]["containers"]:
+                env = resolve_env(container, pod, base={}, config_map=config_maps.get, runtime={})
+                seen[f"{folder.name}/{pod['metadata']['name']}/{container['name']}"] = env["MX_CONFIG"]
+    assert seen == json.loads(INLINE_MX_CONFIG.read_text())

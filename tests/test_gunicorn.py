@@ -33,7 +33,7 @@ def mxjob_request(name: str) -> dict:
         "parent": {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
                    "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
                    "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}}},
-        "children": {"Pod.v1": {}, "Service.v1": {}},
+        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
         "related": {},
         "finalizing": False,
     }

@@ -12,6 +12,7 @@ import pytest
 from mcsim import Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.k8s import LAST_APPLIED
 
 
 def step(sim: Sim) -> dict:
@@ -262,6 +263,7 @@ def test_suspend_then_resume():
     step(sim)
     assert sim.state() == "Suspended"
     assert pods(sim) == [] and sim.services == {}
+    assert list(sim.config_maps) == ["mx-cluster"]  # the job may get pods again
     assert sim.condition("Running")["status"] == "False"
     assert sim.status["startTime"] == started
     sim.tick(30)
@@ -299,9 +301,10 @@ def test_ttl_deletes_every_child_after_finishing():
     assert sim.state() == "Succeeded"
     assert pods(sim) == ["mx-worker-0"]
     assert answer["resyncAfterSeconds"] == 300
+    assert list(sim.config_maps) == ["mx-cluster"]
     sim.tick(300)
     step(sim)
-    assert sim.pods == {} and sim.services == {}
+    assert sim.pods == {} and sim.services == {} and sim.config_maps == {}
     assert sim.status["cleanedUpTime"] == "2026-11-21T10:05:10Z"
     assert sim.state() == "Succeeded"
 
@@ -400,7 +403,31 @@ def test_invalid_edit_on_running_job_keeps_children_and_reports():
     assert len(sim.services) == 4
     assert "spec.mxReplicaSpecs.Worker.replicas" in sim.status["specError"]
     assert sim.status["conditions"] == status_before["conditions"]
-    assert len(answer["children"]) == 8
+    assert len(answer["children"]) == 9
+    kept = next(c for c in answer["children"] if c["kind"] == "ConfigMap")
+    assert json.loads(sim.config_maps["mx-cluster"]["metadata"]["annotations"][LAST_APPLIED]) == kept
+
+
+def test_a_running_job_gets_one_cluster_config_map_that_is_never_rewritten():
+    sim = Sim(mxjob())
+    first = step(sim)
+    assert [c["kind"] for c in first["children"]].count("ConfigMap") == 1
+    sim.run()
+    step(sim)
+    assert sim.created.count("ConfigMap/mx-cluster") == 1
+    assert not any(d.startswith("ConfigMap/") for d in sim.deleted)
+
+
+def test_an_edited_cluster_config_map_is_reported_not_acted_on():
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.config_maps["mx-cluster"]["data"]["cluster"] = '{"worker":[]}'
+    answer = step(sim)
+    assert "changed after the job's pods were created" in sim.status["specError"]
+    assert sorted(c["metadata"]["name"] for c in answer["children"] if c["kind"] == "Pod") == pods(sim)
+    assert len(sim.pods) == 4
 
 
 def test_invalid_new_job_fails_validation_without_children():
@@ -431,6 +458,8 @@ def test_clean_pod_policy_on_failure(policy, kept):
     assert sim.state() == "Failed"
     assert pods(sim) == kept
     assert sorted(sim.services) == kept
+    # The cluster map goes with the last pod: nothing can read it any more.
+    assert list(sim.config_maps) == (["mx-cluster"] if kept else [])
 
 
 def test_workers_that_finish_after_the_scheduler_are_counted():

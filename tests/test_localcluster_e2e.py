@@ -150,6 +150,24 @@ def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path):
 # --- fault scenarios with small scripts ---------------------------------------------------------------
 
 
+def test_each_process_sees_the_cluster_map_from_the_config_map_expanded_into_mx_config(cluster: LocalCluster):
+    show = py("import os; print('MX_CONFIG=' + os.environ['MX_CONFIG']); print('MXJOB_CLUSTER=' + os.environ['MXJOB_CLUSTER'])")
+    cluster.submit(worker_job("wired", [show, show]))
+    done = cluster.wait_finished("wired", timeout=30)
+    assert finished(done) == "Succeeded"
+    stored = cluster.store.get("v1", "ConfigMap", "default", "wired-cluster")
+    assert stored["immutable"] is True and json.loads(stored["data"]["cluster"]) == {
+        "worker": [{"port": 9091, "url": "wired-worker-0"}, {"port": 9091, "url": "wired-worker-1"}]}
+    for index in (0, 1):
+        lines = dict(line.split("=", 1) for line in cluster.log_path(f"wired-worker-{index}").read_text().splitlines()
+                     if line.startswith(("MX_CONFIG=", "MXJOB_CLUSTER=")))
+        config = json.loads(lines["MX_CONFIG"])
+        # Expanded by the kubelet from the ConfigMap, then pointed at loopback by the DNS stand-in.
+        assert config["cluster"] == json.loads(lines["MXJOB_CLUSTER"])
+        assert [entry["url"] for entry in config["cluster"]["worker"]] == ["127.0.0.1", "127.0.0.1"]
+        assert config["task"] == {"index": index, "type": "worker"} and config["labels"] == {"worker": ""}
+
+
 def test_permanent_failure_fails_the_job_and_cleans_running_pods(cluster: LocalCluster):
     cluster.submit(worker_job("perm", [sleep_exit(0.5, 1), sleep_exit(60)], run_policy={"cleanPodPolicy": "Running"}))
     cluster.wait_for(lambda: phase_of(cluster, "perm-worker-1") == "Running", 20, what="worker-1 running")
@@ -349,7 +367,8 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
     assert request["controller"]["kind"] == "CompositeController"
-    assert set(request["children"]) == {"Pod.v1", "Service.v1"} and request["children"]["Service.v1"] == {}
+    assert set(request["children"]) == {"Pod.v1", "Service.v1", "ConfigMap.v1"}
+    assert request["children"]["Service.v1"] == request["children"]["ConfigMap.v1"] == {}
     assert request["parent"]["metadata"]["uid"] == uid
     pod = request["children"]["Pod.v1"]["p"]
     assert pod["metadata"]["labels"]["controller-uid"] == uid
@@ -508,3 +527,22 @@ def test_cli_times_out(tmp_path: Path):
     result = run_cli(tmp_path, worker_job("cliwait", [sleep_exit(30)]), "--timeout", "3")
     assert result.returncode == 3, result.stdout + result.stderr
     assert "timed out after 3s" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_pod_waits_for_its_config_map_as_the_kubelet_does(fake):
+    pod = sleeper_pod("p")
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "FROM_MAP", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "k"}}}]
+    cluster = fake(lambda req: (200, {"status": {}, "children": [pod]}))
+    cluster.submit(parent_job())
+
+    def waiting_reason() -> str | None:
+        found = cluster.pod("p")
+        statuses = (found or {}).get("status", {}).get("containerStatuses") or [{}]
+        return statuses[0].get("state", {}).get("waiting", {}).get("reason")
+
+    cluster.wait_for(lambda: waiting_reason() == "CreateContainerConfigError", 20, what="container waiting for its ConfigMap")
+    assert phase_of(cluster, "p") == "Pending"
+    cluster.store.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late", "namespace": "default"},
+                          "data": {"k": "v"}})
+    cluster.wait_for(lambda: phase_of(cluster, "p") == "Running", 20, what="pod running once its ConfigMap exists")

@@ -16,6 +16,7 @@ from localcluster.config import (
 from localcluster.dns import ClusterDNS
 from localcluster.kubelet import exit_code, expand
 from localcluster.metacontroller import three_way_merge
+from localcluster.podenv import EnvError, resolve_env
 from localcluster.store import Store, StoreError
 
 
@@ -69,10 +70,65 @@ def test_two_jobs_never_share_a_port():
         ("$(MISSING)", "$(MISSING)"),
         ("no refs", "no refs"),
         ("$(A)$(B)", "12"),
+        ("$$", "$"),
+        ("$$$$", "$$"),
+        ("$$$(A)", "$1"),
+        ("$x$", "$x$"),
+        ("a$", "a$"),
+        ("$(A", "$(A"),
+        ("$(", "$("),
+        ("$()", "$()"),
+        ("$(A B)", "3"),
+        ("$($(A))", "$($(A))"),
+        ("$(A)$$(B)", "1$(B)"),
     ],
+    ids=lambda v: repr(v),
 )
 def test_var_expansion_follows_kubernetes(value, expected):
-    assert expand(value, {"A": "1", "B": "2"}) == expected
+    assert expand(value, {"A": "1", "B": "2", "A B": "3"}) == expected
+
+
+POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
+       "spec": {"containers": []}}
+CLUSTER = {"metadata": {"name": "j-cluster"}, "data": {"cluster": '{"w":[1]}', "dollar": "$(A)"}}
+
+
+def resolve(env: list[dict]) -> dict[str, str]:
+    return resolve_env({"name": "c", "env": env}, POD, base={"HOME": "/h"},
+                       config_map={"j-cluster": CLUSTER}.get, runtime={"status.podIP": "10.0.0.7"})
+
+
+def test_env_is_resolved_in_order_with_config_maps_and_pod_fields():
+    env = resolve([
+        {"name": "EARLY", "value": "$(LATE)"},
+        {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "j-cluster", "key": "cluster"}}},
+        {"name": "RAW", "valueFrom": {"configMapKeyRef": {"name": "j-cluster", "key": "dollar"}}},
+        {"name": "A", "value": "a"},
+        {"name": "LATE", "value": "late"},
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "ALL", "value": '{"c":$(C),"ns":"$(HOME)","pod":"$(POD)@$(IP)","raw":"$(RAW)","cost":"$$5"}'},
+        {"name": "EMPTY"},
+    ])
+    assert env == {
+        "EARLY": "$(LATE)",  # only entries defined before are expanded
+        "C": '{"w":[1]}',
+        "RAW": "$(A)",  # a value from a ConfigMap is never expanded itself
+        "A": "a", "LATE": "late", "POD": "p", "IP": "10.0.0.7", "APP": "x",
+        "ALL": '{"c":{"w":[1]},"ns":"/h","pod":"p@10.0.0.7","raw":"$(A)","cost":"$5"}',
+        "EMPTY": "",
+    }
+
+
+@pytest.mark.parametrize("ref, error", [
+    ({"name": "nope", "key": "cluster"}, 'configmap "nope" not found'),
+    ({"name": "j-cluster", "key": "nope"}, "couldn't find key nope in ConfigMap ns/j-cluster"),
+], ids=["missing-config-map", "missing-key"])
+def test_a_missing_config_map_value_stops_the_container_unless_optional(ref, error):
+    with pytest.raises(EnvError, match=error):
+        resolve([{"name": "X", "valueFrom": {"configMapKeyRef": ref}}])
+    assert resolve([{"name": "X", "valueFrom": {"configMapKeyRef": {**ref, "optional": True}}}]) == {}
 
 
 def test_signals_are_reported_as_128_plus_the_signal():
@@ -128,9 +184,10 @@ def test_deleting_a_parent_garbage_collects_its_children():
 def test_the_shipped_composite_controller_is_what_the_stand_in_follows():
     config = load_controller_config()
     assert config.parent_kind == "MXJob" and config.generate_selector
-    assert [(r["kind"], r["updateStrategy"]) for r in config.children] == [("Pod", "OnDelete"), ("Service", "InPlace")]
+    assert [(r["kind"], r["updateStrategy"]) for r in config.children] == [
+        ("Pod", "OnDelete"), ("Service", "InPlace"), ("ConfigMap", "OnDelete")]
     assert config.hook_path == "/sync"
-    assert [config.child_key(r) for r in config.children] == ["Pod.v1", "Service.v1"]
+    assert [config.child_key(r) for r in config.children] == ["Pod.v1", "Service.v1", "ConfigMap.v1"]
 
 
 def test_the_composite_controller_is_found_by_kind_in_any_file(tmp_path):

@@ -290,7 +290,8 @@ def child_strategies(controller: str) -> dict[tuple[str, str], str]:
 
 
 def test_composite_controller_child_rules():
-    assert child_strategies("mxjob-controller") == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace"}
+    assert child_strategies("mxjob-controller") == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace",
+                                                         ("v1", "configmaps"): "OnDelete"}
 
 
 def test_chainerjob_controller_child_rules():

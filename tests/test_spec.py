@@ -132,7 +132,7 @@ def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
 
     from hooks.mxjob.sync import sync_mxjob
     parent = mxjob("imagenet-resnet50", replicas={"Scheduler": 1, "Server": 10, "Worker": workers})
-    answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}}, now=T0)
     failed = [c for c in answer["status"]["conditions"] if c["type"] == "Failed"]
     if ok:
         assert not failed and answer["children"]
@@ -142,14 +142,24 @@ def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
         assert "131072 bytes for one environment variable" in failed[0]["message"]
 
 
-def test_pods_too_large_for_the_last_applied_annotation_are_refused():
+def test_a_pod_spec_does_not_grow_with_the_job():
+    """The cluster map lives in the ConfigMap, so the largest admissible job's pods stay small."""
+    import json
+
     from mcsim import T0
 
     from hooks.mxjob.sync import sync_mxjob
     containers = [{"name": n, "image": "i"} for n in ("mxnet", "a", "b", "c")]
-    parent = mxjob("imagenet-resnet50", replicas={"Worker": {"replicas": 1500, "template": {
-        "spec": {"containers": containers}}}})
-    answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
-    assert answer["children"] == []
-    message = answer["status"]["conditions"][-1]["message"]
-    assert "spec.mxReplicaSpecs.Worker.template:" in message and "262144-byte limit" in message
+
+    def worker_0(workers: int) -> str:
+        parent = mxjob("imagenet-resnet50", replicas={"Worker": {"replicas": workers, "template": {
+            "spec": {"containers": containers}}}})
+        answer = sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}}, now=T0)
+        assert len(answer["children"]) == 1 + 2 * workers
+        pod = next(c for c in answer["children"] if c["metadata"]["name"] == "imagenet-resnet50-worker-0")
+        return json.dumps(pod)
+
+    small, large = worker_0(2), worker_0(2400)
+    # Only the DMLC_NUM_WORKER value differs ("2" against "2400").
+    assert len(large) - len(small) == 3 * 4
+

@@ -1,43 +1,67 @@
-"""Builders of the desired children: one Pod and one headless Service per replica index, and the
-job's PodGroup under gang scheduling."""
+"""Builders of the desired children: the job's cluster ConfigMap, one Pod and one headless Service per
+replica index, and the job's PodGroup under gang scheduling."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from hooks.mxjob.env import env_for, merge_env
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
 from hooks.mxjob.names import child_name, job_labels, labels_for, selector_for
 from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec, SpecError
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
-from hooks.shared.jsoncopy import json_copy
+from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
 
 
-def pod_for(job: MXJob, spec: ReplicaSpec, index: int, *, prefix: str,
-            gang: Gang | None = None) -> JSON:
-    """The desired Pod of one replica: the template with the operator's changes, nothing else."""
+def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
+    """The ConfigMap every pod of the job reads its cluster map from (MXJOB_CLUSTER).
+
+    Immutable: the layout of a job never changes after its pods exist, and the kubelet need not
+    watch an immutable ConfigMap.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": wiring.config_map, "namespace": job.namespace, "labels": job_labels(job.name)},
+        "immutable": True,
+        "data": {CLUSTER_KEY: wiring.cluster},
+    }
+
+
+def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
+                gang: Gang | None = None) -> Callable[[int], JSON]:
+    """The builder of the desired Pods of one replica type: the template with the operator's
+    changes, nothing else. What every pod of the type shares is prepared once."""
     template = spec.template
     meta = template.get("metadata") or {}
-    pod_spec = json_copy(template.get("spec") or {})
+    template_labels = meta.get("labels") or {}
+    annotations = meta.get("annotations")
+    fresh_spec = copier(template.get("spec") or {})
     # ExitCode is the operator's policy, not the kubelet's: the pod must not be restarted in
     # place so that the operator sees the exit code and decides.
-    pod_spec["restartPolicy"] = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
-    operator_env = env_for(job, spec.type, index, prefix=prefix)
-    for container in pod_spec["containers"]:
-        container["env"] = merge_env(operator_env, container.get("env"))
-        if container["name"] == MAIN_CONTAINER:
-            container["ports"] = _ports_with_mxjob_port(container.get("ports"), spec.port)
+    restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
 
-    metadata: JSON = {
-        "name": child_name(job.name, spec.type, index),
-        "namespace": job.namespace,
-        "labels": {**(meta.get("labels") or {}), **labels_for(job, spec.type, index)},
-    }
-    if meta.get("annotations"):
-        metadata["annotations"] = dict(meta["annotations"])
-    if gang is not None:
-        mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
-                 priority_class=job.run_policy.scheduling.priority_class)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    def pod(index: int) -> JSON:
+        pod_spec = fresh_spec()
+        pod_spec["restartPolicy"] = restart_policy
+        operator_env = env_for(job, spec.type, index, wiring=wiring)
+        for container in pod_spec["containers"]:
+            container["env"] = merge_env(operator_env, container.get("env"))
+            if container["name"] == MAIN_CONTAINER:
+                container["ports"] = _ports_with_mxjob_port(container.get("ports"), spec.port)
+        metadata: JSON = {
+            "name": child_name(job.name, spec.type, index),
+            "namespace": job.namespace,
+            "labels": {**template_labels, **labels_for(job, spec.type, index)},
+        }
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if gang is not None:
+            mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
+                     priority_class=job.run_policy.scheduling.priority_class)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+    return pod
 
 
 def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
@@ -57,7 +81,7 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
         resources = min_resources(members, min_member, problems)
         if problems:
             raise SpecError(problems)
-    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=job_labels(job),
+    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=job_labels(job.name),
                         min_member=min_member, policy=policy, resources=resources)
 
 

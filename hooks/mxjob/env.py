@@ -1,43 +1,78 @@
-"""The environment the operator wires into every container: MX_CONFIG and the DMLC_* variables."""
+"""The environment the operator wires into every container: MXJOB_CLUSTER, MX_CONFIG and DMLC_*.
+
+The cluster map (one entry per replica) lives once per job, in the `<job>-cluster` ConfigMap. Each
+container reads it into MXJOB_CLUSTER (a configMapKeyRef), and MX_CONFIG refers to it as
+`$(MXJOB_CLUSTER)`, which the kubelet expands, so the process sees the same MX_CONFIG bytes as if
+the whole map were inline while every pod spec (and so every sync request) stays small.
+"""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from hooks.mxjob.names import child_name
+from hooks.mxjob.names import child_name, cluster_config_map_name
 from hooks.mxjob.spec import MXJob
 
+CLUSTER_ENV = "MXJOB_CLUSTER"
+CLUSTER_KEY = "cluster"  # the ConfigMap's data key
+
 OPERATOR_ENV_NAMES = frozenset({
-    "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
-    "DMLC_ROLE", "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID",
+    CLUSTER_ENV, "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI", "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER", "DMLC_ROLE", "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID",
 })
 
+_CLUSTER_REF = f"$({CLUSTER_ENV})"
 
-def mx_config_prefix(job: MXJob) -> str:
-    """MX_CONFIG up to the task part, which is the same for every pod of the job.
 
-    Keys are sorted ("cluster" < "labels" < "task"), so the per-pod task object comes last and the
-    cluster map (one entry per replica, so O(replicas) long) is serialised once per sync, not once
-    per pod.
+@dataclass(frozen=True)
+class ClusterWiring:
+    """The job-wide parts of MX_CONFIG, serialised once per sync rather than once per pod.
+
+    `cluster` is the ConfigMap's value: the compact, sorted-keys JSON of the cluster map. `labels`
+    is the JSON of the tuner labels as the process must see it (not yet escaped for the kubelet).
     """
+
+    config_map: str
+    cluster: str
+    labels: str
+
+    def mx_config(self, rtype: str, index: int) -> str:
+        """One pod's MX_CONFIG as written into its spec: `$(MXJOB_CLUSTER)` stands for the map.
+
+        The kubelet turns `$$` into `$`, so every `$` of our own text is doubled; otherwise a
+        tuner key holding `$(X)` would be expanded, or one ending in `$` would swallow the next
+        character's meaning.
+        """
+        rest = self.labels + ',"task":' + _task(rtype, index) + "}"
+        return '{"cluster":' + _CLUSTER_REF + ',"labels":' + rest.replace("$", "$$")
+
+    def expanded_length(self, rtype: str, index: int) -> int:
+        """Length of the MX_CONFIG the process sees (kubelet-expanded), without building it."""
+        return (len('{"cluster":') + len(self.cluster) + len(',"labels":') + len(self.labels)
+                + len(',"task":') + len(_task(rtype, index)) + 1)
+
+
+def cluster_wiring(job: MXJob) -> ClusterWiring:
+    """The job's cluster map and labels; sorted keys ("cluster" < "labels" < "task") as MXNet reads them."""
     cluster = {
         spec.name: [{"port": spec.port, "url": child_name(job.name, rtype, i)}
                     for i in range(spec.replicas)]
         for rtype, spec in job.replicas.items()
     }
     labels = {spec.name: spec.tuner_key for spec in job.replicas.values()}
-    head = json.dumps({"cluster": cluster, "labels": labels}, sort_keys=True,
-                      separators=(",", ":"))
-    return head[:-1] + ',"task":'
+    return ClusterWiring(config_map=cluster_config_map_name(job.name), cluster=_compact(cluster),
+                         labels=_compact(labels))
 
 
-def mx_config(prefix: str, rtype: str, index: int) -> str:
-    """The full MX_CONFIG of one pod, from the job's prefix."""
-    return f'{prefix}{{"index":{index},"type":"{rtype.lower()}"}}}}'
+def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> list[dict]:
+    """Operator env entries of one pod, in the documented order.
 
-
-def env_for(job: MXJob, rtype: str, index: int, *, prefix: str) -> list[dict[str, str]]:
-    """Operator env entries of one pod, in the documented order."""
-    env = [{"name": "MX_CONFIG", "value": mx_config(prefix, rtype, index)}]
+    MXJOB_CLUSTER comes first: the kubelet expands `$(NAME)` only with entries defined earlier.
+    """
+    env: list[dict] = [
+        {"name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": wiring.config_map, "key": CLUSTER_KEY}}},
+        {"name": "MX_CONFIG", "value": wiring.mx_config(rtype, index)},
+    ]
     scheduler = job.replicas.get("Scheduler")
     # Without a Scheduler there is nothing to point at; an empty value would be dropped by the
     # API server and make the pod differ from what we applied.
@@ -53,7 +88,7 @@ def env_for(job: MXJob, rtype: str, index: int, *, prefix: str) -> list[dict[str
     return env
 
 
-def merge_env(operator_env: list[dict[str, str]], user_env: list) -> list:
+def merge_env(operator_env: list[dict], user_env: list) -> list:
     """Operator entries first, then the user's entries that do not collide with them.
 
     Operator entries win over user entries of the same name. They come first so that user
@@ -61,6 +96,14 @@ def merge_env(operator_env: list[dict[str, str]], user_env: list) -> list:
     """
     return operator_env + [e for e in user_env or []
                            if not (isinstance(e, dict) and e.get("name") in OPERATOR_ENV_NAMES)]
+
+
+def _task(rtype: str, index: int) -> str:
+    return f'{{"index":{index},"type":"{rtype.lower()}"}}'
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _count(job: MXJob, rtype: str) -> int:

@@ -33,6 +33,15 @@ class Plan:
     pods: list[str] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
     resync_after: float | None = None
+    finished: bool = False  # the job has succeeded or failed: it never gets a new pod
+
+    @property
+    def needs_cluster_map(self) -> bool:
+        """The cluster ConfigMap is kept while the job has pods or may still get some.
+
+        So it goes with the last pod: at completion under cleanPodPolicy All, at the TTL otherwise.
+        """
+        return bool(self.pods) or not self.finished
 
 
 def is_retryable(exit_code: int | None) -> bool:
@@ -164,7 +173,7 @@ class _State:
             policy == "None" or (policy == "Running" and p.finished) or p in in_grace)]
         services = sorted(observed_services) if policy == "None" else keep
         services = [name for name in services if name in observed_services]
-        plan = Plan(status={}, pods=keep, services=services)
+        plan = Plan(status={}, pods=keep, services=services, finished=True)
         self.leaving = set(self.pods) - set(keep)
         if in_grace and policy != "None":
             plan.resync_after = grace_left  # the policy applies to whatever still runs then

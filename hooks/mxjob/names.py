@@ -9,11 +9,22 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+LEGACY_GROUP_LABEL = "group-name"
+LEGACY_GROUP = "kubeflow.org"
+LEGACY_JOB_NAME_LABEL = "job-name"
 
 
 def child_name(job_name: str, rtype: str, index: int) -> str:
     """Name of the Pod and the Service of one replica: `<job>-<type>-<index>`."""
     return f"{job_name}-{rtype.lower()}-{index}"
+
+
+def cluster_config_map_name(job_name: str) -> str:
+    """Name of the ConfigMap holding the job's cluster map: `<job>-cluster`.
+
+    It cannot collide with a replica's child name, which always ends in `-<index>`.
+    """
+    return f"{job_name}-cluster"
 
 
 def is_master(job: MXJob, rtype: str) -> bool:
@@ -34,18 +45,19 @@ def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:
     }
 
 
-def job_labels(job: MXJob) -> dict[str, str]:
-    """Labels of an object that belongs to the whole job rather than one replica (its PodGroup)."""
-    return {OPERATOR_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job.name,
-            "group-name": "kubeflow.org", "job-name": job.name}
+def job_labels(job_name: str) -> dict[str, str]:
+    """Labels of a child that belongs to the whole job (the cluster ConfigMap, the PodGroup): the pods' labels
+    without the per-replica ones, so the same selectors find the job's pods and its ConfigMap."""
+    return {OPERATOR_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job_name,
+            LEGACY_GROUP_LABEL: LEGACY_GROUP, LEGACY_JOB_NAME_LABEL: job_name}
 
 
 def labels_for(job: MXJob, rtype: str, index: int) -> dict[str, str]:
     """Operator labels of a pod or service: the current family and the legacy one."""
     labels = selector_for(job.name, rtype, index)
     labels.update({
-        "group-name": "kubeflow.org",
-        "job-name": job.name,
+        LEGACY_GROUP_LABEL: LEGACY_GROUP,
+        LEGACY_JOB_NAME_LABEL: job.name,
         "replica-type": rtype.lower(),
         "replica-index": str(index),
     })

@@ -7,47 +7,75 @@ has children keeps those children exactly as they were last applied.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from hooks.mxjob.children import pod_for, podgroup_for_job, service_for
-from hooks.mxjob.env import mx_config, mx_config_prefix
+from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring
 from hooks.mxjob.lifecycle import decide
 from hooks.mxjob.observed import replica_slots, view_pods
-from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
+from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, read_gang
-from hooks.shared.k8s import JSON, POD_KEY, SERVICE_KEY, SyncResponse
+from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.request import as_last_applied, read_children, read_parent
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
 MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
-MAX_ANNOTATIONS_BYTES = 262144  # the API server's limit on all annotations of one object
+
+# Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: a leaf
+# is the type Kubernetes gives the value (True: any value), a dict an object of those fields, a
+# one-element list an array of such objects. The shell may hand over observed children with only
+# these fields (a large request is mostly pod specs nobody reads here), and refuses children whose
+# fields have other types. tests/test_wire.py checks every answer is the same either way, so a
+# new read of an observed child must be added here.
+OBSERVED_FIELDS: Mapping[str, Any] = {
+    "apiVersion": str,
+    "kind": str,
+    "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
+                 "annotations": dict[str, str], "deletionTimestamp": str},
+    "status": {"phase": str,
+               "containerStatuses": [{"name": str, "restartCount": int, "state": {"terminated": {"exitCode": int}}}]},
+    "data": dict[str, str],
+}
+
+
+class Observed(NamedTuple):
+    """The observed children of one MXJob, by child rule, each keyed by name."""
+
+    pods: Mapping[str, Any]
+    services: Mapping[str, Any]
+    config_maps: Mapping[str, Any]
+    podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
+
+    def any(self) -> bool:
+        """Whether the job has any child at all."""
+        return bool(self.pods or self.services or self.config_maps or self.podgroups)
 
 
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     """Answer one sync request: desired children, status and, when a timer is due, a resync."""
-    parent, gang, (observed_pods, observed_services, observed_groups) = _read_request(request)
+    parent, gang, observed = _read_request(request)
     old_status = parent.get("status") or {}
     try:
         job = parse_mxjob(parent)
-        prefix = mx_config_prefix(job)
-        problems = size_problems(job, prefix) or changed_since_created(prefix, observed_pods)
+        wiring = cluster_wiring(job)
+        problems = size_problems(job, wiring) or changed_since_created(wiring, observed.config_maps)
         if problems:
             raise SpecError(problems)
         podgroup = podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
-        return _invalid_spec(parent, old_status, (observed_pods, observed_services, observed_groups),
-                             err, now)
+        return _invalid_spec(parent, old_status, observed, err, now)
 
     slots = replica_slots(job)
-    plan = decide(job, old_status, view_pods(slots, observed_pods), slots, observed_services, now)
-    children = [pod_for(job, job.replicas[slots[n][0]], slots[n][1], prefix=prefix, gang=gang)
-                for n in plan.pods]
+    plan = decide(job, old_status, view_pods(slots, observed.pods), slots, observed.services, now)
+    pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
+    children = [pods[slots[n][0]](slots[n][1]) for n in plan.pods]
     children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
+    if plan.needs_cluster_map:
+        children.append(cluster_config_map(job, wiring))
     # The gang exists while the job may still get pods: a finished job's PodGroup would keep
     # holding its queue's share, and a suspended job has no pods to group.
     if podgroup is not None and not job.run_policy.suspend and not _finished(plan.status, now):
@@ -59,83 +87,66 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     return response
 
 
-def size_problems(job: MXJob, prefix: str) -> list[str]:
+def size_problems(job: MXJob, wiring: ClusterWiring) -> list[str]:
     """Limits a job's pods would hit outside our control: they could never start, so refuse them.
 
-    MX_CONFIG lists every replica in every pod, so it grows with the job. Linux refuses to exec a
-    process with one environment string over MAX_ARG_STRLEN, and the API server refuses a pod
-    whose annotations (Metacontroller's last-applied copy of the pod) pass 256 KiB.
+    The process sees MX_CONFIG with the whole cluster map expanded into it, so it grows with the
+    job. Linux refuses to exec a process with one environment string over MAX_ARG_STRLEN. (The
+    ConfigMap holding the map, limited to 1 MiB, and the pods, which now only refer to it, stay
+    far below the API server's limits at any size this admits.)
     """
-    problems = []
-    longest = max(len(mx_config(prefix, t, s.replicas - 1)) for t, s in job.replicas.items())
+    longest = max(wiring.expanded_length(t, s.replicas - 1) for t, s in job.replicas.items())
     env_bytes = len("MX_CONFIG=") + longest + 1
+    if env_bytes <= MAX_ARG_STRLEN:
+        return []
     total = sum(s.replicas for s in job.replicas.values())
-    if env_bytes > MAX_ARG_STRLEN:
-        fits = total * MAX_ARG_STRLEN // env_bytes
-        problems.append(f"spec.mxReplicaSpecs: {total} replicas make each pod's MX_CONFIG "
-                        f"{env_bytes} bytes, over Linux's limit of {MAX_ARG_STRLEN} bytes for one "
-                        f"environment variable, so no pod could start; use at most about {fits} "
-                        f"replicas (fewer with a longer job name)")
-        return problems
-    for rtype, spec in job.replicas.items():
-        pod = pod_for(job, spec, spec.replicas - 1, prefix=prefix)
-        size = len(json.dumps(pod, separators=(",", ":")))
-        size += sum(len(k) + len(v) for k, v in (pod["metadata"].get("annotations") or {}).items())
-        if size > MAX_ANNOTATIONS_BYTES:
-            problems.append(f"spec.mxReplicaSpecs.{rtype}.template: each {rtype} pod would be "
-                            f"{size} bytes with its MX_CONFIG in every container, over the API "
-                            f"server's {MAX_ANNOTATIONS_BYTES}-byte limit for the copy "
-                            f"Metacontroller keeps in an annotation; use fewer replicas or fewer "
-                            f"containers")
-    return problems
+    fits = total * MAX_ARG_STRLEN // env_bytes
+    return [f"spec.mxReplicaSpecs: {total} replicas make each pod's MX_CONFIG "
+            f"{env_bytes} bytes, over Linux's limit of {MAX_ARG_STRLEN} bytes for one "
+            f"environment variable, so no pod could start; use at most about {fits} "
+            f"replicas (fewer with a longer job name)"]
 
 
-def changed_since_created(prefix: str, observed_pods: Mapping[str, Any]) -> list[str]:
+def changed_since_created(wiring: ClusterWiring, observed_config_maps: Mapping[str, Any]) -> list[str]:
     """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
 
-    Every pod's MX_CONFIG starts with the same job-wide part, so one live pod tells whether the
-    replica layout is still the one the pods were built for. Acting on a changed layout would
+    The job's ConfigMap holds the cluster map its pods were built for, so comparing it with the
+    one the spec gives now tells whether the layout changed. Acting on a changed layout would
     delete pods (fewer replicas) or mix two cluster layouts (more).
     """
-    for pod in observed_pods.values():
-        if not isinstance(pod, Mapping) or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            if container.get("name") != MAIN_CONTAINER:
-                continue
-            value = next((e.get("value") for e in container.get("env") or []
-                          if e.get("name") == "MX_CONFIG"), None)
-            if isinstance(value, str) and not value.startswith(prefix):
-                return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
-                        "has the replica layout built in); restore the previous mxReplicaSpecs "
-                        "and jobMode, or delete the MXJob and create it again"]
-            return []
-    return []
+    observed = observed_config_maps.get(wiring.config_map)
+    if not isinstance(observed, Mapping) or (observed.get("metadata") or {}).get("deletionTimestamp"):
+        return []
+    data = observed.get("data")
+    if isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster:
+        return []
+    return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
+            "has the replica layout built in); restore the previous mxReplicaSpecs "
+            "and jobMode, or delete the MXJob and create it again"]
 
 
-def _read_request(request: Any) -> tuple[JSON, Gang | None, tuple[Mapping[str, Any], ...]]:
-    """The parent, the gang configuration, and the observed Pods, Services and PodGroups."""
+def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
+    """The parent, the gang configuration, and the observed children by rule."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
+    keys: tuple[str, ...] = (POD_KEY, SERVICE_KEY, CONFIG_MAP_KEY)
     if gang is None:
-        pods, services = read_children(request, (POD_KEY, SERVICE_KEY))
-        return parent, None, (pods, services, {})
-    pods, services, groups = read_children(request, (POD_KEY, SERVICE_KEY, gang.child_key))
-    return parent, gang, (pods, services, groups)
+        pods, services, config_maps = read_children(request, keys)
+        return parent, None, Observed(pods, services, config_maps, {})
+    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key))
+    return parent, gang, Observed(pods, services, config_maps, groups)
 
 
 def _finished(status: Mapping[str, Any], now: datetime) -> bool:
     return Conditions(status.get("conditions"), now).terminal() is not None
 
 
-def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
-                  observed: tuple[Mapping[str, Any], ...], err: SpecError,
-                  now: datetime) -> SyncResponse:
+def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any], observed: Observed,
+                  err: SpecError, now: datetime) -> SyncResponse:
     meta = parent["metadata"]
     message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
                + "; ".join(err.problems) + ".")
-    started = any(observed) or bool(old_status.get("startTime"))
-    if started:
+    if observed.any() or old_status.get("startTime"):
         # An edit must never destroy a running job: keep every child as last applied and say why.
         status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
         status["specError"] = message

@@ -1,12 +1,14 @@
 """The HTTP shell: translates Metacontroller's sync webhook to one call of the pure core and back.
 
 It owns the HTTP status codes, the clock, the request-size limit, the per-sync log line and the
-metrics; it decides nothing about MXJobs. It imports nothing from the core but `hooks.mxjob.sync` and
-`hooks.shared.errors`.
+metrics; it decides nothing about MXJobs. Reading and decoding the body, and what makes a request
+malformed before any core runs, live in `hooks.server.wire`. It imports nothing from the cores but
+the table in `hooks.kinds` and `hooks.shared.errors`.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -18,23 +20,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 
 import hooks.kinds
 from hooks.server.metrics import make_metrics
+from hooks.server.wire import MalformedRequest, RequestDecoder, encode, non_finite, read_body
 from hooks.shared.errors import InvalidRequest
 
 log = logging.getLogger("hooks.server.app")
 
 # The largest sync request we accept (MAX_CONTENT_LENGTH; FLASK_MAX_CONTENT_LENGTH in the env).
-# Measured with benchmarks/sync_bench.py (docs/benchmarks.md): every observed pod carries MX_CONFIG,
-# which lists every replica, twice (env and last-applied annotation), so the request grows with the
-# square of the replicas: 2.5 MB at 100, 138 MB at 1,000, 265 MB at 1,400, 3.2 GB at 5,000. Parsing
-# takes about 4.7 times the body in memory (650 MB peak at 1,000 replicas), so 256 MiB (jobs up to
-# about 1,400 replicas) keeps one worker near 1.2 GB. A larger job gets a 413, which changes
-# nothing in the cluster; raise the limit together with the memory limit. Pods of jobs above about
-# 2,500 replicas cannot start anyway: their MX_CONFIG passes Linux's 128 KiB limit on one env string.
-DEFAULT_MAX_CONTENT_LENGTH = 256 * 1024 * 1024
+# The cluster map lives once per job (in a ConfigMap), so a request grows linearly: about 13 KB per
+# replica of a running job (benchmarks/sync_bench.py, docs/benchmarks.md: 13.2 MB at 1,000, 33.0 MB
+# at 2,500). The largest admissible job is about 2,500 replicas (its pods' expanded MX_CONFIG must
+# fit Linux's 128 KiB per environment string; the core refuses larger ones), so 64 MiB admits it
+# with almost twice its size to spare for bigger pod templates and managedFields. Memory stays low
+# because the observed children are decoded selectively (docs/benchmarks.md gives the peak).
+DEFAULT_MAX_CONTENT_LENGTH = 64 * 1024 * 1024
 
 # Strings from the request that go into a log line are cut to this length (the longest Kubernetes
 # name is 253 characters), so a hostile body cannot blow up the logs.
@@ -55,11 +57,23 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     metrics = make_metrics()
     # Each kind's hook settings (CHAINERJOB_KUBECTL_IMAGE...), read once: the core never reads env.
     settings = hooks.kinds.settings_from(os.environ)
+    decoders = {kind: RequestDecoder(hooks.kinds.OBSERVED_FIELDS.get(kind)) for kind in hooks.kinds.ROUTES}
 
     def sync_view(kind: str) -> Response:
         """Metacontroller's sync hook for one job kind: one call of that kind's pure core."""
         started = time.perf_counter()
-        status, payload, fields, exc = _answer_sync(kind, settings.get(kind, {}))
+        # A sync builds many short-lived objects and no cycles; the cyclic collector would walk
+        # them again and again while they are alive (measured: docs/benchmarks.md). Reference
+        # counting frees them all the same. The switch is per process: with several threads, the
+        # one that turned the collector off turns it back on, so it ends up on in every order.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            status, payload, fields, exc = _answer_sync(kind, decoders[kind], app.config["MAX_CONTENT_LENGTH"],
+                                                          settings.get(kind, {}))
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         seconds = time.perf_counter() - started
         metrics.observe(fields["outcome"], seconds)
         fields.update(status=status, duration_ms=round(seconds * 1000, 3))
@@ -95,23 +109,18 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     return app
 
 
-def _answer_sync(kind: str, settings: Mapping[str, str]) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
+def _answer_sync(kind: str, decoder: RequestDecoder, limit: int | None,
+                 settings: Mapping[str, str]) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
     """The status, body, log fields and any unexpected exception for the current sync request."""
     if not request.is_json:
         return _bad_request(f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
     try:
-        raw = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        limit = request.max_content_length
-        message = f"request body is larger than the limit of {limit} bytes (MAX_CONTENT_LENGTH)"
-        too_large = {"outcome": "too_large", "error": f"request body larger than {limit} bytes"}
-        return 413, _dumps({"error": message}), too_large, None
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError; neither quotes the body
-        return _bad_request(f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return _bad_request(f"request body must be a JSON object, got {_json_type(body)}")
+        body = decoder.decode(read_body(request.environ, limit))
+    except MalformedRequest as exc:
+        if exc.status == 413:
+            too_large = {"outcome": "too_large", "error": f"request body larger than {limit} bytes"}
+            return 413, _dumps({"error": str(exc)}), too_large, None
+        return _bad_request(str(exc), exc.status)
 
     fields: dict[str, Any] = {"kind": kind, **_job_identity(body)}
     # The shell reads the clock so the core stays a pure function of its inputs. Second precision:
@@ -148,12 +157,16 @@ def _malformed_answer(answer: object) -> str | None:
         return "'status' is missing or not an object"
     if not all(isinstance(child, dict) for child in answer["children"]):
         return "'children' holds something that is not an object"
+    # The encoder would write NaN as null; only the core's own numbers (status, resync) can be one,
+    # since decoding refuses NaN in the request the children are built from.
+    if non_finite(answer["status"]) or non_finite(answer.get("resyncAfterSeconds")):
+        return "a number in 'status' or 'resyncAfterSeconds' is NaN or infinite"
     return None
 
 
-def _bad_request(message: str) -> tuple[int, bytes, dict[str, Any], None]:
-    """A 400 answer with its log fields."""
-    return 400, _dumps({"error": message}), {"outcome": "bad_request", "error": message}, None
+def _bad_request(message: str, status: int = 400) -> tuple[int, bytes, dict[str, Any], None]:
+    """A 4xx answer with its log fields."""
+    return status, _dumps({"error": message}), {"outcome": "bad_request", "error": _cut(message, 500)}, None
 
 
 def _internal_error(fields: dict[str, Any], exc: BaseException) -> tuple[int, bytes, dict[str, Any], BaseException]:
@@ -209,20 +222,13 @@ class JsonFormatter(logging.Formatter):
 
 
 def _dumps(value: object) -> bytes:
-    """Compact JSON that Go's encoding/json accepts (no NaN or Infinity)."""
-    # ensure_ascii (the default) keeps a lone surrogate from the request encodable as an escape.
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    """Compact JSON (UTF-8) that Go's encoding/json accepts."""
+    return encode(value)
 
 
 def _json_response(status: int, value: object) -> Response:
     """A small JSON response."""
     return Response(_dumps(value), status=status, mimetype=_JSON)
-
-
-def _json_type(value: object) -> str:
-    """The JSON name of a decoded value's type."""
-    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -1,6 +1,8 @@
 """Copying JSON-shaped data (dicts, lists, scalars) from a request before changing it."""
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
 from typing import Any
 
 
@@ -13,3 +15,13 @@ def json_copy(value: Any) -> Any:
     if kind is list:
         return [json_copy(v) for v in value]
     return value
+
+
+def copier(value: Any) -> Callable[[], Any]:
+    """A function that returns a fresh deep copy of `value` (as it is now) on every call.
+
+    For many copies of one template (a pod per replica): the value is serialised once and each copy
+    is rebuilt in C, about twice as fast as json_copy. The bytes never leave this process.
+    """
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return lambda: pickle.loads(blob)

@@ -31,3 +31,4 @@ class SyncResponse(TypedDict, total=False):
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 POD_KEY = "Pod.v1"
 SERVICE_KEY = "Service.v1"
+CONFIG_MAP_KEY = "ConfigMap.v1"

@@ -59,6 +59,7 @@ def as_last_applied(obj: Mapping[str, Any]) -> JSON:
             pass
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.
+    # Every child rule is OnDelete or InPlace, and a three-way merge leaves alone what neither the
+    # last-applied record nor the answer names, so the identity changes nothing.
     keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta,
-            "spec": obj.get("spec")}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta}

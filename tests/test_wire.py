@@ -1,0 +1,95 @@
+"""The shell's selective decoding: the MXJob core answers the same from it as from the full request.
+
+The shell builds only the fields of observed children that hooks.mxjob.sync.OBSERVED_FIELDS
+declares. If the core starts reading another field without declaring it, these tests fail.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from mcsim import Sim, mxjob
+
+import hooks.kinds
+from hooks.mxjob.sync import sync_mxjob
+from hooks.server.wire import RequestDecoder
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+DECODER = RequestDecoder(hooks.kinds.OBSERVED_FIELDS["MXJob"])
+
+
+def both_ways(request: dict, now: datetime) -> tuple[dict, dict]:
+    raw = json.dumps(request).encode()
+    return sync_mxjob(json.loads(raw), now=now), sync_mxjob(DECODER.decode(raw), now=now)
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()))
+def test_every_golden_answer_is_the_same_from_the_selective_decode(case):
+    request = yaml.safe_load((GOLDEN / case / "request.yaml").read_text())
+    now = datetime.fromisoformat(request.pop("now"))
+    full, selective = both_ways(request, now)
+    assert selective == full
+
+
+def _failing_pods() -> Sim:
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}},
+                    runPolicy={"backoffLimit": 5}))
+    sim.sync()
+    sim.run()
+    sim.sync()
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137, restarts=2)
+    sim.set_phase("mx-worker-1", "Running", restarts=1)
+    sim.pods["mx-server-0"]["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:30Z"
+    return sim
+
+
+def _invalid_edit() -> Sim:
+    sim = _failing_pods()
+    sim.sync()
+    sim.edit({"mxReplicaSpecs": {"Worker": {"replicas": 3}}})
+    return sim
+
+
+def _no_last_applied() -> Sim:
+    sim = _invalid_edit()
+    for pod in sim.pods.values():
+        del pod["metadata"]["annotations"]
+    return sim
+
+
+@pytest.mark.parametrize("scenario", [_failing_pods, _invalid_edit, _no_last_applied],
+                         ids=["failed-restarting-terminating-pods", "invalid-edit-keeps-children",
+                              "invalid-edit-without-last-applied"])
+def test_scenario_answers_are_the_same_from_the_selective_decode(scenario):
+    sim = scenario()
+    full, selective = both_ways(sim.request(), sim.now)
+    assert selective == full
+
+
+def test_the_selective_decode_leaves_out_what_the_core_never_reads():
+    sim = Sim(mxjob())
+    sim.sync()
+    sim.run()
+    decoded = DECODER.decode(json.dumps(sim.request()).encode())
+    pod = decoded["children"]["Pod.v1"]["mx-worker-0"]
+    assert "spec" not in pod and set(pod) == {"apiVersion", "kind", "metadata", "status"}
+    assert decoded["parent"] == sim.parent  # the parent is decoded whole
+
+
+@pytest.mark.parametrize(("child", "path"), [
+    ({"status": "Running"}, "$.children[...][...].status"),
+    ({"metadata": {"uid": 7}}, "$.children[...][...].metadata.uid"),
+    ({"metadata": {"labels": {"a": 1}}}, "$.children[...][...].metadata.labels[...]"),
+    ({"status": {"containerStatuses": {"name": "mxnet"}}}, "$.children[...][...].status.containerStatuses"),
+    ("a pod", "$.children[...][...]"),
+], ids=["status-a-string", "uid-a-number", "label-not-a-string", "container-statuses-an-object", "child-a-string"])
+def test_an_observed_child_of_the_wrong_shape_is_malformed_and_named(child, path):
+    from hooks.server.wire import MalformedRequest
+
+    body = json.dumps({"parent": {}, "children": {"Pod.v1": {"p": child}}}).encode()
+    with pytest.raises(MalformedRequest, match="wrong shape") as caught:
+        DECODER.decode(body)
+    assert caught.value.status == 400 and str(caught.value).endswith(f"at `{path}`")
