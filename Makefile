@@ -1,4 +1,4 @@
-# One virtualenv (.venv) holds the hooks server, the test tools and the MXNet example.
+# One virtualenv (.venv) holds the hooks server, the test tools and the MXNet and ChainerMN examples.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,10 +7,12 @@ EXAMPLE ?= examples/local/dist-train-digits.yaml
 
 .PHONY: setup run test bench lint clean
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt -r requirements-mxnet.txt
+	$(BIN)/pip install --quiet -r requirements-chainer-build.txt
+	$(BIN)/pip install --quiet --no-build-isolation -r requirements-chainer.txt
 	touch $@
 
 setup: $(STAMP)
