@@ -1,4 +1,4 @@
-"""The command line: `run` an MXJob with a live progress view, and `logs` to read a pod's output."""
+"""The command line: `run` a job (any kind a shipped CompositeController follows) with a live progress view, and `logs`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TextIO, cast
 import yaml
 
 from .cluster import LocalCluster, condition, finished, job_state
+from .config import PARENT_KINDS
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -39,13 +40,15 @@ def pod_row(pod: KubeObject) -> tuple[str, str, int, str]:
 def render(cluster: LocalCluster, name: str) -> list[str]:
     """The progress view of one job as lines."""
     job = cluster.get_job(name) or {}
-    lines = [f"MXJob {name}   state: {job_state(job) or '-'}   age: {_age(job.get('metadata', {}).get('creationTimestamp'))}"]
+    age = _age(job.get("metadata", {}).get("creationTimestamp"))
+    lines = [f"{job.get('kind', 'Job')} {name}   state: {job_state(job) or '-'}   age: {age}"]
     lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
     for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name)):
         lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
     conditions = job.get("status", {}).get("conditions") or []
     lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
-    error = cluster.controller.last_error(job["metadata"]["uid"]) if job and cluster.controller else None
+    controller = cluster.controller_for(job)
+    error = controller.last_error(job["metadata"]["uid"]) if job and controller else None
     if error:
         lines.append(f"  sync error (retrying): {error[:150]}")
     return lines
@@ -79,33 +82,38 @@ class Progress:
 
 
 def load_job(path: Path) -> KubeObject:
-    """The single MXJob in a YAML file; ValueError with a one-line reason otherwise."""
+    """The single job (MXJob or ChainerJob) in a YAML file; ValueError with a one-line reason otherwise."""
     try:
         documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     except (OSError, yaml.YAMLError) as err:
         raise ValueError(f"cannot read {path}: {err}") from err
-    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "MXJob"]
+    versions = {kind: api_version for (api_version, _), kind in PARENT_KINDS.items()}
+    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in versions]
     if len(jobs) != 1:
-        raise ValueError(f"{path} must hold exactly one MXJob, found {len(jobs)}")
+        raise ValueError(f"{path} must hold exactly one job ({' or '.join(sorted(versions))}), found {len(jobs)}")
     job = jobs[0]
-    if job.get("apiVersion") != "kubeflow.org/v1":
-        raise ValueError(f"{path}: apiVersion must be kubeflow.org/v1, not {job.get('apiVersion')!r}")
+    if job.get("apiVersion") != versions[job["kind"]]:
+        raise ValueError(f"{path}: a {job['kind']}'s apiVersion must be {versions[job['kind']]}, not {job.get('apiVersion')!r}")
     if not isinstance(job.get("metadata"), dict) or not job["metadata"].get("name"):
         raise ValueError(f"{path}: metadata.name is required")
     return cast(KubeObject, job)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Run one MXJob to the end; the exit code says how it ended."""
+    """Run one job to the end; the exit code says how it ended."""
     try:
         job = load_job(Path(args.file))
     except ValueError as err:
         print(f"invalid spec: {err}", file=out)
         return EXIT_INVALID
-    name = job["metadata"]["name"]
+    name, kind = job["metadata"]["name"], job["kind"]
     with LocalCluster(args.state_dir) as cluster:
         print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.state_dir / 'hooks-server.log'})", file=out)
-        print(f"controller: {cluster.config.name} from {cluster.config.source}", file=out)
+        config = next((c for c in cluster.configs if c.parent_kind == kind), None)
+        if config is None:
+            print(f"invalid spec: no CompositeController in metacontroller/ follows {kind}", file=out)
+            return EXIT_INVALID
+        print(f"controller: {config.name} from {config.source}", file=out)
         print(f"pod logs: {cluster.job_dir(name)}/<pod>.log  (python -m localcluster logs {name} <pod>)", file=out)
         created = cluster.submit(job)
         uid = created["metadata"]["uid"]
@@ -115,17 +123,20 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         while outcome is None:
             progress.show(render(cluster, name))
             current = cluster.get_job(name)
-            hot = cluster.controller.hot_loop(uid) if cluster.controller else None
+            controller = cluster.controller_for(current)
+            hot = controller.hot_loop(uid) if controller else None
             if hot:
-                outcome = (EXIT_STAND_IN, f"stand-in error: MXJob {name}: {hot}")
+                outcome = (EXIT_STAND_IN, f"stand-in error: {kind} {name}: {hot}")
             elif finished(current) == "Succeeded":
-                outcome = (EXIT_SUCCEEDED, f"MXJob {name} Succeeded")
+                outcome = (EXIT_SUCCEEDED, f"{kind} {name} {job_state(current)}")
             elif finished(current) == "Failed":
                 failed = condition(current, "Failed") or {}
-                kind = "invalid spec" if failed.get("reason") == "MXJobFailedValidation" else "Failed"
-                outcome = (EXIT_INVALID if kind == "invalid spec" else EXIT_FAILED, f"MXJob {name} {kind}: {failed.get('message', '')}")
+                # Each kind's hook names its validation failure <Kind>FailedValidation.
+                how = "invalid spec" if str(failed.get("reason", "")).endswith("FailedValidation") else "Failed"
+                code = EXIT_INVALID if how == "invalid spec" else EXIT_FAILED
+                outcome = (code, f"{kind} {name} {how}: {failed.get('reason', '')}: {failed.get('message', '')}")
             elif time.monotonic() >= deadline:
-                outcome = (EXIT_TIMEOUT, f"MXJob {name} timed out after {args.timeout:g}s in state {job_state(current) or '-'}")
+                outcome = (EXIT_TIMEOUT, f"{kind} {name} timed out after {args.timeout:g}s in state {job_state(current) or '-'}")
             else:
                 time.sleep(REFRESH_SECONDS)
         time.sleep(REFRESH_SECONDS)  # let the last pod transitions (cleanPodPolicy) show
@@ -154,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m localcluster`."""
     parser = argparse.ArgumentParser(
         prog="python -m localcluster",
-        description="Run MXJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
+        description="Run MXJobs and ChainerJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster)")
     sub = parser.add_subparsers(dest="command", required=True)
-    run_parser = sub.add_parser("run", help="run one MXJob to the end; exit 0 only if it Succeeded")
-    run_parser.add_argument("file", help="a YAML file holding one MXJob")
+    run_parser = sub.add_parser("run", help="run one MXJob or ChainerJob to the end; exit 0 only if it succeeded")
+    run_parser.add_argument("file", help="a YAML file holding one MXJob or ChainerJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
