@@ -1,14 +1,15 @@
 """The HTTP shell: translates Metacontroller's sync webhook to one call of the pure core and back.
 
 It owns the HTTP status codes, the clock, the request-size limit, the per-sync log line and the
-metrics; it decides nothing about MXJobs. It imports nothing from the core but `hooks.mxjob.sync` and
-`hooks.shared.errors`.
+metrics, and reads each kind's hook settings from the environment; it decides nothing about jobs. It
+imports nothing from the core but the table of kinds (`hooks.kinds`) and `hooks.shared.errors`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import time
 import traceback
@@ -52,11 +53,13 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if config is not None:
         app.config.from_mapping(config)
     metrics = make_metrics()
+    # Each kind's hook settings (CHAINERJOB_KUBECTL_IMAGE...), read once: the core never reads env.
+    settings = hooks.kinds.settings_from(os.environ)
 
     def sync_view(kind: str) -> Response:
         """Metacontroller's sync hook for one job kind: one call of that kind's pure core."""
         started = time.perf_counter()
-        status, payload, fields, exc = _answer_sync(kind)
+        status, payload, fields, exc = _answer_sync(kind, settings.get(kind, {}))
         seconds = time.perf_counter() - started
         metrics.observe(fields["outcome"], seconds)
         fields.update(status=status, duration_ms=round(seconds * 1000, 3))
@@ -92,7 +95,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     return app
 
 
-def _answer_sync(kind: str) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
+def _answer_sync(kind: str, settings: Mapping[str, str]) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
     """The status, body, log fields and any unexpected exception for the current sync request."""
     if not request.is_json:
         return _bad_request(f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
@@ -115,7 +118,7 @@ def _answer_sync(kind: str) -> tuple[int, bytes, dict[str, Any], BaseException |
     # status timestamps are RFC 3339 seconds, and a sub-second "now" would only add noise.
     now = datetime.now(UTC).replace(microsecond=0)
     try:
-        answer = hooks.kinds.SYNC[kind](body, now=now)
+        answer = hooks.kinds.SYNC[kind](body, now=now, **settings)
     except InvalidRequest as exc:
         fields.update(outcome="bad_request", error=_cut(str(exc), 500))
         return 400, _dumps({"error": str(exc)}), fields, None

@@ -62,9 +62,12 @@ class Conditions:
         if self.is_true(ctype):
             self.set(ctype, False, reason, message)
 
-    def ordered(self) -> list[Condition]:
-        """The list with the current state's condition moved last (the State printer column)."""
-        state = next((t for t in STATE_ORDER if self.is_true(t)), None)
+    def ordered(self, state_order: tuple[str, ...] = STATE_ORDER) -> list[Condition]:
+        """The list with the current state's condition moved last (the State printer column).
+
+        `state_order` names a kind's condition types, highest first; MXJob's by default.
+        """
+        state = next((t for t in state_order if self.is_true(t)), None)
         if state is None:
             return list(self._items)
         return [c for c in self._items if c["type"] != state] + [c for c in self._items if c["type"] == state]

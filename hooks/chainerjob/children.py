@@ -1,0 +1,157 @@
+"""Builders of a ChainerJob's desired children: one function per object, fresh dicts of the fields we own."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hooks.chainerjob import launch, names
+from hooks.chainerjob.spec import ChainerJob, WorkerSet
+from hooks.shared.jsoncopy import json_copy
+from hooks.shared.k8s import JSON
+
+# The default kubectl image (the hooks setting CHAINERJOB_KUBECTL_IMAGE overrides it): Kubernetes'
+# own kubectl image, built on debian-base with coreutils, so `cp` is there; kubectl is /bin/kubectl.
+KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.34.1"
+KUBECTL_IN_IMAGE = "/bin/kubectl"
+KUBECTL_INIT_CONTAINER = "kubectl-delivery"
+
+KUBECTL_VOLUME = "chainer-operator-volume-kubectl"
+ASSETS_VOLUME = "chainer-operator-volume-assets"
+AGENT_MODE = 0o555
+HOSTFILE_MODE = 0o444
+
+
+def service_account_for(job: ChainerJob) -> JSON:
+    """The master pod's ServiceAccount."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(job, names.service_account(job), names.common_labels(job))}
+
+
+def role_for(job: ChainerJob) -> JSON:
+    """What the master may do: exec into its own workers, read their pods and StatefulSets.
+
+    A rule with an empty resourceNames list would cover every pod in the namespace, so with no
+    worker pods at all the pod rules are left out instead.
+    """
+    pods = sorted(names.worker_pods(job))
+    rules: list[JSON] = []
+    if pods:
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"],
+                      "resourceNames": pods})
+        # get: kubectl >= 1.30 execs over WebSockets (an HTTP GET); create: older kubectl (a POST),
+        # and what clusters with the WebSocket create check ask for.
+        rules.append({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"],
+                      "resourceNames": pods})
+    statefulsets = sorted(names.worker_set(job, w) for w in job.worker_sets)
+    if statefulsets:
+        rules.append({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"],
+                      "resourceNames": statefulsets})
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _meta(job, names.role(job), names.common_labels(job)), "rules": rules}
+
+
+def role_binding_for(job: ChainerJob) -> JSON:
+    """Grants the Role to the master's ServiceAccount."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(job, names.role_binding(job), names.common_labels(job)),
+            "subjects": [{"kind": "ServiceAccount", "name": names.service_account(job),
+                          "namespace": job.namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.role(job)}}
+
+
+def assets_for(job: ChainerJob) -> JSON:
+    """The ConfigMap with the rsh agent and the complete hostfile."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(job, names.assets(job), names.common_labels(job)),
+            "data": {names.AGENT_KEY: launch.agent_script(job), names.HOSTFILE_KEY: launch.hostfile(job)}}
+
+
+def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
+    """A worker set's governing headless Service: stable DNS names for its pods."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(job, names.worker_set(job, ws.name), names.worker_labels(job, ws.name)),
+            "spec": {"clusterIP": "None",
+                     # MPI wires up while pods come and go; names must resolve before Ready.
+                     "publishNotReadyAddresses": True,
+                     "selector": names.worker_labels(job, ws.name)}}
+
+
+def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool) -> JSON:
+    """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished."""
+    labels = names.worker_labels(job, ws.name)
+    pod_spec = json_copy(dict(ws.template.get("spec") or {}))
+    pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
+    _decorate_containers(pod_spec, [_assets_mount()])
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": _meta(job, names.worker_set(job, ws.name), {**job.labels, **labels}),
+            "spec": {"replicas": 0 if done else ws.replicas,
+                     "podManagementPolicy": "Parallel",
+                     "serviceName": names.worker_set(job, ws.name),
+                     "selector": {"matchLabels": labels},
+                     "template": {"metadata": _template_meta(ws.template, labels), "spec": pod_spec}}}
+
+
+def master_job_for(job: ChainerJob, *, kubectl_image: str) -> JSON:
+    """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile."""
+    labels = names.master_labels(job)
+    pod_spec = json_copy(dict(job.master.template.get("spec") or {}))
+    if job.distributed:
+        pod_spec["serviceAccountName"] = names.service_account(job)
+        pod_spec["hostname"] = names.master(job)
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or []),
+                               {"name": KUBECTL_VOLUME, "emptyDir": {}}, _assets_volume(job)]
+        mounts = [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}, _assets_mount()]
+        _decorate_containers(pod_spec, mounts)
+        pod_spec.setdefault("initContainers", []).append({
+            "name": KUBECTL_INIT_CONTAINER,
+            "image": kubectl_image,
+            "command": ["cp", KUBECTL_IN_IMAGE, f"{names.KUBECTL_DIR}/kubectl"],
+            "volumeMounts": [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}],
+        })
+    spec: JSON = {"parallelism": 1, "completions": 1}
+    if job.master.backoff_limit is not None:
+        spec["backoffLimit"] = job.master.backoff_limit
+    if job.master.active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = job.master.active_deadline_seconds
+    spec["template"] = {"metadata": _template_meta(job.master.template, labels), "spec": pod_spec}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _meta(job, names.master(job), {**job.labels, **labels}), "spec": spec}
+
+
+def _meta(job: ChainerJob, name: str, labels: Mapping[str, str]) -> JSON:
+    return {"name": name, "namespace": job.namespace, "labels": dict(labels)}
+
+
+def _template_meta(template: Mapping[str, Any], labels: Mapping[str, str]) -> JSON:
+    """The pod template's metadata: the user's labels and annotations, operator labels winning."""
+    meta = template.get("metadata") or {}
+    out: JSON = {"labels": {**(meta.get("labels") or {}), **labels}}
+    if meta.get("annotations"):
+        out["annotations"] = dict(meta["annotations"])
+    return out
+
+
+def _assets_volume(job: ChainerJob) -> JSON:
+    # Items with their own modes: the agent must be executable wherever the image's user is.
+    return {"name": ASSETS_VOLUME, "configMap": {"name": names.assets(job), "items": [
+        {"key": names.HOSTFILE_KEY, "path": names.HOSTFILE_KEY, "mode": HOSTFILE_MODE},
+        {"key": names.AGENT_KEY, "path": names.AGENT_KEY, "mode": AGENT_MODE},
+    ]}}
+
+
+def _assets_mount() -> JSON:
+    return {"name": ASSETS_VOLUME, "mountPath": names.ASSETS_DIR, "readOnly": True}
+
+
+def _decorate_containers(pod_spec: JSON, mounts: list[JSON]) -> None:
+    """The operator's mounts on every container (init containers too), its env on the regular ones."""
+    # No empty list where the user had none: the API server drops it, and the difference would
+    # make every InPlace apply an update.
+    if pod_spec.get("initContainers"):
+        pod_spec["initContainers"] = [
+            {**c, "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
+            for c in pod_spec["initContainers"]]
+    pod_spec["containers"] = [
+        {**c, "env": launch.with_launcher_env(c.get("env")),
+         "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
+        for c in pod_spec["containers"]]

@@ -1,0 +1,74 @@
+"""ChainerJob child names, host names and labels: computed here and nowhere else.
+
+The names and label keys are the original operator's, so `kubectl get all -l
+chainerjob.kubeflow.org/name=<job>` and scripts written for it keep working.
+"""
+from __future__ import annotations
+
+from hooks.chainerjob.spec import ChainerJob
+
+NAME_LABEL = "chainerjob.kubeflow.org/name"
+ROLE_LABEL = "chainerjob.kubeflow.org/role"
+WORKER_SET_LABEL = "chainerjob.kubeflow.org/workersetname"
+
+ASSETS_DIR = "/kubeflow/chainer-operator/assets"
+KUBECTL_DIR = "/kubeflow/chainer-operator/kube"
+AGENT_KEY = "kubexeb.sh"  # sic: the original's key, which images and docs refer to
+HOSTFILE_KEY = "hostfile"
+
+
+def service_account(job: ChainerJob) -> str:
+    """The master pod's ServiceAccount, the one allowed to exec into the workers."""
+    return f"{job.name}-launcher"
+
+
+def role(job: ChainerJob) -> str:
+    return f"{job.name}-launcher-role"
+
+
+def role_binding(job: ChainerJob) -> str:
+    return f"{job.name}-launcher-rolebinding"
+
+
+def assets(job: ChainerJob) -> str:
+    """The ConfigMap holding the rsh agent and the hostfile."""
+    return f"{job.name}-assets"
+
+
+def master(job: ChainerJob) -> str:
+    """The master Job's name, which is also the master pod's host name."""
+    return f"{job.name}-master"
+
+
+def worker_set(job: ChainerJob, ws_name: str) -> str:
+    """A worker set's StatefulSet and its governing headless Service."""
+    return f"{job.name}-workerset-{ws_name}"
+
+
+def worker_pod(job: ChainerJob, ws_name: str, ordinal: int) -> str:
+    """A worker pod's name, which the StatefulSet controller also makes its host name."""
+    return f"{worker_set(job, ws_name)}-{ordinal}"
+
+
+def worker_pods(job: ChainerJob) -> list[str]:
+    """Every worker pod the spec asks for: worker sets in name order, ordinals in order."""
+    return [worker_pod(job, ws.name, i) for ws in job.worker_sets.values() for i in range(ws.replicas)]
+
+
+def common_labels(job: ChainerJob) -> dict[str, str]:
+    """Labels of the objects every pod of the job shares (ServiceAccount, Role, ConfigMap...)."""
+    return {NAME_LABEL: job.name}
+
+
+def master_labels(job: ChainerJob) -> dict[str, str]:
+    """Operator labels of the master Job and its pods."""
+    return {NAME_LABEL: job.name, ROLE_LABEL: "master"}
+
+
+def worker_labels(job: ChainerJob, ws_name: str) -> dict[str, str]:
+    """Operator labels of a worker set's pods; also the StatefulSet's and the Service's selector.
+
+    Only operator labels: a selector with the user's template labels in it (as the original had)
+    breaks for good when a user edits them, because a StatefulSet's selector is immutable.
+    """
+    return {NAME_LABEL: job.name, ROLE_LABEL: "workerset", WORKER_SET_LABEL: ws_name}

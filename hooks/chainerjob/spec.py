@@ -1,0 +1,263 @@
+"""Parsing, defaulting and validation of a ChainerJob: the spec as users write it in, a typed ChainerJob out.
+
+The defaults are the original operator's, applied to a copy on every sync and never written back
+(so GPU-derived slot counts follow template edits), with one change: a slot count is at least 1.
+Every problem is reported at once, each with its field path and what to do about it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hooks.shared.errors import SpecError
+from hooks.shared.jsoncopy import json_copy
+from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
+
+__all__ = ["ChainerJob", "Master", "SpecError", "WorkerSet", "parse_chainerjob"]
+
+BACKENDS = ("mpi",)
+DEFAULT_CONTAINER = "chainer"
+GPU_RESOURCE = "nvidia.com/gpu"
+MASTER_RESTART_POLICIES = ("Never", "OnFailure")  # what a Job accepts
+# A StatefulSet's pods always restart in place; the API server rejects anything else.
+WORKER_RESTART_POLICY = "Always"
+# A StatefulSet's pods carry controller-revision-hash=<name>-<10 characters>, a label value of at
+# most 63 characters, so the StatefulSet name can have at most 52.
+MAX_STATEFULSET_NAME = 52
+
+
+@dataclass(frozen=True)
+class Master:
+    """spec.master with defaults applied."""
+
+    template: Mapping[str, Any]
+    main_container: str
+    slots: int
+    backoff_limit: int | None = None
+    active_deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSet:
+    """One entry of spec.workerSets with defaults applied."""
+
+    name: str
+    replicas: int
+    slots: int
+    template: Mapping[str, Any]
+    main_container: str
+
+
+@dataclass(frozen=True)
+class ChainerJob:
+    """A valid ChainerJob: identity plus the parsed spec, worker sets in name order."""
+
+    name: str
+    namespace: str
+    uid: str
+    labels: Mapping[str, str]
+    master: Master
+    worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
+    backend: str = ""
+
+    @property
+    def key(self) -> str:
+        """namespace/name, as messages name the job."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the job has worker sets (and so runs MPI across pods), as the original decides."""
+        return bool(self.worker_sets)
+
+    @property
+    def workers(self) -> int:
+        """The number of worker pods the spec asks for."""
+        return sum(ws.replicas for ws in self.worker_sets.values())
+
+
+def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
+    """Parse, default and validate the parent ChainerJob, raising SpecError listing every problem."""
+    problems: list[str] = []
+    meta = parent.get("metadata") or {}
+    name = meta.get("name", "")
+    spec = parent.get("spec")
+    if not isinstance(spec, Mapping):
+        raise SpecError(["spec: required; give at least spec.master.template with a container"])
+    raw_sets = spec.get("workerSets") or {}
+    if not isinstance(raw_sets, Mapping):
+        problems.append("spec.workerSets: must be a map from worker set name to its spec")
+        raw_sets = {}
+    distributed = bool(raw_sets)
+    backend = spec.get("backend") or ("mpi" if distributed else "")
+    if distributed and backend not in BACKENDS:
+        problems.append(f"spec.backend: {backend!r} is not supported; use mpi (or leave it out) for a "
+                        f"job with workerSets")
+    master = _parse_master(spec.get("master"), distributed, problems)
+    worker_sets = {key: ws for key in sorted(raw_sets)
+                   if (ws := _parse_worker_set(str(key), raw_sets[key], problems)) is not None}
+    _check_names(name, worker_sets, problems)
+    if problems or master is None:
+        raise SpecError(problems)
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    return ChainerJob(name=name, namespace=meta.get("namespace") or "default", uid=meta.get("uid", ""),
+                      labels=dict(labels or {}), master=master, worker_sets=worker_sets,
+                      backend=backend if distributed else "")
+
+
+def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:
+    path = "spec.master"
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: required; give a template with the container that runs training "
+                        f"(mpiexec for a job with workerSets)")
+        return None
+    ints: dict[str, int | None] = {}
+    for key, least in (("backoffLimit", 0), ("activeDeadlineSeconds", 1)):
+        value = raw.get(key)
+        if value is not None and not (is_non_negative_int(value) and value >= least):
+            problems.append(f"{path}.{key}: must be an integer of at least {least}, got {value!r}")
+            value = None
+        ints[key] = value
+    template = _default_template(raw.get("template"))
+    pod_spec = template.get("spec") if template is not None else None
+    if isinstance(pod_spec, dict) and not pod_spec.get("restartPolicy"):
+        pod_spec["restartPolicy"] = "Never"
+    main = _check_template(path, template, problems)
+    restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+    if restart is not None and restart not in MASTER_RESTART_POLICIES:
+        problems.append(f"{path}.template.spec.restartPolicy: {restart!r} is not allowed for the "
+                        f"master Job; use Never (the default) or OnFailure")
+    slots = _slots(path, raw.get("mpiConfig"), template, distributed, problems)
+    if template is None or main is None:
+        return None
+    return Master(template=template, main_container=main, slots=slots,
+                  backoff_limit=ints["backoffLimit"], active_deadline_seconds=ints["activeDeadlineSeconds"])
+
+
+def _parse_worker_set(key: str, raw: Any, problems: list[str]) -> WorkerSet | None:
+    path = f"spec.workerSets.{key}"
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: must be an object with replicas, mpiConfig and template")
+        return None
+    replicas = raw.get("replicas")
+    if replicas is None:
+        replicas = 1
+    if not is_non_negative_int(replicas):
+        problems.append(f"{path}.replicas: must be a non-negative integer, got {replicas!r}")
+        replicas = 0
+    template = _default_template(raw.get("template"))
+    main = _check_template(path, template, problems)
+    pod_spec = template.get("spec") if template is not None else None
+    restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+    if restart and restart != WORKER_RESTART_POLICY:
+        problems.append(f"{path}.template.spec.restartPolicy: {restart!r} is not allowed for the pods "
+                        f"of a StatefulSet; use Always or leave it out")
+    slots = _slots(path, raw.get("mpiConfig"), template, True, problems)
+    if template is None or main is None:
+        return None
+    return WorkerSet(name=key, replicas=replicas, slots=slots, template=template, main_container=main)
+
+
+def _default_template(raw: Any) -> dict[str, Any] | None:
+    """A copy of a pod template with the original's one container default: a lone unnamed container is `chainer`."""
+    if not isinstance(raw, Mapping):
+        return None
+    template: dict[str, Any] = json_copy(dict(raw))
+    pod_spec = template.get("spec")
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    if isinstance(containers, list) and len(containers) == 1 and isinstance(containers[0], dict) \
+            and not containers[0].get("name"):
+        containers[0]["name"] = DEFAULT_CONTAINER
+    return template
+
+
+def _check_template(path: str, template: Mapping[str, Any] | None, problems: list[str]) -> str | None:
+    """Check a pod template; return the main container's name (`chainer`, else the first)."""
+    fix = f'add a container (named "{DEFAULT_CONTAINER}") with the training image'
+    if template is None:
+        problems.append(f"{path}.template: required; {fix}")
+        return None
+    pod_spec = template.get("spec")
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    cpath = f"{path}.template.spec.containers"
+    if not isinstance(containers, list) or not containers:
+        problems.append(f"{cpath}: required; {fix}")
+        return None
+    names = []
+    for i, container in enumerate(containers):
+        if not isinstance(container, Mapping) or not container.get("name"):
+            problems.append(f"{cpath}[{i}].name: required when a template has several containers; "
+                            f"name every container")
+            continue
+        names.append(container["name"])
+        image = container.get("image")
+        if not isinstance(image, str) or not image.strip():
+            problems.append(f"{cpath}[{i}].image: required; give the container's image")
+    if len(names) != len(containers):
+        return None
+    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]
+
+
+def _slots(path: str, mpi_config: Any, template: Mapping[str, Any] | None, distributed: bool,
+           problems: list[str]) -> int:
+    """mpiConfig.slots, else the GPU limit of the `chainer` container, else 1; never below 1."""
+    if mpi_config is not None and not isinstance(mpi_config, Mapping):
+        problems.append(f"{path}.mpiConfig: must be an object with slots")
+        mpi_config = None
+    given = (mpi_config or {}).get("slots")
+    if given is not None:
+        if not (is_non_negative_int(given) and given >= 1):
+            problems.append(f"{path}.mpiConfig.slots: must be an integer of at least 1, got {given!r}")
+            return 1
+        return given
+    if not distributed:
+        return 1
+    return max(_gpu_limit(template), 1)
+
+
+def _gpu_limit(template: Mapping[str, Any] | None) -> int:
+    pod_spec = (template or {}).get("spec") or {}
+    for container in pod_spec.get("containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER:
+            limits = (container.get("resources") or {}).get("limits") or {}
+            value = limits.get(GPU_RESOURCE) if isinstance(limits, Mapping) else None
+            # A quantity: 4 in YAML, or "4" once the API server has normalised it.
+            if isinstance(value, str) and value.isdigit():
+                return int(value)
+            return value if isinstance(value, int) and is_non_negative_int(value) else 0
+    return 0
+
+
+def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list[str]) -> None:
+    if not name:
+        problems.append("metadata.name: required")
+        return
+    if not DNS_1035_LABEL.match(name):
+        problems.append(f"metadata.name: {name!r} must start with a letter and contain only lower-case "
+                        f"letters, digits and '-' (it prefixes the names of Services and pods)")
+        return
+    master = f"{name}-master"
+    if len(master) > MAX_LABEL_LENGTH:
+        problems.append(f"metadata.name: too long: the master's host name {master!r} would have "
+                        f"{len(master)} characters (the limit is {MAX_LABEL_LENGTH}); use a job name "
+                        f"of at most {MAX_LABEL_LENGTH - len('-master')} characters")
+    for key, ws in worker_sets.items():
+        path = f"spec.workerSets.{key}"
+        if not DNS_1123_LABEL.match(key):
+            problems.append(f"{path}: the worker set name {key!r} must contain only lower-case letters, "
+                            f"digits and '-', and start and end with a letter or digit (it is part of "
+                            f"StatefulSet and pod names)")
+            continue
+        statefulset = f"{name}-workerset-{key}"
+        if len(statefulset) > MAX_STATEFULSET_NAME:
+            problems.append(f"{path}: names too long: the StatefulSet {statefulset!r} would have "
+                            f"{len(statefulset)} characters (the limit is {MAX_STATEFULSET_NAME}, so that "
+                            f"its pods' revision label fits in 63); shorten the job name or the worker "
+                            f"set name by {len(statefulset) - MAX_STATEFULSET_NAME} characters")
+            continue
+        host = f"{statefulset}-{max(ws.replicas - 1, 0)}"
+        if len(host) > MAX_LABEL_LENGTH:
+            problems.append(f"{path}: names too long: the host name {host!r} would have {len(host)} "
+                            f"characters (the limit is {MAX_LABEL_LENGTH}); shorten the job name or the "
+                            f"worker set name")

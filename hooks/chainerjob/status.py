@@ -1,0 +1,96 @@
+"""A ChainerJob's status: the master Job's, as the original reported it, plus what the original lacked.
+
+The original's tools read the master Job's fields (conditions Complete/Failed, startTime,
+completionTime, active, succeeded, failed); those are copied from the observed Job, field by field,
+so the status only changes when the Job does. Added: worker readiness per worker set, and our own
+conditions (Created, Waiting while the workers start, Running) so that the State column, the last
+condition's type, always says where the job is.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from hooks.chainerjob.spec import ChainerJob
+from hooks.shared.conditions import Conditions
+from hooks.shared.k8s import JSON
+
+# Highest first: the first True one is the job's state and goes last in the list.
+STATE_ORDER = ("Complete", "Failed", "Running", "Waiting", "Created")
+OWN_CONDITIONS = ("Created", "Waiting", "Running")
+JOB_CONDITIONS = ("Complete", "Failed")  # newer Jobs also say SuccessCriteriaMet, FailureTarget...
+JOB_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
+JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "failed")
+VALIDATION_REASON = "ChainerJobFailedValidation"
+
+
+def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str, Any]) -> JSON:
+    """The master Job's part of the status: from the observed Job, else as last recorded if it had finished.
+
+    A master deleted after it finished is gone for good (it is not re-created), so its record in
+    the old status is the job's outcome.
+    """
+    source = (master_job.get("status") or {}) if master_job is not None else old_status
+    conditions = [{k: c[k] for k in JOB_CONDITION_FIELDS if k in c}
+                  for c in source.get("conditions") or []
+                  if isinstance(c, Mapping) and c.get("type") in JOB_CONDITIONS]
+    if master_job is None and not any(c.get("status") == "True" for c in conditions):
+        return {"conditions": []}
+    record: JSON = {"conditions": conditions}
+    record.update({k: source[k] for k in JOB_STATUS_FIELDS if k in source})
+    return record
+
+
+def finished(record: Mapping[str, Any]) -> str | None:
+    """Complete or Failed once the master Job has finished, else None."""
+    return next((c["type"] for c in record["conditions"] if c.get("status") == "True"), None)
+
+
+def failed_validation(old_status: Mapping[str, Any]) -> bool:
+    """Whether the job was refused at creation (Failed is terminal: it is never started later)."""
+    return any(c.get("type") == "Failed" and c.get("status") == "True" and c.get("reason") == VALIDATION_REASON
+               for c in old_status.get("conditions") or [] if isinstance(c, Mapping))
+
+
+def validation_failed_status(old_status: Mapping[str, Any], message: str, now: datetime) -> JSON:
+    """A new job with an invalid spec: Failed, with every problem in the message."""
+    conds = Conditions(old_status.get("conditions"), now)
+    conds.set("Failed", True, VALIDATION_REASON, message)
+    return {"conditions": conds.ordered(STATE_ORDER)}
+
+
+def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[str, Any],
+               ready: Mapping[str, int], master_wanted: bool, now: datetime) -> JSON:
+    """The whole status for this sync; the same observations give the same status, byte for byte."""
+    own = Conditions([c for c in old_status.get("conditions") or []
+                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+    outcome = finished(record)
+    own.set("Created", True, "ChainerJobCreated", f"ChainerJob {job.key} was accepted and its children created.")
+    if job.distributed:
+        if master_wanted:
+            own.clear("Waiting", "WorkersReady", f"ChainerJob {job.key}: all {job.workers} workers were "
+                                                  f"ready, so the master was started.")
+        elif outcome is None:
+            own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
+    if outcome is not None:
+        reason = "ChainerJobSucceeded" if outcome == "Complete" else "ChainerJobFailed"
+        own.clear("Running", reason, f"ChainerJob {job.key} has finished: the master Job is {outcome}.")
+    elif record.get("active"):
+        workers = f" with {job.workers} workers" if job.distributed else ""
+        own.set("Running", True, "ChainerJobRunning", f"ChainerJob {job.key}: the master is running{workers}.")
+
+    both = Conditions([*own.ordered(STATE_ORDER), *record["conditions"]], now)
+    status: JSON = {"conditions": both.ordered(STATE_ORDER)}
+    status.update({k: v for k, v in record.items() if k != "conditions"})
+    if job.distributed:
+        status["workerSets"] = {name: {"replicas": 0 if outcome else ws.replicas, "readyReplicas": ready[name]}
+                                for name, ws in job.worker_sets.items()}
+    return status
+
+
+def _waiting_message(job: ChainerJob, ready: Mapping[str, int]) -> str:
+    counts = ", ".join(f"{name} {min(ready[name], ws.replicas)}/{ws.replicas}" for name, ws in job.worker_sets.items())
+    total = sum(min(ready[name], ws.replicas) for name, ws in job.worker_sets.items())
+    return (f"ChainerJob {job.key} is waiting for its workers: {total} of {job.workers} ready ({counts}); "
+            f"the master starts when all are ready.")

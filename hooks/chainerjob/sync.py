@@ -1,0 +1,89 @@
+"""The ChainerJob's pure entry point: a Metacontroller sync request, the time and the kubectl image in, the answer out.
+
+Metacontroller deletes every observed child an answer leaves out, so: a request that cannot be
+read raises InvalidRequest (the shell answers 400, nothing changes); an invalid edit of a job
+that has children keeps them all as last applied and reports the problem; the master Job, once
+it exists, is always kept, and once it has finished it is never created again.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from hooks.chainerjob import children, names
+from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
+from hooks.chainerjob.status import (
+    failed_validation,
+    finished,
+    master_record,
+    status_for,
+    validation_failed_status,
+)
+from hooks.shared.answers import invalid_spec_message, keep_children
+from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
+from hooks.shared.request import read_children, read_parent
+
+PARENT_API_VERSION = "kubeflow.org/v1alpha1"
+PARENT_KIND = "ChainerJob"
+
+SERVICE_ACCOUNT_KEY = "ServiceAccount.v1"
+ROLE_KEY = "Role.rbac.authorization.k8s.io/v1"
+ROLE_BINDING_KEY = "RoleBinding.rbac.authorization.k8s.io/v1"
+CONFIG_MAP_KEY = "ConfigMap.v1"
+STATEFULSET_KEY = "StatefulSet.apps/v1"
+JOB_KEY = "Job.batch/v1"
+# One per child rule of the chainerjob-controller CompositeController, in its order.
+CHILD_KEYS = (SERVICE_ACCOUNT_KEY, ROLE_KEY, ROLE_BINDING_KEY, CONFIG_MAP_KEY, SERVICE_KEY, STATEFULSET_KEY,
+              JOB_KEY)
+
+
+def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
+                    kubectl_image: str = children.KUBECTL_IMAGE) -> SyncResponse:
+    """Answer one sync request: the desired children and the status."""
+    parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
+    observed = dict(zip(CHILD_KEYS, read_children(request, CHILD_KEYS), strict=True))
+    old_status = parent.get("status") or {}
+    try:
+        job = parse_chainerjob(parent)
+    except SpecError as err:
+        message = invalid_spec_message(PARENT_KIND, parent, err.problems)
+        kept = [obj for objs in observed.values() for obj in objs.values()]
+        if kept or any(c.get("type") == "Created" for c in old_status.get("conditions") or []):
+            return keep_children(old_status, kept, message)
+        return {"status": validation_failed_status(old_status, message, now), "children": []}
+    if failed_validation(old_status):
+        # Failed is terminal: a job refused at creation stays refused; create it again instead.
+        return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
+
+    master_job = observed[JOB_KEY].get(names.master(job))
+    record = master_record(master_job, old_status)
+    done = finished(record) is not None
+    ready = {name: _ready_replicas(observed[STATEFULSET_KEY].get(names.worker_set(job, name)))
+             for name in job.worker_sets}
+    workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
+    # Once it exists the master is kept (OnDelete, so never changed); it is first created only
+    # when every worker can be reached, and never again after the job has finished.
+    master_wanted = master_job is not None or (not done and workers_ready)
+    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image)
+    return {"status": status_for(job, old_status, record, ready, master_wanted, now), "children": wanted}
+
+
+def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str) -> list[JSON]:
+    """Every child, in a fixed order: launcher RBAC and assets, then per worker set, then the master."""
+    wanted: list[JSON] = []
+    if job.distributed:
+        wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
+                   children.assets_for(job)]
+        wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
+        wanted += [children.statefulset_for(job, ws, done=done) for ws in job.worker_sets.values()]
+    if with_master:
+        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image))
+    return wanted
+
+
+def _ready_replicas(statefulset: Mapping[str, Any] | None) -> int:
+    if statefulset is None:
+        return 0
+    ready = (statefulset.get("status") or {}).get("readyReplicas") or 0
+    return ready if isinstance(ready, int) else 0

@@ -1,0 +1,16 @@
+"""Checks every kind's spec parser uses: integers and the Kubernetes name rules."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# DNS-1035 label: what Service names (and so every name prefixed by a job's name) must match.
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# DNS-1123 label: what a name part that is never first (a worker set's key) must match.
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_LABEL_LENGTH = 63
+
+
+def is_non_negative_int(value: Any) -> bool:
+    """An integer >= 0; YAML's true/false are not integers here, whatever Python thinks."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
