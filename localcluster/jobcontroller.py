@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import secrets
+import time
 from datetime import UTC, datetime
 from typing import cast
 
@@ -49,11 +50,14 @@ class JobController(Reconciler):
 
     def __init__(self, store: Store):
         super().__init__(store)
-        # Pods counted as failed or succeeded, per Job uid (the real controller tracks them with finalizers).
+        # Pods counted as failed or succeeded, per Job uid (the real controller tracks them with finalizers),
+        # and when the last failure was counted (the replacement's backoff runs from then).
         self._counted: dict[str, dict[str, str]] = {}
+        self._last_failure: dict[str, float] = {}
 
     def forget(self, obj: KubeObject) -> None:
         self._counted.pop(obj["metadata"]["uid"], None)
+        self._last_failure.pop(obj["metadata"]["uid"], None)
 
     def reconcile(self, key: Key) -> float | None:
         job = self.store.get(self.api_version, self.kind, *key)
@@ -64,8 +68,10 @@ class JobController(Reconciler):
         counted = self._counted.setdefault(job["metadata"]["uid"], {})
         for pod in pods:
             phase = pod.get("status", {}).get("phase")
-            if phase in ("Succeeded", "Failed"):
-                counted.setdefault(pod["metadata"]["uid"], phase)
+            if phase in ("Succeeded", "Failed") and pod["metadata"]["uid"] not in counted:
+                counted[pod["metadata"]["uid"]] = phase
+                if phase == "Failed":
+                    self._last_failure[job["metadata"]["uid"]] = time.monotonic()
         active = [p for p in pods if p["metadata"]["uid"] not in counted and not self.terminating(p)]
         succeeded = sum(1 for phase in counted.values() if phase == "Succeeded")
         failed = sum(1 for phase in counted.values() if phase == "Failed")
@@ -93,8 +99,8 @@ class JobController(Reconciler):
                     again = max(0.05, deadline - _seconds_since(status["startTime"]))
                 if not active and not any(self.terminating(p) for p in pods):
                     delay = min(POD_BACKOFF[1], POD_BACKOFF[0] * 2 ** (failed - 1)) if failed else 0.0
-                    last_exit = max((self._finished_at(p) for p in pods), default=None)
-                    wait = delay - _seconds_since(last_exit) if last_exit else 0.0
+                    last_failure = self._last_failure.get(job["metadata"]["uid"])
+                    wait = delay - (time.monotonic() - last_failure) if last_failure is not None else 0.0
                     if wait > 0:
                         again = min(again or wait, wait)
                     else:
@@ -119,12 +125,6 @@ class JobController(Reconciler):
         except StoreError:
             return None
         return again
-
-    @staticmethod
-    def _finished_at(pod: KubeObject) -> str:
-        ends = [cs.get("state", {}).get("terminated", {}).get("finishedAt", "")
-                for cs in pod.get("status", {}).get("containerStatuses", [])]
-        return max(ends, default="") or pod["metadata"].get("creationTimestamp", "")
 
     def _create_pod(self, job: KubeObject) -> KubeObject:
         template = copy.deepcopy(job.get("spec", {}).get("template", {}))

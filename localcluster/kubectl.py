@@ -52,8 +52,8 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 
 def main(argv: list[str]) -> int:
     """Entry point: `python -m localcluster.kubectl --pods-dir DIR --namespace-default NS <kubectl args>`."""
-    pods_dir, default_ns = Path(argv[1]), argv[3]
-    args = argv[4:]
+    pods_dir, default_ns = Path(argv[2]), argv[4]
+    args = argv[5:]
     if not args or args[0] != "exec":
         print(f"kubectl (local cluster): only `kubectl exec` is emulated, not {' '.join(args[:1]) or 'nothing'}\n{USAGE}",
               file=sys.stderr)

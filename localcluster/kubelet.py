@@ -47,6 +47,10 @@ NODE_NAME = "localcluster"
 # does not resolve to its own address); locally that would leave loopback, so it is turned off.
 LOOPBACK_ENV = {"DMLC_NODE_HOST": LOOPBACK, "DMLC_INTERFACE": "lo"}
 LOOPBACK_OVERRIDES = {"DMLC_USE_KUBERNETES": "0"}
+# OpenMPI 5's hierarchical collectives (HAN) hang in Allreduce when the "hosts" of a hostfile are
+# pods that all share this one machine (verified with 5.0.11); the other collectives work. A
+# default only: a container that sets OMPI_MCA_coll itself keeps its value.
+LOCAL_DEFAULT_ENV = {"OMPI_MCA_coll": "^han"}
 HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM")
 PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
@@ -485,7 +489,7 @@ class PodWorker(threading.Thread):
                 rewritten[name] = value
         mapping = self.maps[container["name"]]
         rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
-        return {**host, **rewritten, **LOOPBACK_ENV}
+        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}
 
     def _start(self, run: _Run) -> None:
         """Start a container's process; a start failure is a terminated state with exit code 128."""
