@@ -573,6 +573,10 @@ class PodWorker(threading.Thread):
             return "Pending"
         if any("running" in r.state or r.restart_at is not None for r in self.runs):
             return "Running"
+        # A container that will be restarted keeps the pod Running, even before its restart is
+        # scheduled (a StartError is recorded before the restart decision).
+        if self.policy == "Always" or (self.policy == "OnFailure" and any(r.exit_code != 0 for r in self.runs)):
+            return "Running"
         if all(r.exit_code == 0 for r in self.runs):
             return "Succeeded"
         return "Failed"
