@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.cli import load_job
+from localcluster.cluster import finished
 from localcluster.config import load_controller_configs
 from localcluster.jobcontroller import JobController
 from localcluster.kubectl import parse
@@ -211,3 +213,25 @@ def test_the_stand_in_follows_every_shipped_composite_controller():
     chainer = configs["ChainerJob"]
     assert chainer.hook_path == "/chainerjob/sync" and chainer.generate_selector
     assert {(r["kind"], r["updateStrategy"]) for r in chainer.children} >= {("StatefulSet", "InPlace"), ("Job", "OnDelete")}
+
+
+@pytest.mark.parametrize(("kind", "conditions", "expected"), [
+    ("ChainerJob", [("Waiting", "True")], None),
+    ("ChainerJob", [("Created", "True"), ("Complete", "True")], "Succeeded"),
+    ("ChainerJob", [("Created", "True"), ("Failed", "True")], "Failed"),
+    ("ChainerJob", [("Succeeded", "True")], None),
+    ("MXJob", [("Succeeded", "True")], "Succeeded"),
+    ("MXJob", [("Complete", "True")], None),
+], ids=["chainer-waiting", "chainer-complete", "chainer-failed", "chainer-ignores-succeeded", "mxjob-succeeded", "mxjob-ignores-complete"])
+def test_a_job_is_finished_by_its_own_kinds_terminal_condition(kind, conditions, expected):
+    job = {"kind": kind, "status": {"conditions": [{"type": t, "status": s} for t, s in conditions]}}
+    assert finished(job) == expected
+
+
+def test_the_cli_loads_one_job_of_either_kind_and_names_the_right_api_version(tmp_path):
+    path = tmp_path / "j.yaml"
+    path.write_text("apiVersion: kubeflow.org/v1alpha1\nkind: ChainerJob\nmetadata: {name: c}\nspec: {}\n")
+    assert load_job(path)["kind"] == "ChainerJob"
+    path.write_text("apiVersion: kubeflow.org/v1\nkind: ChainerJob\nmetadata: {name: c}\nspec: {}\n")
+    with pytest.raises(ValueError, match=r"must be kubeflow\.org/v1alpha1"):
+        load_job(path)
