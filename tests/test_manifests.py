@@ -220,7 +220,7 @@ def test_validation_rejects_a_broken_deployment():
 
 
 def test_validation_rejects_a_misspelt_composite_controller_field():
-    controller = the(install(), "CompositeController")
+    controller = the(install(), "CompositeController", "mxjob-controller")
     misspelt = {**controller, "spec": {**controller["spec"], "generateSelectors": True}}
     assert validation_errors(misspelt) != []
 
@@ -235,6 +235,8 @@ def test_install_contains_everything_but_metacontroller():
         ("Namespace", NAMESPACE),
         ("CustomResourceDefinition", "mxjobs.kubeflow.org"),
         ("CompositeController", "mxjob-controller"),
+        ("CustomResourceDefinition", "chainerjobs.kubeflow.org"),
+        ("CompositeController", "chainerjob-controller"),
         ("ServiceAccount", HOOKS_NAME),
         ("Deployment", HOOKS_NAME),
         ("Service", HOOKS_NAME),
@@ -263,10 +265,14 @@ def test_namespace_enforces_the_restricted_pod_security_standard():
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_composite_controller_manages_mxjobs_of_the_crd():
+CONTROLLERS = {"mxjob-controller": "mxjobs.kubeflow.org", "chainerjob-controller": "chainerjobs.kubeflow.org"}
+
+
+@pytest.mark.parametrize("controller,crd_name", CONTROLLERS.items(), ids=list(CONTROLLERS))
+def test_composite_controller_manages_the_jobs_of_its_crd(controller, crd_name):
     objects = install()
-    spec = the(objects, "CompositeController", "mxjob-controller")["spec"]
-    crd = the(objects, "CustomResourceDefinition")["spec"]
+    spec = the(objects, "CompositeController", controller)["spec"]
+    crd = the(objects, "CustomResourceDefinition", crd_name)["spec"]
     storage = next(v["name"] for v in crd["versions"] if v["storage"])
     assert spec["parentResource"] == {
         "apiVersion": f"{crd['group']}/{storage}",
@@ -275,22 +281,53 @@ def test_composite_controller_manages_mxjobs_of_the_crd():
     assert spec["generateSelector"] is True
 
 
-def test_composite_controller_child_rules():
-    spec = the(install(), "CompositeController")["spec"]
-    strategies = {
+def child_strategies(controller: str) -> dict[tuple[str, str], str]:
+    spec = the(install(), "CompositeController", controller)["spec"]
+    return {
         (c["apiVersion"], c["resource"]): c.get("updateStrategy", {}).get("method", "OnDelete")
         for c in spec["childResources"]
     }
-    assert strategies == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace"}
 
 
-def test_sync_webhook_points_at_the_hooks_service():
+def test_composite_controller_child_rules():
+    assert child_strategies("mxjob-controller") == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace"}
+
+
+def test_chainerjob_controller_child_rules():
+    # Create-only for the ServiceAccount and the master Job (a Job's template is immutable);
+    # in place for what follows replica edits and the scale to 0.
+    assert child_strategies("chainerjob-controller") == {
+        ("v1", "serviceaccounts"): "OnDelete",
+        ("rbac.authorization.k8s.io/v1", "roles"): "InPlace",
+        ("rbac.authorization.k8s.io/v1", "rolebindings"): "InPlace",
+        ("v1", "configmaps"): "InPlace",
+        ("v1", "services"): "InPlace",
+        ("apps/v1", "statefulsets"): "InPlace",
+        ("batch/v1", "jobs"): "OnDelete",
+    }
+
+
+def test_chainerjob_child_rules_match_the_hooks_child_keys():
+    from hooks.chainerjob.sync import CHILD_KEYS
+
+    keys = []
+    for api_version, resource in child_strategies("chainerjob-controller"):
+        kind = {"serviceaccounts": "ServiceAccount", "roles": "Role", "rolebindings": "RoleBinding",
+                "configmaps": "ConfigMap", "services": "Service", "statefulsets": "StatefulSet",
+                "jobs": "Job"}[resource]
+        keys.append(f"{kind}.{api_version}")
+    assert keys == list(CHILD_KEYS)
+
+
+@pytest.mark.parametrize("controller,path", [("mxjob-controller", "/sync"),
+                                             ("chainerjob-controller", "/chainerjob/sync")])
+def test_sync_webhook_points_at_the_hooks_service(controller, path):
     objects = install()
-    webhook = the(objects, "CompositeController")["spec"]["hooks"]["sync"]["webhook"]
+    webhook = the(objects, "CompositeController", controller)["spec"]["hooks"]["sync"]["webhook"]
     assert webhook["timeout"] == "10s"
     url = urlsplit(webhook["url"])
     assert url.scheme == "http"
-    assert url.path == "/sync"
+    assert url.path == path
     host, _, port = url.netloc.partition(":")
     service_name, _, namespace = host.partition(".")
     service = the(objects, "Service", service_name)

@@ -254,10 +254,14 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
             problems.append(f"{path}: names too long: the StatefulSet {statefulset!r} would have "
                             f"{len(statefulset)} characters (the limit is {MAX_STATEFULSET_NAME}, so that "
                             f"its pods' revision label fits in 63); shorten the job name or the worker "
-                            f"set name by {len(statefulset) - MAX_STATEFULSET_NAME} characters")
+                            f"set name by {_characters(len(statefulset) - MAX_STATEFULSET_NAME)}")
             continue
         host = f"{statefulset}-{max(ws.replicas - 1, 0)}"
         if len(host) > MAX_LABEL_LENGTH:
             problems.append(f"{path}: names too long: the host name {host!r} would have {len(host)} "
                             f"characters (the limit is {MAX_LABEL_LENGTH}); shorten the job name or the "
                             f"worker set name")
+
+
+def _characters(count: int) -> str:
+    return f"{count} character" + ("" if count == 1 else "s")

@@ -75,7 +75,9 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[s
             own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
     if outcome is not None:
         reason = "ChainerJobSucceeded" if outcome == "Complete" else "ChainerJobFailed"
-        own.clear("Running", reason, f"ChainerJob {job.key} has finished: the master Job is {outcome}.")
+        final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
+        why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
+        own.clear("Running", reason, f"ChainerJob {job.key} has finished: the master Job is {outcome}{why}.")
     elif record.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
         own.set("Running", True, "ChainerJobRunning", f"ChainerJob {job.key}: the master is running{workers}.")

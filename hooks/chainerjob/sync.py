@@ -43,13 +43,15 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     """Answer one sync request: the desired children and the status."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     observed = dict(zip(CHILD_KEYS, read_children(request, CHILD_KEYS), strict=True))
-    old_status = parent.get("status") or {}
+    # Only the hook writes status; anything else there is ignored rather than trusted.
+    raw_status = parent.get("status")
+    old_status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
     try:
         job = parse_chainerjob(parent)
     except SpecError as err:
         message = invalid_spec_message(PARENT_KIND, parent, err.problems)
         kept = [obj for objs in observed.values() for obj in objs.values()]
-        if kept or any(c.get("type") == "Created" for c in old_status.get("conditions") or []):
+        if kept or any(isinstance(c, Mapping) and c.get("type") == "Created" for c in old_status.get("conditions") or []):
             return keep_children(old_status, kept, message)
         return {"status": validation_failed_status(old_status, message, now), "children": []}
     if failed_validation(old_status):

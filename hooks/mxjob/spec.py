@@ -6,12 +6,12 @@ so a user fixes a manifest in one round trip.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.shared.errors import SpecError
-from hooks.shared.validation import DNS_1035_LABEL, is_non_negative_int
 
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
@@ -28,6 +28,7 @@ TUNER_KEY_ANNOTATION = "tuner-server-key"
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 
 _CANONICAL = {t.lower(): t for t in REPLICA_TYPES}
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
 _RUN_POLICY_FIELDS = ("cleanPodPolicy", *_RUN_POLICY_INTS, "suspend", "schedulingPolicy")
 
@@ -148,7 +149,7 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
     ints: dict[str, int | None] = {}
     for key in _RUN_POLICY_INTS:
         value = merged.get(key)
-        if value is not None and not is_non_negative_int(value):
+        if value is not None and not _is_non_negative_int(value):
             problems.append(f"{paths[key]}: must be a non-negative integer, got {value!r}")
             value = None
         elif key == "activeDeadlineSeconds" and value == 0:
@@ -196,7 +197,7 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
     replicas = raw.get("replicas", 1)
     if replicas is None:
         replicas = 1
-    if not is_non_negative_int(replicas):
+    if not _is_non_negative_int(replicas):
         problems.append(f"{path}.replicas: must be a non-negative integer, got {replicas!r}")
         replicas = 0
     restart_policy = raw.get("restartPolicy") or "Never"
@@ -242,7 +243,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
     for port in ports:
         if isinstance(port, Mapping) and port.get("name") == PORT_NAME:
             number = port.get("containerPort")
-            if not (isinstance(number, int) and is_non_negative_int(number) and 1 <= number <= 65535):
+            if not (isinstance(number, int) and _is_non_negative_int(number) and 1 <= number <= 65535):
                 problems.append(f"{cpath}[name={MAIN_CONTAINER}].ports[name={PORT_NAME}]"
                                 f".containerPort: must be an integer from 1 to 65535")
                 return DEFAULT_PORT
@@ -293,7 +294,7 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
     if not name:
         problems.append("metadata.name: required")
         return
-    if not DNS_1035_LABEL.match(name):
+    if not _DNS_1035.match(name):
         problems.append(f"metadata.name: {name!r} must start with a letter and contain only "
                         f"lower-case letters, digits and '-' (it prefixes Service names)")
         return
@@ -304,3 +305,7 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
         problems.append(f"metadata.name: too long: the Service name {longest!r} would have "
                         f"{len(longest)} characters (the limit is {MAX_NAME_LENGTH}); use a job "
                         f"name of at most {allowed} characters")
+
+
+def _is_non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -17,10 +17,9 @@ from hooks.mxjob.env import mx_config, mx_config_prefix
 from hooks.mxjob.lifecycle import decide
 from hooks.mxjob.observed import replica_slots, view_pods
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
-from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.k8s import JSON, POD_KEY, SERVICE_KEY, SyncResponse
-from hooks.shared.request import read_children, read_parent
+from hooks.shared.request import as_last_applied, read_children, read_parent
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
@@ -116,11 +115,17 @@ def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, A
 def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
                   observed_pods: Mapping[str, Any], observed_services: Mapping[str, Any],
                   err: SpecError, now: datetime) -> SyncResponse:
-    message = invalid_spec_message(PARENT_KIND, parent, err.problems)
+    meta = parent["metadata"]
+    message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
+               + "; ".join(err.problems) + ".")
     started = bool(observed_pods or observed_services or old_status.get("startTime"))
     if started:
         # An edit must never destroy a running job: keep every child as last applied and say why.
-        return keep_children(old_status, (*observed_pods.values(), *observed_services.values()), message)
+        status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
+        status["specError"] = message
+        children = [as_last_applied(obj) for obj in (*observed_pods.values(),
+                                                        *observed_services.values())]
+        return {"status": status, "children": children}
     conds = Conditions(old_status.get("conditions"), now)
     conds.set("Failed", True, "MXJobFailedValidation", message)
     status = {"conditions": conds.ordered(),

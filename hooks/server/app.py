@@ -1,8 +1,8 @@
 """The HTTP shell: translates Metacontroller's sync webhook to one call of the pure core and back.
 
 It owns the HTTP status codes, the clock, the request-size limit, the per-sync log line and the
-metrics, and reads each kind's hook settings from the environment; it decides nothing about jobs. It
-imports nothing from the core but the table of kinds (`hooks.kinds`) and `hooks.shared.errors`.
+metrics; it decides nothing about MXJobs. It imports nothing from the core but `hooks.mxjob.sync` and
+`hooks.shared.errors`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checks every kind's spec parser uses: integers and the Kubernetes name rules."""
+"""Checks a kind's spec parser needs: integers and the Kubernetes name rules."""
 from __future__ import annotations
 
 import re
