@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from test_crd import pruned_paths, schema_errors
 
 from localcluster.cli import load_job
 from localcluster.cluster import finished
@@ -235,3 +237,12 @@ def test_the_cli_loads_one_job_of_either_kind_and_names_the_right_api_version(tm
     path.write_text("apiVersion: kubeflow.org/v1\nkind: ChainerJob\nmetadata: {name: c}\nspec: {}\n")
     with pytest.raises(ValueError, match=r"must be kubeflow\.org/v1alpha1"):
         load_job(path)
+
+
+def test_the_local_chainer_example_validates_against_the_chainerjob_crd():
+    root = Path(__file__).resolve().parent.parent
+    crd = yaml.safe_load((root / "crd" / "chainerjob-crd.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    doc = yaml.safe_load((root / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
+    assert schema_errors(doc, schema) == []
+    assert pruned_paths(doc, schema) == []
