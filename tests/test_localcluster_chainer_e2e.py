@@ -4,6 +4,7 @@ from images), real ChainerMN over real OpenMPI through the operator's rsh agent 
 from __future__ import annotations
 
 import copy
+import os
 import re
 import signal
 import subprocess
@@ -100,3 +101,62 @@ def test_workers_that_never_become_ready_keep_the_master_from_being_created(clus
     assert waiting is not None and waiting["status"] == "True", current["status"]
     assert "0" in waiting["message"] and "2" in waiting["message"]  # how many of the workers are ready
     assert current["status"]["workerSets"]["ws0"]["readyReplicas"] == 0
+
+
+def test_kubectl_exec_runs_in_the_target_pods_environment_with_stdin_and_its_exit_code(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target"}, "spec": {
+        "hostname": "target-host", "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"],
+                        "env": [{"name": "FOO", "value": "from-target"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    script = ("echo piped | kubectl exec -i target -c main -- sh -c 'cat > /data/in; echo $FOO $HOSTNAME $(hostname); exit 3'; "
+              "echo exit=$?; kubectl exec -i absent -- true; echo absent=$?")
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("target") or {}).get("status", {}).get("phase") == "Running", 20, what="target running")
+    cluster.store.create(caller)
+    cluster.wait_for(lambda: (cluster.pod("caller") or {}).get("status", {}).get("phase") == "Succeeded", 30, what="caller done")
+    log = cluster.log_path("caller").read_text()
+    assert "from-target target-host target-host" in log
+    assert "command terminated with exit code 3" in log and "exit=3" in log
+    assert "pod absent in namespace default is not running" in log and "absent=1" in log
+    written = list((cluster.kubelet.pods_dir / "default" / "target").glob("*/volumes/data/in"))
+    assert [p.read_text() for p in written] == ["piped\n"]
+
+
+def test_a_process_execd_into_a_container_dies_with_the_container(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "host"}, "spec": {
+        "restartPolicy": "Never", "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "sleep 300"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "execer"}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "i",
+                        # `$$$$`: Kubernetes turns `$$` into `$` in a command, so the shell sees `$$`.
+                        "command": ["sh", "-c", "kubectl exec host -- sh -c 'echo $$$$ > /data/pid; exec sleep 300'"]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("host") or {}).get("status", {}).get("phase") == "Running", 20, what="host running")
+    cluster.store.create(caller)
+    volumes = cluster.kubelet.pods_dir / "default" / "host"
+    pid_file = cluster.wait_for(lambda: next(iter(volumes.glob("*/volumes/data/pid")), None), 20, what="exec'd process started")
+    pid = int(cluster.wait_for(lambda: pid_file.read_text().strip(), 5, what="pid written"))
+    os.kill(pid, 0)  # alive
+    cluster.kubelet.kill("default", "host", sig=signal.SIGKILL)
+    cluster.wait_for(lambda: not _alive(pid), 10, what="exec'd process gone")
+    # kubectl exec reports the killed command's exit code, so the caller fails.
+    cluster.wait_for(lambda: (cluster.pod("execer") or {}).get("status", {}).get("phase") == "Failed", 10, what="caller failed")
+    assert "command terminated with exit code 137" in cluster.log_path("execer").read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child of the kubectl stand-in is a zombie until reaped: count that as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
