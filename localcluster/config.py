@@ -60,7 +60,7 @@ class ControllerConfig:
         return None
 
 
-# The shape DESIGN 2 / docs/architecture.md fix, used only when metacontroller/ has no CompositeController.
+# The MXJob controller docs/architecture.md describes, used only when metacontroller/ has no CompositeController.
 DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
     "apiVersion": "metacontroller.k8s.io/v1alpha1",
     "kind": "CompositeController",
