@@ -246,3 +246,22 @@ def test_the_local_chainer_example_validates_against_the_chainerjob_crd():
     doc = yaml.safe_load((root / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
     assert schema_errors(doc, schema) == []
     assert pruned_paths(doc, schema) == []
+
+
+def _controller(name: str, api_version: str, resource: str) -> str:
+    return (f"apiVersion: metacontroller.k8s.io/v1alpha1\nkind: CompositeController\nmetadata: {{name: {name}}}\n"
+            f"spec:\n  generateSelector: true\n  parentResource: {{apiVersion: {api_version}, resource: {resource}}}\n"
+            f"  childResources: [{{apiVersion: batch/v1, resource: jobs}}]\n"
+            f"  hooks: {{sync: {{webhook: {{url: 'http://h/{name}/sync'}}}}}}\n")
+
+
+def test_every_composite_controller_in_the_folder_is_followed_and_one_kind_twice_is_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text(_controller("mx", "kubeflow.org/v1", "mxjobs"))
+    (tmp_path / "b.yaml").write_text(_controller("ch", "kubeflow.org/v1alpha1", "chainerjobs") + "---\nkind: Service\n")
+    configs = load_controller_configs(tmp_path)
+    assert [(c.name, c.parent_kind, c.hook_path) for c in configs] == [
+        ("mx", "MXJob", "/mx/sync"), ("ch", "ChainerJob", "/ch/sync")]
+    assert configs[1].children[0]["updateStrategy"] == "OnDelete"  # Metacontroller's default
+    (tmp_path / "c.yaml").write_text(_controller("ch2", "kubeflow.org/v1alpha1", "chainerjobs"))
+    with pytest.raises(ValueError, match="more than one CompositeController for ChainerJob"):
+        load_controller_configs(tmp_path)
