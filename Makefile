@@ -1,4 +1,4 @@
-# One virtualenv (.venv) holds the hooks server, the test tools, the MXNet example and this project
+# One virtualenv (.venv) holds the hooks server, the test tools, the MXNet and ChainerMN examples and this project
 # itself (`pip install -e .`, which gives the `localcluster` command).
 PYTHON_VERSION := 3.11
 # mxnet 1.9.1 and numpy 1.23.5 have wheels for Python 3.11 only (of the versions still supported).
@@ -36,10 +36,12 @@ check-tools:
 		echo "error: missing on PATH:$$missing. kubectl: https://kubernetes.io/docs/tasks/tools/ (any version from 1.27; the tests use 'kubectl kustomize')." >&2; \
 		exit 1; fi
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt $(CONSTRAINTS) pyproject.toml | check-python
+$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt $(CONSTRAINTS) pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --upgrade pip
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt -r requirements-chainer-build.txt
+	# Chainer 7.8.1 builds from source against the venv's setuptools<70 and wheel (no build isolation).
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-build-isolation -r requirements-chainer.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 

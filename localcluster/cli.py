@@ -1,4 +1,5 @@
-"""The command line: `run` an MXJob with a live progress view, and `logs` to read a pod's output.
+"""The command line: `run` a job (any kind a shipped CompositeController follows) with a live progress
+view, and `logs` to read a pod's output.
 
 Output: the progress view, the final status and a success line go to stdout; every error and the
 line saying why a job did not succeed go to stderr. Exit codes are the EXIT_* constants below
@@ -24,6 +25,7 @@ from typing import TextIO, cast
 import yaml
 
 from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
+from .config import PARENT_KINDS
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -60,13 +62,15 @@ def pod_row(pod: KubeObject) -> tuple[str, str, int, str]:
 def render(cluster: LocalCluster, name: str, namespace: str = "default") -> list[str]:
     """The progress view of one job as lines."""
     job = cluster.get_job(name, namespace) or {}
-    lines = [f"MXJob {namespace}/{name}   state: {job_state(job) or '-'}   age: {_age(job.get('metadata', {}).get('creationTimestamp'))}"]
+    age = _age(job.get("metadata", {}).get("creationTimestamp"))
+    lines = [f"{job.get('kind', 'Job')} {namespace}/{name}   state: {job_state(job) or '-'}   age: {age}"]
     lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
     for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name, namespace)):
         lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
     conditions = job.get("status", {}).get("conditions") or []
     lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
-    error = cluster.controller.last_error(job["metadata"]["uid"]) if job and cluster.controller else None
+    controller = cluster.controller_for(job) if job else None
+    error = controller.last_error(job["metadata"]["uid"]) if job and controller else None
     if error:
         lines.append(f"  sync error (retrying): {error[:150]}")
     return lines
@@ -104,7 +108,7 @@ class InputError(ValueError):
 
 
 def load_job(path: Path) -> KubeObject:
-    """The single MXJob in a YAML file, with a valid name and namespace; InputError otherwise."""
+    """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise."""
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
             documents = [doc for doc in yaml.safe_load_all(stream) if doc]
@@ -112,12 +116,14 @@ def load_job(path: Path) -> KubeObject:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML: {err}") from err
-    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "MXJob"]
+    versions = {kind: api_version for (api_version, _), kind in PARENT_KINDS.items()}
+    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in versions]
     if len(jobs) != 1:
-        raise InputError(f"{path} must hold exactly one MXJob, found {len(jobs)}")
+        raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(versions))}), found {len(jobs)}")
     job = jobs[0]
-    if job.get("apiVersion") != "kubeflow.org/v1":
-        raise InputError(f"{path}: apiVersion must be kubeflow.org/v1, not {job.get('apiVersion')!r}")
+    if job.get("apiVersion") != versions[job["kind"]]:
+        raise InputError(f"{path}: a {job['kind']}'s apiVersion must be {versions[job['kind']]}, "
+                         f"not {job.get('apiVersion')!r}")
     meta = job.get("metadata")
     if not isinstance(meta, dict):
         raise InputError(f"{path}: metadata.name is required")
@@ -235,7 +241,7 @@ def tail(path: Path, lines: int) -> list[str]:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Run one MXJob to the end; the exit code says how it ended."""
+    """Run one job to the end; the exit code says how it ended."""
     try:
         job = load_job(Path(args.file))
     except InputError as error:
@@ -268,7 +274,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             print(f"error: {error}", file=err)
             return EXIT_CANNOT_START
         except Stopped as stop:
-            print(f"MXJob {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; every process is stopped", file=err)
+            print(f"{job['kind']} {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; "
+                  "every process is stopped", file=err)
             return 128 + stop.signum
     print(reason, file=out if code == EXIT_SUCCEEDED else err)
     return code
@@ -277,34 +284,41 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO) -> tuple[int, str]:
     """Show progress until the job ends (or the timeout); then the final view and status."""
     key = f"{namespace}/{name}"
+    submitted = cluster.get_job(name, namespace) or {}
+    kind = submitted.get("kind", "MXJob")
+    config = next((c for c in cluster.configs if c.parent_kind == kind), None)
+    if config is None:
+        return EXIT_INVALID, f"{kind} {key}: no CompositeController in metacontroller/ follows {kind}"
     print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.hooks.log_path if cluster.hooks else '-'})", file=out)
-    print(f"controller: {cluster.config.name} from {cluster.config.source}", file=out)
+    print(f"controller: {config.name} from {config.source}", file=out)
     print(f"pod logs: {cluster.job_dir(name, namespace)}/<pod>.log  (localcluster logs {name} <pod>"
           f"{'' if namespace == 'default' else f' -n {namespace}'} [--follow])", file=out)
-    uid = (cluster.get_job(name, namespace) or {})["metadata"]["uid"]
+    uid = submitted["metadata"]["uid"]
     progress = Progress(out)
     deadline = time.monotonic() + timeout
     outcome: tuple[int, str] | None = None
     while outcome is None:
         progress.show(render(cluster, name, namespace))
         current = cluster.get_job(name, namespace)
-        hot = cluster.controller.hot_loop(uid) if cluster.controller else None
+        controller = cluster.controller_for(current) if current else None
+        hot = controller.hot_loop(uid) if controller else None
         if hot:
-            outcome = (EXIT_STAND_IN, f"stand-in error: MXJob {key}: {hot}")
+            outcome = (EXIT_STAND_IN, f"stand-in error: {kind} {key}: {hot}")
         elif finished(current) == "Succeeded":
-            outcome = (EXIT_SUCCEEDED, f"MXJob {key} Succeeded")
+            outcome = (EXIT_SUCCEEDED, f"{kind} {key} {job_state(current)}")
         elif finished(current) == "Failed":
             failed = condition(current, "Failed") or {}
             message = failed.get("message", "")
-            if failed.get("reason") == "MXJobFailedValidation":
-                outcome = (EXIT_INVALID, message or f"MXJob {key} has an invalid spec")
+            # Each kind's hook names its validation failure <Kind>FailedValidation.
+            if str(failed.get("reason", "")).endswith("FailedValidation"):
+                outcome = (EXIT_INVALID, message or f"{kind} {key} has an invalid spec")
             else:
-                outcome = (EXIT_FAILED, f"MXJob {key} Failed: {message}")
+                outcome = (EXIT_FAILED, f"{kind} {key} Failed: {failed.get('reason', '')}: {message}")
         elif (condition(current, "Suspended") or {}).get("status") == "True":
-            outcome = (EXIT_SUSPENDED, f"MXJob {key} is suspended (spec.runPolicy.suspend: true), so nothing runs; "
+            outcome = (EXIT_SUSPENDED, f"{kind} {key} is suspended (spec.runPolicy.suspend: true), so nothing runs; "
                                        "set it to false to run the job")
         elif time.monotonic() >= deadline:
-            outcome = (EXIT_TIMEOUT, f"MXJob {key} timed out after {timeout:g}s in state {job_state(current) or '-'}")
+            outcome = (EXIT_TIMEOUT, f"{kind} {key} timed out after {timeout:g}s in state {job_state(current) or '-'}")
         else:
             time.sleep(REFRESH_SECONDS)
     # Workers leave a moment after the scheduler, and cleanPodPolicy deletes what still runs: wait
@@ -360,7 +374,7 @@ def logs(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.s
     if path is None:
         available = ", ".join(f"{pod} -c {container}" for pod, container in files) or "none"
         what = f"container {args.container} of pod {args.pod}" if args.container else f"pod {args.pod}"
-        print(f"error: no log for {what} of MXJob {args.namespace}/{args.job} in {state_dir}; available: {available}", file=err)
+        print(f"error: no log for {what} of job {args.namespace}/{args.job} in {state_dir}; available: {available}", file=err)
         return EXIT_FAILED
     with path.open(errors="replace") as handle:
         while True:
@@ -378,11 +392,11 @@ def parser() -> argparse.ArgumentParser:
     """The command line's arguments."""
     top = argparse.ArgumentParser(
         prog="localcluster",
-        description="Run MXJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
+        description="Run MXJobs and ChainerJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
     top.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster in the current directory)")
     sub = top.add_subparsers(dest="command", required=True)
-    run_parser = sub.add_parser("run", help="run one MXJob to the end; exit 0 only if it Succeeded")
-    run_parser.add_argument("file", help="a YAML file holding one MXJob")
+    run_parser = sub.add_parser("run", help="run one MXJob or ChainerJob to the end; exit 0 only if it succeeded")
+    run_parser.add_argument("file", help="a YAML file holding one MXJob or ChainerJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")

@@ -10,12 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from .config import ControllerConfig, load_controller_config
+from .config import ControllerConfig, load_controller_configs
 from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
+from .jobcontroller import JobController
 from .kubelet import RESTART_BACKOFF, ProcessKubelet
 from .metacontroller import MetacontrollerStandIn
+from .statefulset import StatefulSetController
 from .store import Store, StoreError
 from .types import KubeObject
 
@@ -36,6 +38,13 @@ def check_dns_label(field: str, value: object) -> str | None:
                 "digits and '-', starting and ending with a letter or digit (e.g. my-job)")
     return None
 
+# Which condition of each job kind means which end: an MXJob says Succeeded/Failed itself; a
+# ChainerJob mirrors its master Job's conditions, where success is called Complete.
+TERMINAL_CONDITIONS: dict[str, dict[str, str]] = {
+    "MXJob": {"Succeeded": "Succeeded", "Failed": "Failed"},
+    "ChainerJob": {"Complete": "Succeeded", "Failed": "Failed"},
+}
+
 
 def job_state(job: KubeObject | None) -> str | None:
     """The job's current state: the type of its last condition (what the CRD prints as State)."""
@@ -52,16 +61,21 @@ def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
 
 
 def finished(job: KubeObject | None) -> str | None:
-    """'Succeeded' or 'Failed' once a terminal condition is True."""
-    for type_ in TERMINAL:
+    """'Succeeded' or 'Failed' once a terminal condition of the job's kind is True."""
+    table = TERMINAL_CONDITIONS.get((job or {}).get("kind", ""), TERMINAL_CONDITIONS["MXJob"])
+    for type_, outcome in table.items():
         cond = condition(job, type_)
         if cond is not None and cond.get("status") == "True":
-            return type_
+            return outcome
     return None
 
 
 class LocalCluster:
-    """Everything needed to run MXJobs on this machine; use as a context manager so processes end."""
+    """Everything needed to run jobs on this machine; use as a context manager so processes end.
+
+    One Metacontroller stand-in per CompositeController (per job kind), all calling the same hooks
+    server on their own routes; the Job and StatefulSet controllers for the children that need them.
+    """
 
     def __init__(
         self,
@@ -70,23 +84,37 @@ class LocalCluster:
         hook_url: str | None = None,
         fault_proxy: bool = False,
         config: ControllerConfig | None = None,
+        configs: list[ControllerConfig] | None = None,
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
         sync_backoff: tuple[float, float] = (0.05, 5.0),
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
     ):
         self.state_dir = Path(state_dir).resolve()
-        self.config = config or load_controller_config()
+        self.configs = configs or ([config] if config else load_controller_configs())
+        # The MXJob controller's configuration stays `config` (what older callers and tests read).
+        self.config = next((c for c in self.configs if c.parent_kind == "MXJob"), self.configs[0])
         self.store = Store()
         self.dns = ClusterDNS(self._service_names)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
                                       gate=GangGate(self.store))
+        self.jobs = JobController(self.store)
+        self.statefulsets = StatefulSetController(self.store)
         self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy
         self._sync_backoff, self._hot_loop_syncs = sync_backoff, hot_loop_syncs
-        self.controller: MetacontrollerStandIn | None = None
+        self.controllers: dict[str, MetacontrollerStandIn] = {}
+
+    @property
+    def controller(self) -> MetacontrollerStandIn | None:
+        """The stand-in of `config` (the MXJob controller when there is one)."""
+        return self.controllers.get(self.config.parent_kind)
+
+    def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
+        """The stand-in that syncs this job (by its kind)."""
+        return self.controllers.get((job or {}).get("kind", "")) if job else None
 
     def _service_names(self, namespace: str) -> set[str]:
         return {svc["metadata"]["name"] for svc in self.store.list("v1", "Service", namespace)}
@@ -104,10 +132,14 @@ class LocalCluster:
                 self.proxy = FaultProxy(backend)
                 self.proxy.start()
                 backend = self.proxy.url
-            self.controller = MetacontrollerStandIn(
-                self.store, self.config, backend, backoff=self._sync_backoff, hot_loop_syncs=self._hot_loop_syncs
-            )
-            self.controller.start()
+            for config in self.configs:
+                self.controllers[config.parent_kind] = MetacontrollerStandIn(
+                    self.store, config, backend, backoff=self._sync_backoff, hot_loop_syncs=self._hot_loop_syncs
+                )
+            for controller in self.controllers.values():
+                controller.start()
+            self.jobs.start()
+            self.statefulsets.start()
             self.kubelet.start()
         except BaseException:
             self.stop()
@@ -117,9 +149,8 @@ class LocalCluster:
     def stop(self) -> None:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
-        steps: list[Callable[..., None]] = [self.kubelet.stop]
-        if self.controller is not None:
-            steps.insert(0, self.controller.stop)
+        steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
+        steps += [self.jobs.stop, self.statefulsets.stop, self.kubelet.stop]
         if self.proxy is not None:
             steps.append(self.proxy.stop)
         if self.hooks is not None:
@@ -170,8 +201,12 @@ class LocalCluster:
         return folder
 
     def get_job(self, name: str, namespace: str = "default") -> KubeObject | None:
-        """The stored MXJob."""
-        return self.store.get(self.config.parent_api_version, self.config.parent_kind, namespace, name)
+        """The stored job of that name, of whichever parent kind a controller follows."""
+        for config in self.configs:
+            job = self.store.get(config.parent_api_version, config.parent_kind, namespace, name)
+            if job is not None:
+                return job
+        return None
 
     def update_job(self, name: str, mutate: Callable[[KubeObject], None], namespace: str = "default") -> KubeObject:
         """Edit a job's spec or metadata like `kubectl edit` (retrying on conflicts)."""
@@ -201,9 +236,29 @@ class LocalCluster:
             key=lambda obj: obj["metadata"]["name"],
         )
 
+    def children_of(self, job_name: str, api_version: str, kind: str, namespace: str = "default") -> list[KubeObject]:
+        """A job's children of any apiVersion and kind (by controller ownerReference), sorted by name."""
+        job = self.get_job(job_name, namespace)
+        if job is None:
+            return []
+        uid = job["metadata"]["uid"]
+        return sorted(
+            (obj for obj in self.store.list(api_version, kind, namespace) if _controller_uid(obj) == uid),
+            key=lambda obj: obj["metadata"]["name"],
+        )
+
     def pods(self, name: str, namespace: str = "default") -> list[KubeObject]:
-        """A job's Pods, sorted by name."""
-        return self.children(name, "Pod", namespace)
+        """A job's Pods, its own and those of its Jobs and StatefulSets (descendants), sorted by name."""
+        job = self.get_job(name, namespace)
+        if job is None:
+            return []
+        owners = {job["metadata"]["uid"]}
+        for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "StatefulSet")):
+            owners |= {obj["metadata"]["uid"] for obj in self.store.list(api_version, kind, namespace) if _controller_uid(obj) in owners}
+        return sorted(
+            (pod for pod in self.store.list("v1", "Pod", namespace) if _controller_uid(pod) in owners),
+            key=lambda pod: pod["metadata"]["name"],
+        )
 
     def pod(self, name: str, namespace: str = "default") -> KubeObject | None:
         """One Pod by name."""
@@ -242,10 +297,16 @@ class LocalCluster:
 
         def check() -> KubeObject | None:
             job = self.get_job(name, namespace)
-            if job is not None and self.controller is not None:
-                hot = self.controller.hot_loop(job["metadata"]["uid"])
+            controller = self.controller_for(job)
+            if job is not None and controller is not None:
+                hot = controller.hot_loop(job["metadata"]["uid"])
                 if hot:
-                    raise RuntimeError(f"MXJob {name}: {hot}")
+                    raise RuntimeError(f"{job['kind']} {name}: {hot}")
             return job if finished(job) else None
 
-        return cast(KubeObject, self.wait_for(check, timeout, what=f"MXJob {name} to finish"))
+        return cast(KubeObject, self.wait_for(check, timeout, what=f"job {name} to finish"))
+
+
+def _controller_uid(obj: KubeObject) -> str | None:
+    """The uid of an object's controller (its ownerReference with controller: true)."""
+    return next((ref.get("uid") for ref in obj["metadata"].get("ownerReferences", []) if ref.get("controller")), None)

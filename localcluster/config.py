@@ -22,8 +22,16 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("scheduling.volcano.sh/v1beta1", "podgroups"): "PodGroup",
     ("scheduling.x-k8s.io/v1alpha1", "podgroups"): "PodGroup",
     ("v1", "configmaps"): "ConfigMap",
+    ("v1", "serviceaccounts"): "ServiceAccount",
+    ("rbac.authorization.k8s.io/v1", "roles"): "Role",
+    ("rbac.authorization.k8s.io/v1", "rolebindings"): "RoleBinding",
+    ("apps/v1", "statefulsets"): "StatefulSet",
+    ("batch/v1", "jobs"): "Job",
 }
-PARENT_KINDS: dict[tuple[str, str], str] = {("kubeflow.org/v1", "mxjobs"): "MXJob"}
+PARENT_KINDS: dict[tuple[str, str], str] = {
+    ("kubeflow.org/v1", "mxjobs"): "MXJob",
+    ("kubeflow.org/v1alpha1", "chainerjobs"): "ChainerJob",
+}
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class ControllerConfig:
         return None
 
 
-# The shape docs/architecture.md fixes, used only when metacontroller/ has no CompositeController.
+# The MXJob controller docs/architecture.md describes, used only when metacontroller/ has no CompositeController.
 DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
     "apiVersion": "metacontroller.k8s.io/v1alpha1",
     "kind": "CompositeController",
@@ -71,10 +79,11 @@ DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
 }
 
 
-def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str, Any], str] | None:
-    """The first document of kind CompositeController in any YAML file of `directory`, and its file."""
+def find_composite_controllers(directory: Path = MANIFEST_DIR) -> list[tuple[dict[str, Any], str]]:
+    """Every document of kind CompositeController in the YAML files of `directory` (file order), with its file."""
     if not directory.is_dir():
-        return None
+        return []
+    found: list[tuple[dict[str, Any], str]] = []
     for path in sorted(directory.rglob("*.y*ml")):
         try:
             documents = list(yaml.safe_load_all(path.read_text()))
@@ -82,8 +91,14 @@ def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str,
             continue
         for doc in documents:
             if isinstance(doc, dict) and doc.get("kind") == "CompositeController":
-                return doc, str(path.relative_to(directory.parent))
-    return None
+                found.append((doc, str(path.relative_to(directory.parent))))
+    return found
+
+
+def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str, Any], str] | None:
+    """The first CompositeController in `directory`, and its file (None when there is none)."""
+    found = find_composite_controllers(directory)
+    return found[0] if found else None
 
 
 def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerConfig:
@@ -132,9 +147,21 @@ def _duration_seconds(value: str | float) -> float:
     return float(value)
 
 
-def load_controller_config(directory: Path = MANIFEST_DIR) -> ControllerConfig:
-    """The shipped CompositeController's configuration, or the default shape while it is missing."""
-    found = find_composite_controller(directory)
-    if found is None:
-        return parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "built-in default (no CompositeController in metacontroller/)")
-    return parse_composite_controller(*found)
+def load_controller_configs(directory: Path = MANIFEST_DIR) -> list[ControllerConfig]:
+    """One configuration per shipped CompositeController (one per job kind), or the MXJob default when there is none."""
+    found = find_composite_controllers(directory)
+    if not found:
+        return [parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "built-in default (no CompositeController in metacontroller/)")]
+    configs = [parse_composite_controller(*item) for item in found]
+    kinds = [config.parent_kind for config in configs]
+    duplicates = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if duplicates:
+        # Two controllers of one parent kind would fight over its children, in a cluster as here.
+        raise ValueError(f"metacontroller/: more than one CompositeController for {', '.join(duplicates)}")
+    return configs
+
+
+def load_controller_config(directory: Path = MANIFEST_DIR, parent_kind: str = "MXJob") -> ControllerConfig:
+    """The shipped CompositeController of one parent kind (the first one found when that kind has none)."""
+    configs = load_controller_configs(directory)
+    return next((config for config in configs if config.parent_kind == parent_kind), configs[0])

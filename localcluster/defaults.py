@@ -70,7 +70,31 @@ def default_service(service: KubeObject) -> None:
     service.setdefault("status", {"loadBalancer": {}})
 
 
-DEFAULTERS = {("v1", "Pod"): default_pod, ("v1", "Service"): default_service}
+def default_job(job: KubeObject) -> None:
+    """The batch/v1 Job fields the API server fills in that the Job controller stand-in reads."""
+    spec = job.setdefault("spec", {})
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completions", 1)
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+
+
+def default_statefulset(sts: KubeObject) -> None:
+    """The apps/v1 StatefulSet fields the API server fills in."""
+    spec = sts.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    spec.setdefault("revisionHistoryLimit", 10)
+
+
+DEFAULTERS = {
+    ("v1", "Pod"): default_pod,
+    ("v1", "Service"): default_service,
+    ("batch/v1", "Job"): default_job,
+    ("apps/v1", "StatefulSet"): default_statefulset,
+}
 
 
 def apply_defaults(obj: KubeObject) -> None:

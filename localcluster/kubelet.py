@@ -14,11 +14,19 @@ Decisions (docs/localcluster.md says the same):
   is removed from the store.
 - Scheduling: a pod is bound at once unless the `gate` (the gang scheduler, localcluster/gang.py)
   holds it back; it then stays Pending with PodScheduled False, reason Unschedulable.
+- Volumes (volumes.py): emptyDir and configMap volumes are directories under the pod's state dir,
+  and mountPaths are rewritten to them in command, args, workingDir and env. `spec.hostname` is the
+  pod's HOSTNAME and what a `hostname` stand-in on its PATH prints; a `kubectl` stand-in on its PATH
+  runs `kubectl exec` in another pod's environment (kubectl.py). An init container whose image is a
+  kubectl image is not run (its image is not here): the kubelet puts the stand-in into the emptyDirs
+  it mounts, where it would have copied kubectl, and reports it Completed.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -36,6 +44,7 @@ from .dns import LOOPBACK, ClusterDNS
 from .podenv import EnvError, expand, resolve_env
 from .store import DELETED, Store, StoreError, now_rfc3339
 from .types import Container, ContainerState, ContainerStatus, KubeObject, PodStatus
+from .volumes import MissingConfigMap, PathMap, path_map, prepare_volumes, rewrite_configmap_files
 
 NODE_NAME = "localcluster"
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
@@ -43,6 +52,10 @@ NODE_NAME = "localcluster"
 # does not resolve to its own address); locally that would leave loopback, so it is turned off.
 LOOPBACK_ENV = {"DMLC_NODE_HOST": LOOPBACK, "DMLC_INTERFACE": "lo"}
 LOOPBACK_OVERRIDES = {"DMLC_USE_KUBERNETES": "0"}
+# OpenMPI 5's hierarchical collectives (HAN) hang in Allreduce when the "hosts" of a hostfile are
+# pods that all share this one machine (verified with 5.0.11); the other collectives work. A
+# default only: a container that sets OMPI_MCA_coll itself keeps its value.
+LOCAL_DEFAULT_ENV = {"OMPI_MCA_coll": "^han"}
 HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM")
 PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
@@ -50,6 +63,12 @@ POLL_SECONDS = 0.05
 GATE_POLL_SECONDS = 0.1
 SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
 CONFIG_RETRY_SECONDS = 0.5  # how soon a container waiting for its ConfigMap tries again
+
+
+def is_kubectl_image(image: str) -> bool:
+    """An image whose repository's last path element is `kubectl` (bitnami/kubectl, registry.k8s.io/kubectl)."""
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return repository == "kubectl"
 
 
 def exit_code(returncode: int) -> int:
@@ -105,6 +124,7 @@ class ProcessKubelet:
         gate: SchedulingGate | None = None,
     ):
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
+        self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
         self.restart_backoff = restart_backoff
         self.gate = gate
         self._workers: dict[tuple[str, str], PodWorker] = {}
@@ -154,11 +174,27 @@ class ProcessKubelet:
     def log_path(self, pod: KubeObject, container: str) -> Path:
         """Where a container's output goes: `<log_dir>/<namespace>/[<owner>/]<pod>[.<container>].log`."""
         meta = pod["metadata"]
-        owner = [ref["name"] for ref in meta.get("ownerReferences", []) if ref.get("controller")][:1]
+        top = self.top_owner(pod)
+        owner = [top] if top else []
         containers = pod.get("spec", {}).get("containers", [])
         first = containers[0]["name"] if containers else None
         suffix = "" if container == first else f".{container}"
         return self.log_dir.joinpath(meta["namespace"], *owner, f"{meta['name']}{suffix}.log")
+
+    def top_owner(self, obj: KubeObject) -> str | None:
+        """The name at the top of an object's controller chain (a ChainerJob pod: Pod → Job → ChainerJob)."""
+        name = None
+        for _ in range(5):
+            meta = obj["metadata"]
+            ref = next((r for r in meta.get("ownerReferences", []) if r.get("controller")), None)
+            if ref is None:
+                return name
+            name = ref["name"]
+            owner = self.store.get(ref.get("apiVersion", ""), ref.get("kind", ""), meta.get("namespace", "default"), name)
+            if owner is None:
+                return name
+            obj = owner
+        return name
 
     # --- fault injection -------------------------------------------------------------------------
 
@@ -215,6 +251,12 @@ class PodWorker(threading.Thread):
         self._containers_started = False
         self._init_failed = False
         self._unschedulable: str | None = None  # why the scheduling gate holds the pod back
+        self.pod_dir = kubelet.pods_dir / meta["namespace"] / meta["name"]
+        self.state_root = self.pod_dir / self.uid  # this pod's volumes and bin/; a recreated pod gets its own
+        self.hostname = self.spec.get("hostname") or meta["name"]
+        self.maps = {c["name"]: path_map(self.state_root, pod, c)
+                     for c in self.spec.get("initContainers", []) + self.spec.get("containers", [])}
+        self._first_container = self.runs[0].name if self.runs else None
 
     # --- requests from other threads -------------------------------------------------------------
 
@@ -273,7 +315,7 @@ class PodWorker(threading.Thread):
         if not self._bind():
             return
         self._write_status()
-        init_ok = self._run_init_containers()
+        init_ok = self._prepare() and self._run_init_containers()
         if init_ok:
             for run in self.runs:
                 self._start(run)
@@ -296,6 +338,73 @@ class PodWorker(threading.Thread):
                 self._wake.wait(1.0)
                 self._wake.clear()
         self._terminate()
+
+    def _prepare(self) -> bool:
+        """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing, as the kubelet does."""
+        while True:
+            try:
+                unsupported = prepare_volumes(self.state_root, self.pod, self._get_configmap)
+                break
+            except MissingConfigMap as err:
+                for run in self.init_runs + self.runs:
+                    run.state = {"waiting": {"reason": "ContainerCreating", "message": f"MountVolume.SetUp failed: {err}"}}
+                self._write_status()
+                if not self._sleep_until(time.monotonic() + 0.2):
+                    return False
+        union: dict[str, Path] = {}
+        for mapping in self.maps.values():
+            union = {**{p: Path(d) for p, d in mapping.as_dict().items()}, **union}
+        rewrite_configmap_files(self.state_root, self.pod, PathMap(union))
+        bin_dir = self.state_root / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        self._write_script(bin_dir / "hostname", f"#!/bin/sh\necho {shlex.quote(self.hostname)}\n")
+        self._write_script(bin_dir / "kubectl", self._kubectl_wrapper())
+        if unsupported:
+            log = self.kubelet.log_path(self.pod, self._first_container or "pod")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as out:
+                out.write(f"=== localcluster: volumes not emulated (left out of the path mapping): {', '.join(unsupported)}\n")
+        return True
+
+    def _get_configmap(self, namespace: str, name: str) -> KubeObject | None:
+        return self.kubelet.store.get("v1", "ConfigMap", namespace, name)
+
+    def _kubectl_wrapper(self) -> str:
+        python, repo = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
+        pods, namespace = shlex.quote(str(self.kubelet.pods_dir)), shlex.quote(self.key[0])
+        return (f"#!/bin/sh\n# kubectl stand-in of the local cluster: only `kubectl exec` (localcluster/kubectl.py)\n"
+                f"PYTHONPATH={repo} exec {python} -m localcluster.kubectl --pods-dir {pods} --namespace-default {namespace} \"$@\"\n")
+
+    @staticmethod
+    def _write_script(path: Path, text: str) -> None:
+        path.write_text(text)
+        os.chmod(path, 0o755)
+
+    def _publish(self, run: _Run, env: dict[str, str], workdir: Path) -> None:
+        """Tell the kubectl stand-in how to exec into this running container."""
+        info = {"uid": self.uid, "container": run.name, "first": run.name == self._first_container and not run.init,
+                "env": env, "cwd": str(workdir), "mounts": self.maps[run.name].as_dict()}
+        path = self.pod_dir / f"exec-{run.name}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path)
+
+    def _unpublish(self, run: _Run) -> None:
+        """The container stopped: no new execs, and the processes exec'd into it die with it."""
+        path = self.pod_dir / f"exec-{run.name}.json"
+        try:
+            if json.loads(path.read_text()).get("uid") == self.uid:
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+        registry = self.pod_dir / f"exec-{run.name}.pids"
+        for marker in sorted(registry.glob("*")) if registry.is_dir() else []:
+            try:
+                if marker.read_text() == self.uid:
+                    os.killpg(int(marker.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+            marker.unlink(missing_ok=True)
 
     def _stopping(self) -> bool:
         with self._lock:
@@ -412,8 +521,9 @@ class PodWorker(threading.Thread):
     def _env(self, container: Container) -> dict[str, str]:
         """The process env: host allowlist, the container's env expanded and DNS-rewritten, loopback settings."""
         host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
-        host["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-        host["HOSTNAME"] = self.key[1]
+        host["PATH"] = os.pathsep.join([str(self.state_root / "bin"), str(Path(sys.executable).parent),
+                                        os.environ.get("PATH", os.defpath)])
+        host["HOSTNAME"] = self.hostname
         namespace = self.key[0]
         runtime = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
                    "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
@@ -423,7 +533,9 @@ class PodWorker(threading.Thread):
         for name, value in LOOPBACK_OVERRIDES.items():
             if name in rewritten:
                 rewritten[name] = value
-        return {**host, **rewritten, **LOOPBACK_ENV}
+        mapping = self.maps[container["name"]]
+        rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
+        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}
 
     def _start(self, run: _Run) -> None:
         """Start a container's process; a start failure is a terminated state with exit code 128."""
@@ -433,8 +545,9 @@ class PodWorker(threading.Thread):
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(err)}}
             run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
             return
-        argv = [expand(part, env) for part in run.container.get("command", []) + run.container.get("args", [])]
-        workdir = Path(run.container.get("workingDir") or self.kubelet.workdir)
+        mapping = self.maps[run.name]
+        argv = [mapping.rewrite(expand(part, env)) for part in run.container.get("command", []) + run.container.get("args", [])]
+        workdir = Path(mapping.rewrite(run.container.get("workingDir", "")) or self.kubelet.workdir)
         if not workdir.is_absolute():
             workdir = self.kubelet.workdir / workdir
         if run.log is None:
@@ -445,6 +558,9 @@ class PodWorker(threading.Thread):
         run.settled = False
         run.log.write(f"=== localcluster: pod {self.key[1]} container {run.name} start #{run.restart_count} at {started}: {argv}\n")
         error = None
+        if run.init and is_kubectl_image(run.container.get("image", "")):
+            self._deliver_kubectl(run, started)
+            return
         if not run.container.get("command"):
             error = "the local cluster ignores images, so a container needs `command` (the image's entrypoint is unknown)"
         else:
@@ -460,6 +576,8 @@ class PodWorker(threading.Thread):
                     )
             except OSError as err:
                 error = f"failed to start container process: {err}"
+            else:
+                self._publish(run, env, workdir)
         if error is not None:
             run.log.write(f"=== localcluster: {error}\n")
             run.process = None
@@ -469,9 +587,25 @@ class PodWorker(threading.Thread):
             return
         run.state = {"running": {"startedAt": started}}
 
+    def _deliver_kubectl(self, run: _Run, started: str) -> None:
+        """What a kubectl image's init container would do: put kubectl into the emptyDirs it mounts."""
+        targets = []
+        emptydirs = {v["name"] for v in self.spec.get("volumes", []) if "emptyDir" in v}
+        for mount in run.container.get("volumeMounts", []):
+            if mount.get("name") in emptydirs:
+                target = self.state_root / "volumes" / mount["name"] / "kubectl"
+                self._write_script(target, self._kubectl_wrapper())
+                targets.append(mount["mountPath"])
+        assert run.log is not None
+        run.log.write(f"=== localcluster: image {run.container.get('image')} is a kubectl image: not run; the kubectl "
+                      f"stand-in was put into {', '.join(targets) or 'no emptyDir'} instead\n")
+        run.process, run.exit_code = None, 0
+        run.state = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}}
+
     def _record_exit(self, run: _Run) -> None:
         if run.process is None or "terminated" in run.state:
             return
+        self._unpublish(run)
         code = exit_code(run.process.wait())
         run.process = None
         run.exit_code = code
@@ -491,6 +625,10 @@ class PodWorker(threading.Thread):
         if any(r.config_retry_at is not None for r in self.runs) and not any("running" in r.state for r in self.runs):
             return "Pending"
         if any("running" in r.state or r.restart_at is not None for r in self.runs):
+            return "Running"
+        # A container that will be restarted keeps the pod Running, even before its restart is
+        # scheduled (a StartError is recorded before the restart decision).
+        if self.policy == "Always" or (self.policy == "OnFailure" and any(r.exit_code != 0 for r in self.runs)):
             return "Running"
         if all(r.exit_code == 0 for r in self.runs):
             return "Succeeded"

@@ -60,6 +60,7 @@ class Container(TypedDict, total=False):
     args: list[str]
     env: list[EnvVar]
     workingDir: str
+    volumeMounts: list[dict[str, Any]]
 
 
 class ContainerState(TypedDict, total=False):

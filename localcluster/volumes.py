@@ -1,0 +1,108 @@
+"""Pod volumes on disk and the mapping of container paths onto them (there are no mount namespaces here).
+
+A pod's emptyDir and configMap volumes are directories under its state dir. A container's
+`volumeMounts` cannot be bind-mounted (every process shares this machine's filesystem), so each
+mountPath is rewritten to its directory wherever the local cluster hands the container a path: in
+`command`, `args`, `workingDir` and env values, and in the text of the files a configMap volume
+writes (scripts that name other mounted paths). A program that builds a mounted path itself, from
+pieces the rewrite cannot see, will not find it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .types import KubeObject
+
+DEFAULT_MODE = 0o644  # a configMap volume's defaultMode
+
+
+class MissingConfigMap(Exception):
+    """A configMap volume names a ConfigMap that does not exist (yet): the pod waits, as in Kubernetes."""
+
+
+class PathMap:
+    """mountPath → directory for one container; rewrites every occurrence of a mountPath in a string."""
+
+    def __init__(self, mounts: dict[str, Path]):
+        self.mounts = {path.rstrip("/") or "/": directory for path, directory in mounts.items()}
+        # Longest first, so /a/b wins over /a; a mountPath matches only as a whole path prefix.
+        ordered = sorted(self.mounts, key=len, reverse=True)
+        self._pattern = re.compile("|".join(f"{re.escape(p)}(?=/|$|[^A-Za-z0-9_.-])" for p in ordered)) if ordered else None
+
+    def rewrite(self, value: str) -> str:
+        if self._pattern is None:
+            return value
+        return self._pattern.sub(lambda m: str(self.mounts[m.group(0)]), value)
+
+    def as_dict(self) -> dict[str, str]:
+        return {path: str(directory) for path, directory in self.mounts.items()}
+
+
+def volume_dirs(pod_dir: Path, pod: KubeObject) -> dict[str, Path]:
+    """Volume name → its directory under the pod's state dir."""
+    return {vol["name"]: pod_dir / "volumes" / vol["name"] for vol in pod.get("spec", {}).get("volumes", [])}
+
+
+def path_map(pod_dir: Path, pod: KubeObject, container: dict[str, Any]) -> PathMap:
+    """The mountPath mapping of one container (mounts of volumes the local cluster does not emulate are left out)."""
+    dirs = volume_dirs(pod_dir, pod)
+    return PathMap({m["mountPath"]: dirs[m["name"]] for m in container.get("volumeMounts", []) if m.get("name") in dirs})
+
+
+def prepare_volumes(pod_dir: Path, pod: KubeObject, get_configmap: Any) -> list[str]:
+    """Create every emptyDir and write every configMap volume; the names of volume types not emulated.
+
+    `get_configmap(namespace, name)` returns the ConfigMap or None. Raises MissingConfigMap when a
+    non-optional ConfigMap is missing (nothing is left half-written for it).
+    """
+    namespace = pod["metadata"]["namespace"]
+    unsupported: list[str] = []
+    dirs = volume_dirs(pod_dir, pod)
+    for vol in pod.get("spec", {}).get("volumes", []):
+        target = dirs[vol["name"]]
+        if "emptyDir" in vol:
+            target.mkdir(parents=True, exist_ok=True)
+        elif "configMap" in vol:
+            source = vol["configMap"]
+            cm = get_configmap(namespace, source.get("name", ""))
+            if cm is None and not source.get("optional"):
+                raise MissingConfigMap(f'configmap "{source.get("name")}" not found (volume {vol["name"]})')
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True, exist_ok=True)
+            data = (cm or {}).get("data", {}) or {}
+            items = source.get("items") or [{"key": key, "path": key} for key in sorted(data)]
+            for item in items:
+                if item["key"] not in data:
+                    continue
+                path = target / item["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(data[item["key"]])
+                os.chmod(path, item.get("mode", source.get("defaultMode", DEFAULT_MODE)))
+        else:
+            unsupported.append(vol["name"])
+    return unsupported
+
+
+def rewrite_configmap_files(pod_dir: Path, pod: KubeObject, mapping: PathMap) -> None:
+    """Rewrite mounted paths inside the text files of the pod's configMap volumes (scripts naming other mounts)."""
+    dirs = volume_dirs(pod_dir, pod)
+    for vol in pod.get("spec", {}).get("volumes", []):
+        if "configMap" not in vol:
+            continue
+        for path in sorted(dirs[vol["name"]].rglob("*")):
+            if not path.is_file():
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            new = mapping.rewrite(text)
+            if new != text:
+                mode = path.stat().st_mode
+                path.write_text(new)
+                os.chmod(path, mode)

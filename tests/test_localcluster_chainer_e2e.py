@@ -1,0 +1,162 @@
+"""ChainerJob end to end on the local cluster: the real hooks server's children run unchanged (apart
+from images), real ChainerMN over real OpenMPI through the operator's rsh agent and `kubectl exec`."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.cluster import LocalCluster, condition, finished
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
+ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
+
+
+def example(name: str) -> dict:
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    return job
+
+
+def master_logs(cluster: LocalCluster, name: str) -> str:
+    return "".join(p.read_text() for p in sorted(cluster.job_dir(name).glob(f"{name}-master-?????.log")))
+
+
+def worker_sets(cluster: LocalCluster, name: str) -> list[dict]:
+    return cluster.children_of(name, "apps/v1", "StatefulSet")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state") as c:
+        yield c
+
+
+@pytest.mark.chainer
+def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path):
+    state = tmp_path / "state"
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(state), "run", str(EXAMPLE), "--timeout", "300"],
+                            cwd=REPO, capture_output=True, text=True, timeout=360)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "ChainerJob chainer-mn-digits Complete"
+    logs = "".join(p.read_text() for p in (state / "chainer-mn-digits").glob("chainer-mn-digits-master-*.log"))
+    accuracy = ACCURACY.search(logs)
+    assert accuracy is not None, logs[-2000:]
+    assert float(accuracy.group(1)) >= 0.9
+    # The three ranks ran in three pods: the two workers through kubectl exec, then the master.
+    assert "succeeded: 1" in result.stdout and "replicas: 0" in result.stdout
+
+
+@pytest.mark.chainer
+@pytest.mark.parametrize(("backoff_limit", "outcome"), [(2, "Succeeded"), (0, "Failed")],
+                         ids=["retried-within-backoffLimit-completes", "backoffLimit-0-fails"])
+def test_a_worker_killed_mid_run_fails_the_master_which_the_job_retries(cluster, backoff_limit, outcome):
+    job = example(f"kill-{backoff_limit}")
+    name = job["metadata"]["name"]
+    job["spec"]["master"]["backoffLimit"] = backoff_limit
+    cluster.submit(job)
+    cluster.wait_for(lambda: "epoch  1 " in master_logs(cluster, name), 180, what="training under way")
+    cluster.kubelet.kill("default", f"{name}-workerset-ws0-1", sig=signal.SIGKILL)
+    done = cluster.wait_finished(name, timeout=240)
+    logs = master_logs(cluster, name)
+    assert finished(done) == outcome, logs[-3000:]
+    assert done["status"]["failed"] >= 1  # the first master pod failed with its mpiexec
+    if outcome == "Succeeded":
+        assert float(ACCURACY.search(logs).group(1)) >= 0.9  # type: ignore[union-attr]
+    else:
+        assert condition(done, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+        assert len(cluster.children_of(name, "batch/v1", "Job")) == 1
+    # Either way the master is done, so the workers are scaled to 0 and their pods go.
+    cluster.wait_for(lambda: all(s["spec"]["replicas"] == 0 for s in worker_sets(cluster, name)), 30, what="workers at 0")
+    cluster.wait_for(lambda: not [p for p in cluster.pods(name) if "workerset" in p["metadata"]["name"]], 30, what="worker pods gone")
+
+
+def test_workers_that_never_become_ready_keep_the_master_from_being_created(cluster):
+    job = example("never-ready")
+    spec = copy.deepcopy(job["spec"])
+    # A command that cannot start (StartError, as an image whose entrypoint is missing): never
+    # Running, so never Ready, even for a moment (a command that exits at once would be Ready briefly).
+    spec["workerSets"]["ws0"]["template"]["spec"]["containers"][0]["command"] = ["/nonexistent/worker"]
+    job["spec"] = spec
+    cluster.submit(job)
+    cluster.wait_for(lambda: sum(cs.get("restartCount", 0) >= 2 for p in cluster.pods("never-ready")
+                                 for cs in p.get("status", {}).get("containerStatuses", [])) == 2, 60, what="workers crash-looping")
+    current = cluster.get_job("never-ready")
+    assert current is not None and not finished(current)
+    assert cluster.children_of("never-ready", "batch/v1", "Job") == []
+    assert not [p for p in cluster.pods("never-ready") if "master" in p["metadata"]["name"]]
+    waiting = condition(current, "Waiting")
+    assert waiting is not None and waiting["status"] == "True", current["status"]
+    assert "0" in waiting["message"] and "2" in waiting["message"]  # how many of the workers are ready
+    assert current["status"]["workerSets"]["ws0"]["readyReplicas"] == 0
+
+
+def test_kubectl_exec_runs_in_the_target_pods_environment_with_stdin_and_its_exit_code(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target"}, "spec": {
+        "hostname": "target-host", "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"],
+                        "env": [{"name": "FOO", "value": "from-target"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    script = ("echo piped | kubectl exec -i target -c main -- sh -c 'cat > /data/in; echo $FOO $HOSTNAME $(hostname); exit 3'; "
+              "echo exit=$?; kubectl exec -i absent -- true; echo absent=$?")
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("target") or {}).get("status", {}).get("phase") == "Running", 20, what="target running")
+    cluster.store.create(caller)
+    cluster.wait_for(lambda: (cluster.pod("caller") or {}).get("status", {}).get("phase") == "Succeeded", 30, what="caller done")
+    log = cluster.log_path("caller").read_text()
+    assert "from-target target-host target-host" in log
+    assert "command terminated with exit code 3" in log and "exit=3" in log
+    assert "pod absent in namespace default is not running" in log and "absent=1" in log
+    written = list((cluster.kubelet.pods_dir / "default" / "target").glob("*/volumes/data/in"))
+    assert [p.read_text() for p in written] == ["piped\n"]
+
+
+def test_a_process_execd_into_a_container_dies_with_the_container(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "host"}, "spec": {
+        "restartPolicy": "Never", "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "sleep 300"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "execer"}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "i",
+                        # `$$$$`: Kubernetes turns `$$` into `$` in a command, so the shell sees `$$`.
+                        "command": ["sh", "-c", "kubectl exec host -- sh -c 'echo $$$$ > /data/pid; exec sleep 300'"]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("host") or {}).get("status", {}).get("phase") == "Running", 20, what="host running")
+    cluster.store.create(caller)
+    volumes = cluster.kubelet.pods_dir / "default" / "host"
+    pid_file = cluster.wait_for(lambda: next(iter(volumes.glob("*/volumes/data/pid")), None), 20, what="exec'd process started")
+    pid = int(cluster.wait_for(lambda: pid_file.read_text().strip(), 5, what="pid written"))
+    os.kill(pid, 0)  # alive
+    cluster.kubelet.kill("default", "host", sig=signal.SIGKILL)
+    cluster.wait_for(lambda: not _alive(pid), 10, what="exec'd process gone")
+    # kubectl exec reports the killed command's exit code, so the caller fails.
+    cluster.wait_for(lambda: (cluster.pod("execer") or {}).get("status", {}).get("phase") == "Failed", 10, what="caller failed")
+    assert "command terminated with exit code 137" in cluster.log_path("execer").read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child of the kubectl stand-in is a zombie until reaped: count that as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
