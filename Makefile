@@ -36,11 +36,12 @@ check-tools:
 		echo "error: missing on PATH:$$missing. kubectl: https://kubernetes.io/docs/tasks/tools/ (any version from 1.27; the tests use 'kubectl kustomize')." >&2; \
 		exit 1; fi
 
+# Chainer 7.8.1 builds from source against the venv's setuptools<70 and wheel (requirements-chainer-build.txt),
+# without build isolation; so does this project's editable install.
 $(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt $(CONSTRAINTS) pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --upgrade pip
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt -r requirements-chainer-build.txt
-	# Chainer 7.8.1 builds from source against the venv's setuptools<70 and wheel (no build isolation).
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-build-isolation -r requirements-chainer.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@

@@ -24,6 +24,7 @@ from test_crd import SCHEMA, broken_rules, pruned_paths, schema_errors
 from hooks.mxjob.convert import convert_document
 from hooks.mxjob.convert_cli import main
 from hooks.mxjob.sync import sync_mxjob
+from localcluster.podenv import resolve_env
 
 CASES_DIR = Path(__file__).resolve().parent / "convert"
 KUBERNETES_VERSION = "1.34"
@@ -68,13 +69,15 @@ def first_sync(job: dict) -> dict:
     parent = copy.deepcopy(job)
     parent["metadata"].setdefault("namespace", "default")
     parent["metadata"].update(uid="uid-converted", generation=1)
-    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}}, now=T0)
 
 
 def env_of(answer: dict, pod: str) -> dict[str, str]:
+    """The main container's environment as the kubelet resolves it (MX_CONFIG from the job's ConfigMap)."""
     obj = next(c for c in answer["children"] if c["kind"] == "Pod" and c["metadata"]["name"] == pod)
     main_container = next(c for c in obj["spec"]["containers"] if c["name"] == "mxnet")
-    return {e["name"]: e["value"] for e in main_container["env"]}
+    config_maps = {c["metadata"]["name"]: c for c in answer["children"] if c["kind"] == "ConfigMap"}
+    return resolve_env(main_container, obj, base={}, config_map=config_maps.get, runtime={})
 
 
 def test_every_case_has_a_table_entry():
@@ -103,7 +106,8 @@ def test_converted_manifest_gives_valid_children(case):
     assert "specError" not in answer["status"]
     assert [c["type"] for c in answer["status"]["conditions"]] == ["Created"]
     replicas = sum(s.get("replicas", 1) for s in job["spec"]["mxReplicaSpecs"].values())
-    assert len(answer["children"]) == 2 * replicas
+    # A Pod and a Service per replica, and the job's cluster ConfigMap.
+    assert len(answer["children"]) == 2 * replicas + 1
     for child in answer["children"]:
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
 

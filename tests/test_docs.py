@@ -65,7 +65,7 @@ def test_the_guides_job_is_a_valid_mxjob_for_the_local_cluster():
     job = manifest
     request = {"controller": {}, "parent": {**job, "metadata": {**job["metadata"], "namespace": "default", "uid": "u1",
                                                                "generation": 1}},
-               "children": {"Pod.v1": {}, "Service.v1": {}}, "related": {}, "finalizing": False}
+               "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}, "related": {}, "finalizing": False}
     response = create_app().test_client().post("/sync", json=request)
     assert response.status_code == 200
     assert json.loads(response.data)["status"]["conditions"][-1]["type"] == "Created"

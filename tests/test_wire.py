@@ -26,7 +26,13 @@ def both_ways(request: dict, now: datetime) -> tuple[dict, dict]:
     return sync_mxjob(json.loads(raw), now=now), sync_mxjob(DECODER.decode(raw), now=now)
 
 
-@pytest.mark.parametrize("case", sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()))
+def _mxjob_goldens() -> list[str]:
+    # Only MXJob declares OBSERVED_FIELDS; other kinds' requests are decoded whole.
+    return sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()
+                  and "kind: MXJob" in (p / "request.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", _mxjob_goldens())
 def test_every_golden_answer_is_the_same_from_the_selective_decode(case):
     request = yaml.safe_load((GOLDEN / case / "request.yaml").read_text())
     now = datetime.fromisoformat(request.pop("now"))
