@@ -50,8 +50,8 @@ def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path)
     result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(state), "run", str(EXAMPLE), "--timeout", "300"],
                             cwd=REPO, capture_output=True, text=True, timeout=360)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "ChainerJob chainer-mn-digits Complete"
-    logs = "".join(p.read_text() for p in (state / "chainer-mn-digits").glob("chainer-mn-digits-master-*.log"))
+    assert result.stdout.strip().splitlines()[-1] == "ChainerJob default/chainer-mn-digits Complete"
+    logs = "".join(p.read_text() for p in (state / "default" / "chainer-mn-digits").glob("chainer-mn-digits-master-*.log"))
     accuracy = ACCURACY.search(logs)
     assert accuracy is not None, logs[-2000:]
     assert float(accuracy.group(1)) >= 0.9
