@@ -20,6 +20,7 @@ from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, SpecError, parse_mxjob
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.k8s import JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.request import as_last_applied, read_children, read_parent
+from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
@@ -30,7 +31,7 @@ MAX_ANNOTATIONS_BYTES = 262144  # the API server's limit on all annotations of o
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     """Answer one sync request: desired children, status and, when a timer is due, a resync."""
     parent, observed_pods, observed_services = _read_request(request)
-    old_status = parent.get("status") or {}
+    old_status = parent.get("status")
     try:
         job = parse_mxjob(parent)
         prefix = mx_config_prefix(job)
@@ -112,22 +113,40 @@ def _read_request(request: Any) -> tuple[JSON, Mapping[str, Any], Mapping[str, A
     return parent, pods, services
 
 
-def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any],
+def _invalid_spec(parent: Mapping[str, Any], old_status: Any,
                   observed_pods: Mapping[str, Any], observed_services: Mapping[str, Any],
                   err: SpecError, now: datetime) -> SyncResponse:
     meta = parent["metadata"]
     message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
                + "; ".join(err.problems) + ".")
-    started = bool(observed_pods or observed_services or old_status.get("startTime"))
-    if started:
+    old = OldStatus(old_status)
+    start_time = old.time("startTime")
+    if observed_pods or observed_services or start_time:
         # An edit must never destroy a running job: keep every child as last applied and say why.
-        status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
+        # The status stays as it was, but for the fields the hook reads back, which are kept only
+        # in the shape it writes them.
+        status = {k: v for k, v in old.raw.items()
+                  if k not in ("observedGeneration", "specError", *_READ_BACK)}
+        status.update({k: v for k, v in (("conditions", old.conditions()),
+                                         ("startTime", start_time),
+                                         ("completionTime", old.time("completionTime")),
+                                         ("cleanedUpTime", old.time("cleanedUpTime")),
+                                         ("restartCount", old.counter("restartCount")))
+                       if v})
         status["specError"] = message
         children = [as_last_applied(obj) for obj in (*observed_pods.values(),
                                                         *observed_services.values())]
-        return {"status": status, "children": children}
-    conds = Conditions(old_status.get("conditions"), now)
-    conds.set("Failed", True, "MXJobFailedValidation", message)
-    status = {"conditions": conds.ordered(),
-              "completionTime": old_status.get("completionTime") or rfc3339(now)}
-    return {"status": status, "children": []}
+    else:
+        conds = Conditions(old.conditions(), now)
+        conds.set("Failed", True, "MXJobFailedValidation", message)
+        status = {"conditions": conds.ordered(),
+                  "completionTime": old.time("completionTime") or rfc3339(now)}
+        children = []
+    warnings = old.warnings()
+    if warnings:
+        status[WARNINGS_FIELD] = warnings
+    return {"status": status, "children": children}
+
+
+_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount",
+              WARNINGS_FIELD)

@@ -2,7 +2,9 @@
 
 Metacontroller deletes every observed child that an answer leaves out, so a request that cannot be
 read raises InvalidRequest (the shell answers 4xx and Metacontroller changes nothing) instead of
-being taken as "no children".
+being taken as "no children". The API server never sends objects of another shape, so a parent
+whose identity is not strings, or an observed child whose fields the core reads are of the wrong
+type, is a malformed request, checked here once so the core can read those fields without doubt.
 """
 from __future__ import annotations
 
@@ -12,6 +14,33 @@ from typing import Any
 
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, LAST_APPLIED
+
+# Fields of an observed child that the core reads, by dotted path ("[]" = every list item), and
+# the JSON type each must have when present.
+_CHILD_SHAPE: tuple[tuple[str, str], ...] = (
+    ("metadata", "object"),
+    ("metadata.name", "string"),
+    ("metadata.namespace", "string"),
+    ("metadata.uid", "string"),
+    ("metadata.labels", "string map"),
+    ("metadata.annotations", "string map"),
+    ("spec", "object"),
+    ("status", "object"),
+    ("spec.containers", "list of objects"),
+    ("spec.containers[].name", "string"),
+    ("spec.containers[].env", "list of objects"),
+    ("spec.containers[].env[].name", "string"),
+    ("spec.containers[].env[].value", "string"),
+    ("status.phase", "string"),
+    ("status.containerStatuses", "list of objects"),
+    ("status.containerStatuses[].name", "string"),
+    ("status.containerStatuses[].restartCount", "integer"),
+    ("status.containerStatuses[].state", "object"),
+    ("status.containerStatuses[].state.terminated", "object"),
+    ("status.containerStatuses[].state.terminated.exitCode", "integer"),
+)
+
+_ARTICLE = {"object": "an", "string": "a", "integer": "an", "string map": "a", "list of objects": "a"}
 
 
 def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
@@ -23,14 +52,18 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
         raise InvalidRequest(f"parent: required, the {kind} being synced")
     if parent.get("apiVersion") != api_version or parent.get("kind") != kind:
         raise InvalidRequest(f"parent: expected apiVersion {api_version} kind "
-                             f"{kind}, got {parent.get('apiVersion')} {parent.get('kind')}")
-    if not isinstance(parent.get("metadata"), Mapping) or not parent["metadata"].get("name"):
-        raise InvalidRequest("parent.metadata.name: required")
+                             f"{kind}, got {_short(parent.get('apiVersion'))} {_short(parent.get('kind'))}")
+    meta = parent.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise InvalidRequest("parent.metadata.name: required, a non-empty string")
+    for key in ("namespace", "uid"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise InvalidRequest(f"parent.metadata.{key}: must be a string, got {_type(meta[key])}")
     return parent  # type: ignore[return-value]
 
 
 def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Mapping[str, Any]]:
-    """The observed children of each child rule, in the order of `keys`."""
+    """The observed children of each child rule, in the order of `keys`, each checked for shape."""
     children = request.get("children")
     if not isinstance(children, Mapping):
         raise InvalidRequest("children: required, a map keyed by child kind "
@@ -42,8 +75,49 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Map
         value = children.get(key)
         if not isinstance(value, Mapping):
             raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
+        for name, obj in value.items():
+            _check_child(f"children[{key}][{_short(name)}]", obj)
         observed.append(value)
     return observed
+
+
+def _check_child(path: str, obj: Any) -> None:
+    if not isinstance(obj, Mapping):
+        raise InvalidRequest(f"{path}: must be an object, got {_type(obj)}")
+    for field, expected in _CHILD_SHAPE:
+        for where, value in _values_at(obj, field.split(".")):
+            if value is not None and not _has_type(value, expected):
+                raise InvalidRequest(f"{path}.{where}: must be {_ARTICLE[expected]} {expected}, got {_type(value)}")
+
+
+def _values_at(obj: Any, parts: list[str], where: str = "") -> list[tuple[str, Any]]:
+    """Every value at a dotted path, with its concrete path; parents of the wrong type yield none
+    (their own entry in the shape table reports them)."""
+    if not parts:
+        return [(where, obj)]
+    head, rest = parts[0], parts[1:]
+    each = head.endswith("[]")
+    key = head[:-2] if each else head
+    if not isinstance(obj, Mapping) or obj.get(key) is None:
+        return []
+    value, here = obj[key], f"{where}.{key}" if where else key
+    if not each:
+        return _values_at(value, rest, here)
+    if not isinstance(value, list):
+        return []
+    return [found for i, item in enumerate(value) for found in _values_at(item, rest, f"{here}[{i}]")]
+
+
+def _has_type(value: Any, expected: str) -> bool:
+    if expected == "object":
+        return isinstance(value, Mapping)
+    if expected == "string":
+        return isinstance(value, str)
+    if expected == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == "string map":
+        return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
+    return isinstance(value, list) and all(isinstance(v, Mapping) for v in value)  # list of objects
 
 
 def as_last_applied(obj: Mapping[str, Any]) -> JSON:
@@ -53,12 +127,28 @@ def as_last_applied(obj: Mapping[str, Any]) -> JSON:
     if text:
         try:
             applied = json.loads(text)
-            if isinstance(applied, dict) and applied.get("metadata", {}).get("name"):
-                return applied
-        except ValueError:
-            pass
+        except (ValueError, RecursionError):  # RecursionError: nesting too deep to be a real object
+            applied = None
+        applied_meta = applied.get("metadata") if isinstance(applied, dict) else None
+        if isinstance(applied_meta, dict) and isinstance(applied_meta.get("name"), str):
+            return applied
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.
     keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta,
             "spec": obj.get("spec")}
+
+
+def _type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages (never the value itself)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
