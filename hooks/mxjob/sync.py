@@ -134,8 +134,9 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any,
                                          ("restartCount", old.counter("restartCount")))
                        if v})
         status["specError"] = message
-        children = [as_last_applied(obj) for obj in (*observed_pods.values(),
-                                                        *observed_services.values())]
+        children = [as_last_applied(key, name, obj)
+                    for key, observed in ((POD_KEY, observed_pods), (SERVICE_KEY, observed_services))
+                    for name, obj in observed.items()]
     else:
         conds = Conditions(old.conditions(), now)
         conds.set("Failed", True, "MXJobFailedValidation", message)

@@ -76,7 +76,11 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Map
         if not isinstance(value, Mapping):
             raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
         for name, obj in value.items():
-            _check_child(f"children[{key}][{_short(name)}]", obj)
+            path = f"children[{key}][{_short(name)}]"
+            _check_child(path, obj)
+            # Children are matched by name, so a child must not claim another one's.
+            if obj.get("metadata", {}).get("name", name) != name:
+                raise InvalidRequest(f"{path}.metadata.name: must equal the key {_short(name)}")
         observed.append(value)
     return observed
 
@@ -120,9 +124,10 @@ def _has_type(value: Any, expected: str) -> bool:
     return isinstance(value, list) and all(isinstance(v, Mapping) for v in value)  # list of objects
 
 
-def as_last_applied(obj: Mapping[str, Any]) -> JSON:
-    """The object as Metacontroller last applied it, so keeping it changes nothing."""
-    meta = obj.get("metadata") or {}
+def as_last_applied(key: str, name: str, obj: Mapping[str, Any]) -> JSON:
+    """The observed child `name` of the child rule `key` ("Pod.v1") as Metacontroller last
+    applied it, so keeping it changes nothing."""
+    meta = {**(obj.get("metadata") or {}), "name": name}
     text = (meta.get("annotations") or {}).get(LAST_APPLIED)
     if text:
         try:
@@ -130,13 +135,16 @@ def as_last_applied(obj: Mapping[str, Any]) -> JSON:
         except (ValueError, RecursionError):  # RecursionError: nesting too deep to be a real object
             applied = None
         applied_meta = applied.get("metadata") if isinstance(applied, dict) else None
-        if isinstance(applied_meta, dict) and isinstance(applied_meta.get("name"), str):
+        if isinstance(applied_meta, dict) and applied_meta.get("name") == name:
             return applied
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.
-    keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta,
-            "spec": obj.get("spec")}
+    kind, _, api_version = key.partition(".")
+    kept: JSON = {"apiVersion": api_version, "kind": kind,
+                  "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
+    if obj.get("spec") is not None:
+        kept["spec"] = obj["spec"]
+    return kept
 
 
 def _type(value: Any) -> str:
