@@ -161,6 +161,8 @@ class _State:
     def finish(self, slots: Mapping[str, tuple[str, int]],
                observed_services: Mapping[str, Any]) -> Plan:
         """A finished job: never a new pod; cleanPodPolicy, then the TTL, decide what stays."""
+        if self.completion_time is None:  # lost from status: the TTL counts from now
+            self.completion_time = rfc3339(self.now)
         policy = self.job.run_policy.clean_pod_policy
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished))]
