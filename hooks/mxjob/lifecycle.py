@@ -357,14 +357,19 @@ def _read_indexes(old: OldStatus, replica_statuses: Mapping[str, Any], rtype: st
     if text is None or text == "":
         return set()
     indexes: set[int] = set()
-    for part in text.split(",") if isinstance(text, str) else [""]:
+    parts = text.split(",", replicas) if isinstance(text, str) else [""]
+    last = -2
+    for part in parts:
         low, _, high = part.partition("-")
+        # Ascending, disjoint, adjacent runs merged: the form _format_indexes writes. That also
+        # caps the expanded total at the replica count, however long the text.
         if not (_INDEX.fullmatch(low) and (high == "" or _INDEX.fullmatch(high))
-                and int(low) <= int(high or low) < replicas):
+                and last + 1 < int(low) <= int(high or low) < replicas):
             old.warn(f"status.replicaStatuses.{rtype}.completedIndexes",
-                     f"is not a list of index ranges below {replicas} (like 0-2,5)")
+                     f"is not ascending index ranges below {replicas} (like 0-2,5)")
             return set()
-        indexes.update(range(int(low), int(high or low) + 1))
+        last = int(high or low)
+        indexes.update(range(int(low), last + 1))
     return indexes
 
 
