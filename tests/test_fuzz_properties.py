@@ -39,7 +39,24 @@ garbage = st.one_of(
     st.lists(st.integers(), max_size=3), st.just({}), st.just([]),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )
-observed_jobs = st.builds(observed_sim, jobs, run_policies, pod_states, st.integers(0, 200))
+
+
+def with_rich_templates(parent: dict) -> dict:
+    """Every part of a template the hook reads present, so that an edit can hit each of them."""
+    for spec in parent["spec"]["mxReplicaSpecs"].values():
+        template = spec["template"]
+        template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "x"}}
+        template["spec"]["containers"][0].update(
+            env=[{"name": "EPOCHS", "value": "3"},
+                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            ports=[{"name": "metrics", "containerPort": 8080}])
+        template["spec"]["containers"].append({"name": "sidecar", "image": "busybox",
+                                               "env": [{"name": "A", "value": "1"}]})
+    return parent
+
+
+observed_jobs = st.builds(observed_sim, jobs.map(with_rich_templates), run_policies, pod_states,
+                          st.integers(0, 200))
 
 
 def paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -82,7 +99,8 @@ def passed_through(path: tuple) -> bool:
         return False
     if rest[1] != "containers" or len(rest) < 4:
         return len(rest) >= 2 and rest[1] != "containers"
-    return rest[3] not in HOOK_READS
+    # Inside an env entry's valueFrom, only "an object" is checked; the API server judges the rest.
+    return rest[3] not in HOOK_READS or (rest[3] == "env" and len(rest) > 6)
 
 
 HOOK_READS = ("name", "image", "env", "ports")

@@ -271,15 +271,20 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
             names.add(name)
         if name == MAIN_CONTAINER:
             main, main_path = container, f"{cpath}[name={MAIN_CONTAINER}]"
+        else:
+            _check_image(f"{here}.image", container.get("image"), problems)
         _check_env(f"{here}.env", container.get("env"), problems)
         _check_ports(f"{here}.ports", container.get("ports"), problems)
     if main is None:
         problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
         return DEFAULT_PORT
-    image = main.get("image")
-    if not isinstance(image, str) or not image.strip():
-        problems.append(f"{main_path}.image: must be a non-empty image reference")
+    _check_image(f"{main_path}.image", main.get("image"), problems)
     return _mxjob_port(main_path, main.get("ports"), problems)
+
+
+def _check_image(path: str, image: Any, problems: list[str]) -> None:
+    if not isinstance(image, str) or not image.strip():
+        problems.append(f"{path}: must be a non-empty image reference")
 
 
 def _check_template_metadata(path: str, meta: Any, problems: list[str]) -> None:
