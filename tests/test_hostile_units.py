@@ -71,6 +71,7 @@ BAD_SPECS = {
         "spec.mxReplicaSpecs.Worker.template.metadata.annotations: must be a map"),
     "restartPolicy-empty-object": (mxjob(replicas={"Worker": {"restartPolicy": {}}}),
                                    "spec.mxReplicaSpecs.Worker.restartPolicy: {} is not one of"),
+    "label-a-number": (mxjob(replicas={"Worker": {"label": 5}}), "spec.mxReplicaSpecs.Worker.label:"),
     "runPolicy-a-list": (mxjob(replicas={"Worker": 1}, runPolicy=[]), "spec.runPolicy: must be an object"),
     "jobMode-empty": (mxjob(replicas={"Worker": 1}, jobMode=""), "spec.jobMode: '' is not one of"),
     "replicas-int32-max": (mxjob(replicas={"Worker": 2**31 - 1}), "spec.mxReplicaSpecs.Worker.replicas:"),

@@ -231,6 +231,8 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
         problems.append(f"{path}.restartPolicy: {_show(restart_policy)} is not one of "
                         f"{', '.join(RESTART_POLICIES)}")
         restart_policy = "Never"
+    if raw.get("label") is not None and not isinstance(raw["label"], str):
+        problems.append(f"{path}.label: must be a string (the TunerServer RPC key)")
     template = raw.get("template")
     port = _check_template(path, template, problems)
     tuner_key = _tuner_key(template, raw.get("label"))
