@@ -115,7 +115,15 @@ def check_rules(request: dict, answer: dict, now: datetime, *, checked: bool = T
         assert emitted == observed, "an invalid edit must keep every child"
     elif any(c.get("reason") == "MXJobFailedValidation" for c in status.get("conditions", [])):
         assert not observed and not emitted
-    elif checked:
+    else:
+        state = [c["type"] for c in status["conditions"] if c["status"] == "True"]
+        if not {"Succeeded", "Failed", "Suspended"} & set(state):
+            running = {("Pod", name) for name, pod in request["children"]["Pod.v1"].items()
+                       if isinstance(pod, dict) and isinstance(pod.get("status"), dict)
+                       and pod["status"].get("phase") == "Running"
+                       and not (pod.get("metadata") or {}).get("deletionTimestamp")}
+            assert running <= emitted, "a running pod of a running job was dropped"
+    if checked and "specError" not in status and emitted:
         # Index 0 of each replica type stands for its siblings (same template, other numbers):
         # the schema check is the slow part of this suite.
         for child in answer["children"]:
