@@ -225,3 +225,14 @@ def test_a_malformed_request_is_invalid_and_names_the_field(path, value, message
     with pytest.raises(InvalidRequest) as err:
         sync_mxjob(request, now=sim.now)
     assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("kind,name", [("Pod.v1", "mx-worker-0"), ("Service.v1", "mx-worker-0")])
+def test_a_child_with_null_metadata_is_read_as_one_without(kind, name):
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    sim.sync()
+    request = sim.request()
+    request["children"][kind][name]["metadata"] = None
+    answer = sync_mxjob(request, now=sim.now)
+    assert {(c["kind"], c["metadata"]["name"]) for c in answer["children"]} == \
+        {("Pod", "mx-worker-0"), ("Service", "mx-worker-0")}

@@ -79,7 +79,7 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Map
             path = f"children[{key}][{_short(name)}]"
             _check_child(path, obj)
             # Children are matched by name, so a child must not claim another one's.
-            if obj.get("metadata", {}).get("name", name) != name:
+            if (obj.get("metadata") or {}).get("name", name) != name:
                 raise InvalidRequest(f"{path}.metadata.name: must equal the key {_short(name)}")
         observed.append(value)
     return observed
