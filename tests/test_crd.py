@@ -353,6 +353,11 @@ SCHEMA_REJECTS = {
         {"cpu": "lots"},
     ),
     "template-not-an-object": ("spec.mxReplicaSpecs.Worker.template", "pod"),
+    "replicas-over-maximum": ("spec.mxReplicaSpecs.Worker.replicas", 5001),
+    "activeDeadlineSeconds-int64-max": ("spec.runPolicy.activeDeadlineSeconds", 2**63 - 1),
+    "inline-activeDeadlineSeconds-over-maximum": ("spec.activeDeadlineSeconds", 2**31),
+    "ttl-over-maximum": ("spec.runPolicy.ttlSecondsAfterFinished", 2**31),
+    "backoffLimit-over-maximum": ("spec.runPolicy.backoffLimit", 2**31),
     "mxReplicaSpecs-empty": ("spec.mxReplicaSpecs", {}),
     "mxReplicaSpecs-seven-types": (
         "spec.mxReplicaSpecs",
@@ -442,6 +447,7 @@ REPRESENTATIVE_STATUS = {
     },
     "cleanedUpTime": "2025-01-03T04:00:00Z",
     "specError": "",
+    "statusWarnings": ["status.startTime is not an RFC 3339 time with a zone; it was ignored"],
 }
 
 
@@ -460,6 +466,7 @@ STATUS_REJECTS = {
     "startTime-not-a-time": ("startTime", "yesterday"),
     "observedGeneration-string": ("observedGeneration", "3"),
     "replicaStatus-active-string": ("replicaStatuses", {"Worker": {"active": "1"}}),
+    "statusWarnings-eleven": ("statusWarnings", ["w"] * 11),
 }
 
 
@@ -683,7 +690,19 @@ def _hook_accepts(obj: dict) -> bool:
     return "MXJobFailedValidation" not in reasons
 
 
+# The numeric bounds: the hook rejects exactly past the CRD's maximums.
+BOUND_CASES = {
+    "deadline-at-maximum": (_set(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31 - 1), True),
+    "deadline-over-maximum": (_set(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31), False),
+    "ttl-at-maximum": (_set(VALID, "spec.ttlSecondsAfterFinished", 2**31 - 1), True),
+    "ttl-over-maximum": (_set(VALID, "spec.ttlSecondsAfterFinished", 2**31), False),
+    "backoff-at-maximum": (_set(VALID, "spec.runPolicy.backoffLimit", 2**31 - 1), True),
+    "backoff-over-maximum": (_set(VALID, "spec.runPolicy.backoffLimit", 2**31), False),
+    "replicas-over-maximum": (_set(VALID, "spec.mxReplicaSpecs.Worker.replicas", 5001), False),
+}
+
 AGREEMENT_CASES = {
+    **{f"bound-{k}": v for k, v in BOUND_CASES.items()},
     **{f"accepts-{k}": (obj, True) for k, obj in CEL_ACCEPTS.items()},
     **{f"rejects-{k}": (obj, False) for k, (obj, _) in CEL_REJECTS.items()},
     **{f"example-{k}": (doc, True) for k, doc in EXAMPLE_DOCS},

@@ -1,160 +1,195 @@
-"""Regression tests for hostile request bodies the shell must refuse before any core runs.
+"""Every request body that once broke the hook (tests/fuzz_repro/) gets the answer the rules say.
 
-Each file in tests/fuzz_repro/ is a request body found by fuzzing the MXJob sync route from outside
-(a `.meta.json` beside one says how it was sent). Every one must get a 4xx with a JSON message and
-must not reach the core: a 500 would make Metacontroller retry forever, a 200 could drop children.
+The files come from fuzzing the MXJob sync route from outside: the top level holds one
+hand-minimised body per root cause, generated/ one body per failure signature (its .meta.json says
+what the hook answered then). The rules, per class of input:
+- a well-formed request for a new job with a bad spec: 200, Failed/MXJobFailedValidation, no child;
+- the same for a job that has children: 200, specError, every child kept as last applied;
+- a malformed request (parent identity or an observed child of the wrong shape): 400 with a JSON
+  message naming the field;
+- anything else: 200 with children the API server accepts; a status field not in the shape the
+  hook writes is ignored and named in statusWarnings.
+Every 200 is deterministic and its status a fixed point. Never a 500.
 """
 from __future__ import annotations
 
-import http.client
-import io
 import json
-import os
-import pathlib
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from apiserver_rules import refusals
 
+from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
 
-REPRO = pathlib.Path(__file__).resolve().parent / "fuzz_repro"
-REPO = REPRO.parent.parent
-GUNICORN = pathlib.Path(sys.executable).with_name("gunicorn")
+T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+
+HERE = Path(__file__).resolve().parent / "fuzz_repro"
+VALID, FAILED_VALIDATION, SPEC_ERROR, BAD_REQUEST = "valid", "failed-validation", "spec-error", "400"
+
+EXPECTED = {
+    "01-huge-replicas": FAILED_VALIDATION,
+    "02-deadline-int64-max": FAILED_VALIDATION,
+    "03-finished-job-stray-service": VALID,
+    "04-service-duplicate-port": VALID,
+    "04b-service-duplicate-port-name": VALID,
+    "05-template-env-not-a-list": FAILED_VALIDATION,
+    "05b-template-port-without-containerport": FAILED_VALIDATION,
+    "05c-template-metadata-not-an-object": FAILED_VALIDATION,
+    "06-template-env-map-accepted": FAILED_VALIDATION,
+    "07-name-not-a-string": BAD_REQUEST,
+    "08-status-condition-without-type": VALID,
+    "08b-status-starttime-without-zone": VALID,
+    "11-falsy-restartpolicy-accepted": FAILED_VALIDATION,
+    "12-observed-pod-status-not-an-object": BAD_REQUEST,
+    "14-status-completed-indexes-range": VALID,
+    "generated/01-invalid-child-service-duplicate-port-protocol": VALID,
+    "generated/02-5xx-500-typeerror-hooks-spec-py-284-check-names": BAD_REQUEST,
+    "generated/03-5xx-parent-name-type-500-typeerror-hooks-spec-py-284-check-n": BAD_REQUEST,
+    "generated/04-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
+    "generated/06-5xx-500-overflowerror-hooks-lifecycle-py-253-deadline": FAILED_VALIDATION,
+    "generated/09-accepted-invalid-spec-pod-namespace-invalid": BAD_REQUEST,
+    "generated/11-invalid-child-service-duplicate-port-name": VALID,
+    "generated/12-5xx-500-attributeerror-hooks-lifecycle-py-77-init": VALID,
+    "generated/13-5xx-500-attributeerror-hooks-sync-py-139-invalid-spec": FAILED_VALIDATION,
+    "generated/14-5xx-500-keyerror-hooks-conditions-py-68-listcomp": FAILED_VALIDATION,
+    "generated/15-no-error-reported-runpolicy": VALID,
+    "generated/16-5xx-500-attributeerror-hooks-sync-py-142-invalid-spec": SPEC_ERROR,
+    "generated/17-no-error-reported-type-restartpolicy": VALID,
+    "generated/18-5xx-500-keyerror-hooks-sync-py-46-listcomp": VALID,
+    "generated/20-5xx-big-number-500-overflowerror-hooks-lifecycle-py-253-dead": FAILED_VALIDATION,
+    "generated/21-5xx-500-typeerror-hooks-lifecycle-py-242-genexpr": VALID,
+    "generated/22-5xx-500-typeerror-hooks-conditions-py-27-init": FAILED_VALIDATION,
+    "generated/23-5xx-500-attributeerror-hooks-lifecycle-py-89-dictcomp": VALID,
+    "generated/25-5xx-500-attributeerror-hooks-lifecycle-py-88-dictcomp": VALID,
+    "generated/28-5xx-500-attributeerror-hooks-lifecycle-py-84-init": VALID,
+    "generated/29-accepted-invalid-spec-pod-env-entry-not-object": FAILED_VALIDATION,
+    "generated/30-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
+    "generated/31-accepted-invalid-spec-pod-containerport-invalid": FAILED_VALIDATION,
+    "generated/32-accepted-invalid-spec-pod-env-name-invalid": FAILED_VALIDATION,
+    "generated/33-5xx-500-typeerror-hooks-env-py-63-listcomp": FAILED_VALIDATION,
+    "generated/34-5xx-500-valueerror-hooks-conditions-py-20-parse-rfc3339": VALID,
+    "generated/35-5xx-500-attributeerror-hooks-children-py-29-pod-for": FAILED_VALIDATION,
+    "generated/36-5xx-child-object-wrong-shape-500-attributeerror-hooks-observ": BAD_REQUEST,
+    "generated/37-5xx-500-valueerror-hooks-children-py-68-listcomp": FAILED_VALIDATION,
+    "generated/38-5xx-500-typeerror-hooks-env-py-62-merge-env": FAILED_VALIDATION,
+    "generated/39-5xx-child-object-wrong-shape-500-attributeerror-hooks-observ": BAD_REQUEST,
+    "generated/40-5xx-500-attributeerror-hooks-conditions-py-20-parse-rfc3339": VALID,
+    "generated/41-5xx-500-typeerror-hooks-children-py-68-listcomp": FAILED_VALIDATION,
+    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
+    # the cluster ConfigMap), so it is not checked: a valid answer.
+    "generated/42-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    "generated/43-5xx-500-typeerror-hooks-children-py-29-pod-for": FAILED_VALIDATION,
+    "generated/44-accepted-invalid-spec-pod-label-invalid": FAILED_VALIDATION,
+    "generated/45-accepted-invalid-spec-pod-port-name-invalid": FAILED_VALIDATION,
+    "generated/46-accepted-invalid-spec-pod-port-protocol-invalid": FAILED_VALIDATION,
+    "generated/47-5xx-500-overflowerror-hooks-lifecycle-py-253-deadline": VALID,
+    "generated/48-accepted-invalid-spec-pod-env-value-not-string": FAILED_VALIDATION,
+    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
+    # the cluster ConfigMap), so it is not checked: a valid answer.
+    "generated/49-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    "generated/50-5xx-500-keyerror-hooks-children-py-42-listcomp": FAILED_VALIDATION,
+    "generated/51-5xx-500-typeerror-hooks-lifecycle-py-59-decide": VALID,
+    "generated/52-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
+    "generated/53-5xx-500-typeerror-hooks-sync-py-75-genexpr": FAILED_VALIDATION,
+    "generated/54-5xx-500-keyerror-hooks-children-py-41-listcomp": FAILED_VALIDATION,
+    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
+    # the cluster ConfigMap), so it is not checked: a valid answer.
+    "generated/55-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    "generated/56-accepted-invalid-spec-pod-container-name-invalid": FAILED_VALIDATION,
+    "generated/57-accepted-invalid-spec-pod-port-not-object": FAILED_VALIDATION,
+    "generated/58-5xx-child-object-wrong-shape-500-typeerror-hooks-observed-py": BAD_REQUEST,
+    "generated/59-5xx-500-valueerror-hooks-children-py-32-pod-for": FAILED_VALIDATION,
+    "generated/60-5xx-500-typeerror-hooks-children-py-32-pod-for": FAILED_VALIDATION,
+    "generated/61-accepted-invalid-spec-pod-annotations-not-string-map": FAILED_VALIDATION,
+    "generated/62-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": SPEC_ERROR,
+    "generated/63-accepted-invalid-spec-pod-ports-not-list": FAILED_VALIDATION,
+    "generated/64-accepted-invalid-spec-service-port-number-invalid": SPEC_ERROR,
+    "generated/65-accepted-invalid-spec-service-targetport-invalid": SPEC_ERROR,
+    "generated/70-5xx-child-object-wrong-shape-500-keyerror-hooks-sync-py-46-l": BAD_REQUEST,
+}
+
+# A status field the hook did not write in its own shape: ignored, and named in statusWarnings.
+WARNED = {
+    "08-status-condition-without-type": "status.conditions[1]",
+    "08b-status-starttime-without-zone": "status.startTime",
+    "14-status-completed-indexes-range": "status.replicaStatuses.Worker.completedIndexes",
+    "generated/12-5xx-500-attributeerror-hooks-lifecycle-py-77-init": "status ",
+    "generated/21-5xx-500-typeerror-hooks-lifecycle-py-242-genexpr": "status.restartHistory[p]",
+    "generated/13-5xx-500-attributeerror-hooks-sync-py-139-invalid-spec": "status ",
+    "generated/14-5xx-500-keyerror-hooks-conditions-py-68-listcomp": "status.conditions[0]",
+    "generated/16-5xx-500-attributeerror-hooks-sync-py-142-invalid-spec": "status ",
+    "generated/22-5xx-500-typeerror-hooks-conditions-py-27-init": "status.conditions ",
+    "generated/23-5xx-500-attributeerror-hooks-lifecycle-py-89-dictcomp":
+        "status.replicaStatuses.Scheduler",
+    "generated/25-5xx-500-attributeerror-hooks-lifecycle-py-88-dictcomp": "status.replicaStatuses ",
+    "generated/28-5xx-500-attributeerror-hooks-lifecycle-py-84-init": "status.restartHistory ",
+    "generated/34-5xx-500-valueerror-hooks-conditions-py-20-parse-rfc3339": "status.startTime",
+    "generated/40-5xx-500-attributeerror-hooks-conditions-py-20-parse-rfc3339": "status.startTime",
+    "generated/51-5xx-500-typeerror-hooks-lifecycle-py-59-decide": "status.startTime",
+}
 
 
-def body_of(name: str) -> bytes:
-    return (REPRO / name).read_bytes()
+# Malformed bodies the shell refuses before any core runs: tests/test_fuzz_repro_shell.py.
+SHELL_LEVEL = {"09-deep-nesting", "09b-deep-nesting-in-template", "10-nan-literal", "13-chunked-over-limit"}
 
 
-def meta_of(name: str) -> dict:
-    return json.loads((REPRO / name.replace(".json", ".meta.json")).read_text())
+def dumps(value) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
-@pytest.fixture
-def core_calls(monkeypatch) -> list:
-    """Records every call of the MXJob core; the tests here expect none."""
-    import hooks.kinds
-
-    calls: list = []
-    real = hooks.kinds.SYNC["MXJob"]
-    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", lambda request, *, now: calls.append(request) or real(request, now=now))
-    return calls
+def post(body: bytes):
+    return create_app().test_client().post("/sync", data=body, content_type="application/json")
 
 
-@pytest.mark.parametrize(("name", "says"), [
-    ("09-deep-nesting.json", "nests deeper than 100 levels"),
-    ("09b-deep-nesting-in-template.json", "nests deeper than 100 levels"),
-    ("10-nan-literal.json", "not valid JSON"),
-], ids=["09-deep-nesting", "09b-deep-nesting-in-template", "10-nan-literal"])
-def test_a_malformed_body_is_a_400_before_the_core_runs(core_calls, name, says):
-    response = create_app().test_client().post("/sync", data=body_of(name), content_type="application/json")
-    assert response.status_code == 400
-    assert says in response.get_json()["error"]
-    assert core_calls == []
+def test_every_reproducer_has_an_expected_answer():
+    on_disk = {str(p.relative_to(HERE))[:-len(".json")] for p in HERE.rglob("*.json")
+               if not p.name.endswith(".meta.json")}
+    assert on_disk == set(EXPECTED) | SHELL_LEVEL
 
 
-def test_nesting_at_the_bound_is_served_and_one_deeper_is_not(core_calls):
-    """The bound is exact: 100 levels of objects and arrays are fine, 101 are refused."""
-    client = create_app().test_client()
-
-    def related(depth: int) -> bytes:
-        # The request object is level 1 and "related" level 2: depth - 2 arrays more.
-        nested = "[" * (depth - 2) + "]" * (depth - 2)
-        return (b'{"parent": {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "j"}, '
-                b'"spec": {"mxReplicaSpecs": {"Worker": {"template": {"spec": {"containers": '
-                b'[{"name": "mxnet", "image": "i"}]}}}}}}, "children": {"Pod.v1": {}, "Service.v1": {}, '
-                b'"ConfigMap.v1": {}}, "related": {"x": ' + nested.encode() + b"}}")
-
-    assert client.post("/sync", data=related(100), content_type="application/json").status_code == 200
-    response = client.post("/sync", data=related(101), content_type="application/json")
-    assert response.status_code == 400 and "nests deeper than 100 levels" in response.get_json()["error"]
-    assert len(core_calls) == 1
-
-
-def chunks(data: bytes, size: int = 4096) -> Iterator[bytes]:
-    for start in range(0, len(data), size):
-        yield data[start:start + size]
-
-
-def test_a_chunked_body_over_the_limit_is_a_413_in_process(core_calls):
-    name = "13-chunked-over-limit.json"
-    assert meta_of(name)["chunked"] is True
-    body = body_of(name)
-    client = create_app({"MAX_CONTENT_LENGTH": 65536}).test_client()
-    # No Content-Length: the body ends where the (chunked) input ends, as gunicorn marks it.
-    response = client.post("/sync", input_stream=io.BytesIO(body), content_type="application/json",
-                           environ_overrides={"wsgi.input_terminated": True})
-    assert response.status_code == 413
-    assert response.get_json() == {"error": "request body is larger than the limit of 65536 bytes (MAX_CONTENT_LENGTH)"}
-    assert core_calls == []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.mark.parametrize("name", EXPECTED, ids=EXPECTED)
+def test_reproducer_gets_the_answer_the_rule_says(name):
+    body = (HERE / f"{name}.json").read_bytes()
+    request = json.loads(body)
+    response = post(body)
+    expected = EXPECTED[name]
+    if expected == BAD_REQUEST:
+        assert response.status_code == 400, response.get_data(as_text=True)[:300]
+        error = response.get_json()["error"]
+        # The core names the field ("parent.…", "children[…]…"); the shell's decoder gives its path.
+        assert error.startswith(("parent.", "children[", "request body has the wrong shape")), error
+        return
+    assert response.status_code == 200, response.get_data(as_text=True)[:300]
+    answer = response.get_json()
+    status, children = answer["status"], answer["children"]
+    reasons = [c.get("reason") for c in status.get("conditions", [])]
+    if expected == FAILED_VALIDATION:
+        assert children == []
+        assert reasons[-1] == "MXJobFailedValidation"
+        assert "has an invalid spec: spec" in status["conditions"][-1]["message"]
+    elif expected == SPEC_ERROR:
+        observed = {(kind.split(".")[0], name) for kind, objs in request["children"].items()
+                    for name in objs}
+        assert {(c["kind"], c["metadata"]["name"]) for c in children} == observed
+        assert "has an invalid spec: spec" in status["specError"]
+    else:
+        assert "MXJobFailedValidation" not in reasons and "specError" not in status
+        for child in children:
+            assert refusals(child) == [], child["metadata"]["name"]
+    if name in WARNED:
+        assert any(w.startswith(WARNED[name]) for w in status["statusWarnings"]), status
+    else:
+        assert "statusWarnings" not in status
+    # The core, at a fixed time: deterministic, and the status it writes is read back unchanged.
+    first = sync_mxjob(request, now=T0)
+    assert dumps(sync_mxjob(request, now=T0)) == dumps(first)
+    request["parent"]["status"] = first["status"]
+    assert dumps(sync_mxjob(request, now=T0)["status"]) == dumps(first["status"])
 
 
-@pytest.fixture
-def small_gunicorn(tmp_path) -> Iterator[int]:
-    """The real server command with FLASK_MAX_CONTENT_LENGTH=65536, as the reproducer's meta says."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"PORT", "GUNICORN_CMD_ARGS", "PROMETHEUS_MULTIPROC_DIR"}}
-    env.update(FLASK_MAX_CONTENT_LENGTH="65536", WEB_CONCURRENCY="1")
-    proc = subprocess.Popen(
-        [str(GUNICORN), "--config", "python:hooks.server.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-         "hooks.server.app:create_app()"],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "stderr.log").open("wb"), start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"gunicorn did not start:\n{(tmp_path / 'stderr.log').read_text()}")
-                time.sleep(0.1)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-
-
-def post_chunked(port: int, body: bytes) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", "/sync", body=chunks(body), encode_chunked=True,
-                     headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
-
-
-def test_a_chunked_body_over_the_limit_is_a_413_through_gunicorn(small_gunicorn):
-    status, answer = post_chunked(small_gunicorn, body_of("13-chunked-over-limit.json"))
-    assert status == 413
-    assert answer == {"error": "request body is larger than the limit of 65536 bytes (MAX_CONTENT_LENGTH)"}
-
-
-def test_a_chunked_body_under_the_limit_is_served_through_gunicorn(small_gunicorn):
-    body = json.dumps({"controller": {}, "parent": {
-        "apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "j", "namespace": "default", "uid": "u1"},
-        "spec": {"mxReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}}},
-        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}, "related": {}, "finalizing": False}).encode()
-    status, answer = post_chunked(small_gunicorn, body)
-    assert status == 200
-    assert sorted(c["kind"] for c in answer["children"]) == ["ConfigMap", "Pod", "Service"]
+def test_a_finished_jobs_service_of_no_slot_is_deleted_and_the_rest_kept():
+    answer = post((HERE / "03-finished-job-stray-service.json").read_bytes()).get_json()
+    assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"), ("ConfigMap", "j-cluster")]
+    assert answer["status"]["conditions"][-1]["type"] == "Succeeded"

@@ -106,7 +106,7 @@ def test_bad_spec_is_reported_with_its_field_path(parent, field, words):
 @pytest.mark.parametrize("replicas", [-1, "two", 1.5], ids=["negative", "string", "float"])
 def test_an_invalid_count_is_reported_once_not_again_as_a_missing_worker(replicas):
     assert problems_of(mxjob(replicas={"Worker": replicas})) == [
-        f"spec.mxReplicaSpecs.Worker.replicas: must be a non-negative integer, got {replicas!r}"]
+        f"spec.mxReplicaSpecs.Worker.replicas: must be a non-negative integer of at most 5000, got {replicas!r}"]
 
 
 def test_every_problem_is_reported_at_once():

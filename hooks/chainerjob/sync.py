@@ -54,7 +54,7 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
         podgroup = children.podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
         message = invalid_spec_message(PARENT_KIND, parent, err.problems)
-        kept = [obj for objs in observed.values() for obj in objs.values()]
+        kept = [(key, name, obj) for key, objs in observed.items() for name, obj in objs.items()]
         if kept or any(isinstance(c, Mapping) and c.get("type") == "Created" for c in old_status.get("conditions") or []):
             return keep_children(old_status, kept, message)
         return {"status": validation_failed_status(old_status, message, now), "children": []}

@@ -88,15 +88,22 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
 def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
     """The headless Service that gives one replica its stable DNS name."""
     main = next(c for c in spec.template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
-    ports = [
-        {
-            "name": p.get("name") or f"port-{p['containerPort']}",
-            "port": p["containerPort"],
-            "protocol": p.get("protocol", "TCP"),
-            "targetPort": p["containerPort"],
-        }
-        for p in _ports_with_mxjob_port(main.get("ports"), spec.port)
-    ]
+    ports = _ports_with_mxjob_port(main.get("ports"), spec.port)
+    taken = {p["name"] for p in ports if p.get("name")}
+    service_ports = []
+    for p in ports:
+        name = p.get("name")
+        if not name:
+            # An unnamed port gets a name (a Service with several ports needs them) that no
+            # named port of the container already uses.
+            name, n = f"port-{p['containerPort']}", 1
+            while name in taken:
+                n += 1
+                name = f"port-{p['containerPort']}-{n}"
+            taken.add(name)
+        service_ports.append({"name": name, "port": p["containerPort"],
+                              "protocol": p.get("protocol") or "TCP",
+                              "targetPort": p["containerPort"]})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -111,13 +118,20 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
             # cannot find it while it starts.
             "publishNotReadyAddresses": True,
             "selector": selector_for(job.name, spec.type, index),
-            "ports": ports,
+            "ports": service_ports,
         },
     }
 
 
 def _ports_with_mxjob_port(ports: Any, port: int) -> list:
+    """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
+
+    A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
+    give the Service two ports with one number and protocol, which the API server refuses.
+    """
     ports = [dict(p) for p in ports or []]
-    if not any(p.get("name") == PORT_NAME for p in ports):
+    if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
+                                              and (p.get("protocol") or "TCP") == "TCP")
+               for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": port})
     return ports

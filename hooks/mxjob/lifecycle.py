@@ -3,11 +3,15 @@
 The hook is stateless, so whatever must be remembered across syncs lives in status and is
 recomputed idempotently: completed indexes (so a garbage-collected success is never rerun) and a
 per-pod restart record keyed by the uid of the failed pod (so a stale cache that shows the same
-failed pod twice counts it once). The transition table in docs/lifecycle.md is checked against
+failed pod twice counts it once). A field of that memory not in the shape written here is
+treated as absent (hooks.shared.status): a lost restartHistory or restartCount counts again only
+what the live pods still show, and lost completedIndexes rerun only indexes whose pods are gone.
+The transition table in docs/lifecycle.md is checked against
 this module by tests/test_lifecycle_table.py.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,12 +21,14 @@ from hooks.mxjob.observed import PodView
 from hooks.mxjob.spec import MXJob
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
+from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, plus_seconds
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
 # After a success, pods still running get this long to finish on their own before cleanPodPolicy
 # deletes them: ps-lite servers and workers leave a moment after the scheduler, and deleting them
 # at once would record a spurious exit 143. Failures clean up at once.
 SUCCESS_GRACE_SECONDS = 30
+_INDEX = re.compile(r"[0-9]{1,10}")
 
 
 @dataclass
@@ -49,13 +55,13 @@ def is_retryable(exit_code: int | None) -> bool:
     return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
 
 
-def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
            slots: Mapping[str, tuple[str, int]], observed_services: Mapping[str, Any],
            now: datetime) -> Plan:
     """The whole lifecycle step for a valid MXJob."""
     state = _State.load(job, old, pods, now)
     if state.conds.terminal():
-        return state.finish(observed_services)
+        return state.finish(slots, observed_services)
     if job.run_policy.suspend:
         return state.suspend()
     state.start()
@@ -75,7 +81,7 @@ def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
                        f"MXJob {job.key} was active longer than activeDeadlineSeconds "
                        f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
     if state.conds.terminal():
-        return state.finish(observed_services)
+        return state.finish(slots, observed_services)
     plan = state.run(slots, recreate)
     if deadline is not None:
         plan.resync_after = (deadline - now).total_seconds()
@@ -85,24 +91,22 @@ def decide(job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
 class _State:
     """The status being rebuilt for one sync."""
 
-    def __init__(self, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+    def __init__(self, job: MXJob, old: Any, pods: Mapping[str, PodView],
                  now: datetime):
         self.job, self.pods, self.now = job, pods, now
-        self.conds = Conditions(old.get("conditions"), now)
-        self.start_time: str | None = old.get("startTime")
-        self.completion_time: str | None = old.get("completionTime")
-        self.cleaned_up_time: str | None = old.get("cleanedUpTime")
-        old_count = old.get("restartCount")
-        self.old_restart_count = old_count if isinstance(old_count, int) else 0
-        self.history: dict[str, RestartRecord] = {
-            k: cast(RestartRecord, dict(v))
-            for k, v in (old.get("restartHistory") or {}).items() if isinstance(v, dict)}
+        self.old = OldStatus(old)
+        self.conds = Conditions(self.old.conditions(), now)
+        self.start_time = self.old.time("startTime")
+        self.completion_time = self.old.time("completionTime")
+        self.cleaned_up_time = self.old.time("cleanedUpTime")
+        self.old_restart_count = self.old.counter("restartCount") or 0
+        self.history = _read_history(self.old)
         # Pods this sync's answer deletes; counting them would change status on the next sync.
         self.leaving: set[str] = set()
-        self.completed = _completed_before(job, old)
+        self.completed = _completed_before(job, self.old)
 
     @classmethod
-    def load(cls, job: MXJob, old: Mapping[str, Any], pods: Mapping[str, PodView],
+    def load(cls, job: MXJob, old: Any, pods: Mapping[str, PodView],
              now: datetime) -> _State:
         """The state as last written, with this sync's successes folded in."""
         state = cls(job, old, pods, now)
@@ -164,22 +168,28 @@ class _State:
             self.conds.clear(other, reason, message)
         self.completion_time = rfc3339(self.now)
 
-    def finish(self, observed_services: Mapping[str, Any]) -> Plan:
+    def finish(self, slots: Mapping[str, tuple[str, int]],
+               observed_services: Mapping[str, Any]) -> Plan:
         """A finished job: never a new pod; the success grace, cleanPodPolicy, then the TTL, decide what stays."""
+        if self.completion_time is None:  # lost from status: the TTL counts from now
+            self.completion_time = rfc3339(self.now)
         policy = self.job.run_policy.clean_pod_policy
         grace_left = self._success_grace_left()
         in_grace = [p for p in self.pods.values() if grace_left is not None and p.active]
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished) or p in in_grace)]
         services = sorted(observed_services) if policy == "None" else keep
-        services = [name for name in services if name in observed_services]
+        # A Service of no slot (left from an earlier layout) is deleted, as a stray pod is.
+        services = [name for name in services if name in observed_services and name in slots]
         plan = Plan(status={}, pods=keep, services=services, finished=True)
         self.leaving = set(self.pods) - set(keep)
         if in_grace and policy != "None":
             plan.resync_after = grace_left  # the policy applies to whatever still runs then
         ttl = self.job.run_policy.ttl_seconds_after_finished
+        expiry = None
         if ttl is not None and self.completion_time:
-            expiry = parse_rfc3339(self.completion_time) + timedelta(seconds=ttl)
+            expiry = plus_seconds(parse_rfc3339(self.completion_time), ttl)
+        if expiry is not None:
             if self.now >= expiry:
                 plan.pods, plan.services = [], []
                 self.leaving = set(self.pods)
@@ -275,7 +285,7 @@ class _State:
         seconds = self.job.run_policy.active_deadline_seconds
         if seconds is None or self.start_time is None:
             return None
-        return parse_rfc3339(self.start_time) + timedelta(seconds=seconds)
+        return plus_seconds(parse_rfc3339(self.start_time), seconds)
 
     def _awaiting_recreation(self, gone: set[str],
                              slots: Mapping[str, tuple[str, int]]) -> list[str]:
@@ -318,6 +328,9 @@ class _State:
             status["restartHistory"] = {k: self.history[k] for k in sorted(self.history)}
         if self.cleaned_up_time:
             status["cleanedUpTime"] = self.cleaned_up_time
+        warnings = self.old.warnings()
+        if warnings:
+            status[WARNINGS_FIELD] = warnings
         return status
 
     def _replicas(self) -> JSON:
@@ -349,7 +362,7 @@ def _fatal_message(job: MXJob, fatal: list[PodView]) -> str:
     return f"MXJob {job.key} failed: {'; '.join(parts)}."
 
 
-def _completed_before(job: MXJob, old: Mapping[str, Any]) -> dict[str, set[int]]:
+def _completed_before(job: MXJob, old: OldStatus) -> dict[str, set[int]]:
     """Replica indexes that already succeeded, as the last status recorded them.
 
     Jobs adopted from an older operator carry its status: mxnet-operator before v1.1 wrote
@@ -360,36 +373,64 @@ def _completed_before(job: MXJob, old: Mapping[str, Any]) -> dict[str, set[int]]
     completedIndexes whenever an index has completed, so the counts only matter on the first sync
     of an adopted job.
     """
-    recorded = old.get("replicaStatuses")
-    if not isinstance(recorded, Mapping):
-        recorded = old.get("mxReplicaStatuses")
-    if not isinstance(recorded, Mapping):
-        recorded = {}
-    by_type = {str(key).lower(): entry for key, entry in recorded.items() if isinstance(entry, Mapping)}
+    recorded = old.object("replicaStatuses") or old.object("mxReplicaStatuses")
+    by_type = {str(key).lower(): entry for key, entry in recorded.items()}
     completed: dict[str, set[int]] = {}
     for rtype, spec in job.replicas.items():
-        entry = by_type.get(rtype.lower(), {})
+        entry = by_type.get(rtype.lower())
+        if entry is not None and not isinstance(entry, Mapping):
+            old.warn(f"status.replicaStatuses.{rtype}", "is not an object")
+            entry = None
+        entry = entry or {}
         if "completedIndexes" in entry:
-            completed[rtype] = _parse_indexes(entry["completedIndexes"])
+            completed[rtype] = _read_indexes(old, entry.get("completedIndexes"), rtype, spec.replicas)
             continue
         succeeded = entry.get("succeeded")
-        everyone = (isinstance(succeeded, int) and not isinstance(succeeded, bool)
-                    and spec.replicas > 0 and succeeded >= spec.replicas)
+        everyone = is_counter(succeeded) and spec.replicas > 0 and int(succeeded) >= spec.replicas
         completed[rtype] = set(range(spec.replicas)) if everyone else set()
     return completed
 
 
-def _parse_indexes(text: Any) -> set[int]:
-    """'0-2,5' -> {0, 1, 2, 5}; anything unreadable counts as nothing completed."""
-    indexes: set[int] = set()
-    if not isinstance(text, str):
-        return indexes
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        try:
-            indexes.update(range(int(low), int(high or low) + 1))
-        except ValueError:
+def _read_history(old: OldStatus) -> dict[str, RestartRecord]:
+    """status.restartHistory, each record kept only if every field has the type written here."""
+    history: dict[str, RestartRecord] = {}
+    for name, record in old.object("restartHistory").items():
+        if not (isinstance(record, Mapping)
+                and isinstance(record.get("lastFailedUID", ""), str)
+                and isinstance(record.get("lastExitCode", 0), int)
+                and not isinstance(record.get("lastExitCode"), bool)
+                and -(2**31) <= record.get("lastExitCode", 0) < 2**31
+                and all(is_counter(record.get(k, 0))
+                        for k in ("recreations", "priorContainerRestarts"))):
+            old.warn(f"status.restartHistory[{name[:80]}]", "is not a restart record")
             continue
+        history[name] = cast(RestartRecord, {k: record[k] for k in RestartRecord.__annotations__
+                                             if k in record})
+    return history
+
+
+def _read_indexes(old: OldStatus, text: Any, rtype: str, replicas: int) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}; a value we would not have written counts as nothing completed.
+
+    Each range is checked against the replica count before it is expanded, so the work is
+    bounded by the job's size, whatever the text says.
+    """
+    if text is None or text == "":
+        return set()
+    indexes: set[int] = set()
+    parts = text.split(",", replicas) if isinstance(text, str) else [""]
+    last = -2
+    for part in parts:
+        low, _, high = part.partition("-")
+        # Ascending, disjoint, adjacent runs merged: the form _format_indexes writes. That also
+        # caps the expanded total at the replica count, however long the text.
+        if not (_INDEX.fullmatch(low) and (high == "" or _INDEX.fullmatch(high))
+                and last + 1 < int(low) <= int(high or low) < replicas):
+            old.warn(f"status.replicaStatuses.{rtype}.completedIndexes",
+                     f"is not ascending index ranges below {replicas} (like 0-2,5)")
+            return set()
+        last = int(high or low)
+        indexes.update(range(int(low), last + 1))
     return indexes
 
 

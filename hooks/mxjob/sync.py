@@ -20,6 +20,7 @@ from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.request import as_last_applied, read_children, read_parent
+from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = "MXJob"
@@ -49,16 +50,24 @@ class Observed(NamedTuple):
     services: Mapping[str, Any]
     config_maps: Mapping[str, Any]
     podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
+    podgroup_key: str = ""  # the PodGroup child rule's key when gang scheduling is on
 
     def any(self) -> bool:
         """Whether the job has any child at all."""
         return bool(self.pods or self.services or self.config_maps or self.podgroups)
 
+    def by_key(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Each child rule's key ("<Kind>.<apiVersion>") with its observed children."""
+        groups = [(POD_KEY, self.pods), (SERVICE_KEY, self.services), (CONFIG_MAP_KEY, self.config_maps)]
+        if self.podgroup_key:
+            groups.append((self.podgroup_key, self.podgroups))
+        return groups
+
 
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     """Answer one sync request: desired children, status and, when a timer is due, a resync."""
     parent, gang, observed = _read_request(request)
-    old_status = parent.get("status") or {}
+    old_status = parent.get("status")
     try:
         job = parse_mxjob(parent)
         wiring = cluster_wiring(job)
@@ -130,30 +139,55 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
     keys: tuple[str, ...] = (POD_KEY, SERVICE_KEY, CONFIG_MAP_KEY)
+    # The cluster ConfigMap is immutable and always the same for a job, so a request without its
+    # entry (a CompositeController installed before the ConfigMap rule) is read as "none yet": the
+    # answer only adds it. Pods and Services must be there: reading them as absent would recreate
+    # or delete what exists.
+    optional = frozenset({CONFIG_MAP_KEY})
     if gang is None:
-        pods, services, config_maps = read_children(request, keys)
+        pods, services, config_maps = read_children(request, keys, optional=optional)
         return parent, None, Observed(pods, services, config_maps, {})
-    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key))
-    return parent, gang, Observed(pods, services, config_maps, groups)
+    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), optional=optional)
+    return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
 
 
 def _finished(status: Mapping[str, Any], now: datetime) -> bool:
     return Conditions(status.get("conditions"), now).terminal() is not None
 
 
-def _invalid_spec(parent: Mapping[str, Any], old_status: Mapping[str, Any], observed: Observed,
+def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,
                   err: SpecError, now: datetime) -> SyncResponse:
     meta = parent["metadata"]
     message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
                + "; ".join(err.problems) + ".")
-    if observed.any() or old_status.get("startTime"):
+    old = OldStatus(old_status)
+    start_time = old.time("startTime")
+    if observed.any() or start_time:
         # An edit must never destroy a running job: keep every child as last applied and say why.
-        status = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
+        # The status stays as it was, but for the fields the hook reads back, which are kept only
+        # in the shape it writes them.
+        status = {k: v for k, v in old.raw.items()
+                  if k not in ("observedGeneration", "specError", *_READ_BACK)}
+        status.update({k: v for k, v in (("conditions", old.conditions()),
+                                         ("startTime", start_time),
+                                         ("completionTime", old.time("completionTime")),
+                                         ("cleanedUpTime", old.time("cleanedUpTime")),
+                                         ("restartCount", old.counter("restartCount")))
+                       if v})
         status["specError"] = message
-        children = [as_last_applied(obj) for group in observed for obj in group.values()]
-        return {"status": status, "children": children}
-    conds = Conditions(old_status.get("conditions"), now)
-    conds.set("Failed", True, "MXJobFailedValidation", message)
-    status = {"conditions": conds.ordered(),
-              "completionTime": old_status.get("completionTime") or rfc3339(now)}
-    return {"status": status, "children": []}
+        children = [as_last_applied(key, name, obj)
+                    for key, group in observed.by_key() for name, obj in group.items()]
+    else:
+        conds = Conditions(old.conditions(), now)
+        conds.set("Failed", True, "MXJobFailedValidation", message)
+        status = {"conditions": conds.ordered(),
+                  "completionTime": old.time("completionTime") or rfc3339(now)}
+        children = []
+    warnings = old.warnings()
+    if warnings:
+        status[WARNINGS_FIELD] = warnings
+    return {"status": status, "children": children}
+
+
+_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount",
+              WARNINGS_FIELD)

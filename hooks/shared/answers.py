@@ -14,12 +14,14 @@ def invalid_spec_message(kind: str, parent: Mapping[str, Any], problems: list[st
     return f"{kind} {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: " + "; ".join(problems) + "."
 
 
-def keep_children(old_status: Mapping[str, Any], observed: Iterable[Mapping[str, Any]], message: str) -> SyncResponse:
+def keep_children(old_status: Mapping[str, Any], observed: Iterable[tuple[str, str, Mapping[str, Any]]],
+                  message: str) -> SyncResponse:
     """An invalid edit of a job that already has children: keep each as last applied, and say why.
 
     Metacontroller deletes what an answer leaves out, so acting on a broken spec (or answering
     with nothing) would destroy a running job; the status keeps everything else it had.
+    `observed` holds (child rule key, name, object) of every observed child.
     """
     status: JSON = {k: v for k, v in old_status.items() if k not in ("observedGeneration", "specError")}
     status["specError"] = message
-    return {"status": status, "children": [as_last_applied(obj) for obj in observed]}
+    return {"status": status, "children": [as_last_applied(key, name, obj) for key, name, obj in observed]}

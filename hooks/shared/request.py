@@ -2,7 +2,9 @@
 
 Metacontroller deletes every observed child that an answer leaves out, so a request that cannot be
 read raises InvalidRequest (the shell answers 4xx and Metacontroller changes nothing) instead of
-being taken as "no children".
+being taken as "no children". The API server never sends objects of another shape, so a parent
+whose identity is not strings, or an observed child whose fields the core reads are of the wrong
+type, is a malformed request, checked here once so the core can read those fields without doubt.
 """
 from __future__ import annotations
 
@@ -12,6 +14,30 @@ from typing import Any
 
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, LAST_APPLIED
+
+# Fields of an observed child that the core reads, by dotted path ("[]" = every list item), and
+# the JSON type each must have when present.
+_CHILD_SHAPE: tuple[tuple[str, str], ...] = (
+    ("metadata", "object"),
+    ("metadata.name", "string"),
+    ("metadata.namespace", "string"),
+    ("metadata.uid", "string"),
+    ("metadata.labels", "string map"),
+    ("metadata.annotations", "string map"),
+    # No spec: no kind's core reads an observed child's spec (MXJob's layout guard reads the
+    # cluster ConfigMap's data), and the shell may not even decode it.
+    ("status", "object"),
+    ("data", "string map"),
+    ("status.phase", "string"),
+    ("status.containerStatuses", "list of objects"),
+    ("status.containerStatuses[].name", "string"),
+    ("status.containerStatuses[].restartCount", "integer"),
+    ("status.containerStatuses[].state", "object"),
+    ("status.containerStatuses[].state.terminated", "object"),
+    ("status.containerStatuses[].state.terminated.exitCode", "integer"),
+)
+
+_ARTICLE = {"object": "an", "string": "a", "integer": "an", "string map": "a", "list of objects": "a"}
 
 
 def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
@@ -23,14 +49,23 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
         raise InvalidRequest(f"parent: required, the {kind} being synced")
     if parent.get("apiVersion") != api_version or parent.get("kind") != kind:
         raise InvalidRequest(f"parent: expected apiVersion {api_version} kind "
-                             f"{kind}, got {parent.get('apiVersion')} {parent.get('kind')}")
-    if not isinstance(parent.get("metadata"), Mapping) or not parent["metadata"].get("name"):
-        raise InvalidRequest("parent.metadata.name: required")
+                             f"{kind}, got {_short(parent.get('apiVersion'))} {_short(parent.get('kind'))}")
+    meta = parent.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise InvalidRequest("parent.metadata.name: required, a non-empty string")
+    for key in ("namespace", "uid"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise InvalidRequest(f"parent.metadata.{key}: must be a string, got {_type(meta[key])}")
     return parent  # type: ignore[return-value]
 
 
-def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Mapping[str, Any]]:
-    """The observed children of each child rule, in the order of `keys`."""
+def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
+                  optional: frozenset[str] = frozenset()) -> list[Mapping[str, Any]]:
+    """The observed children of each child rule, in the order of `keys`, each checked for shape.
+
+    A key in `optional` may be missing (read as no children): only for a child type whose absence
+    can never make the answer delete or recreate anything that exists.
+    """
     children = request.get("children")
     if not isinstance(children, Mapping):
         raise InvalidRequest("children: required, a map keyed by child kind "
@@ -40,26 +75,92 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...]) -> list[Map
         # Metacontroller always sends one entry per child rule; a missing one would make us
         # believe the children do not exist.
         value = children.get(key)
+        if value is None and key in optional:
+            value = {}
         if not isinstance(value, Mapping):
             raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
+        for name, obj in value.items():
+            path = f"children[{key}][{_short(name)}]"
+            _check_child(path, obj)
+            # Children are matched by name, so a child must not claim another one's.
+            if (obj.get("metadata") or {}).get("name", name) != name:
+                raise InvalidRequest(f"{path}.metadata.name: must equal the key {_short(name)}")
         observed.append(value)
     return observed
 
 
-def as_last_applied(obj: Mapping[str, Any]) -> JSON:
-    """The object as Metacontroller last applied it, so keeping it changes nothing."""
-    meta = obj.get("metadata") or {}
+def _check_child(path: str, obj: Any) -> None:
+    if not isinstance(obj, Mapping):
+        raise InvalidRequest(f"{path}: must be an object, got {_type(obj)}")
+    for field, expected in _CHILD_SHAPE:
+        for where, value in _values_at(obj, field.split(".")):
+            if value is not None and not _has_type(value, expected):
+                raise InvalidRequest(f"{path}.{where}: must be {_ARTICLE[expected]} {expected}, got {_type(value)}")
+
+
+def _values_at(obj: Any, parts: list[str], where: str = "") -> list[tuple[str, Any]]:
+    """Every value at a dotted path, with its concrete path; parents of the wrong type yield none
+    (their own entry in the shape table reports them)."""
+    if not parts:
+        return [(where, obj)]
+    head, rest = parts[0], parts[1:]
+    each = head.endswith("[]")
+    key = head[:-2] if each else head
+    if not isinstance(obj, Mapping) or obj.get(key) is None:
+        return []
+    value, here = obj[key], f"{where}.{key}" if where else key
+    if not each:
+        return _values_at(value, rest, here)
+    if not isinstance(value, list):
+        return []
+    return [found for i, item in enumerate(value) for found in _values_at(item, rest, f"{here}[{i}]")]
+
+
+def _has_type(value: Any, expected: str) -> bool:
+    if expected == "object":
+        return isinstance(value, Mapping)
+    if expected == "string":
+        return isinstance(value, str)
+    if expected == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == "string map":
+        return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
+    return isinstance(value, list) and all(isinstance(v, Mapping) for v in value)  # list of objects
+
+
+def as_last_applied(key: str, name: str, obj: Mapping[str, Any]) -> JSON:
+    """The observed child `name` of the child rule `key` ("Pod.v1") as Metacontroller last
+    applied it, so keeping it changes nothing."""
+    meta = {**(obj.get("metadata") or {}), "name": name}
     text = (meta.get("annotations") or {}).get(LAST_APPLIED)
     if text:
         try:
             applied = json.loads(text)
-            if isinstance(applied, dict) and applied.get("metadata", {}).get("name"):
-                return applied
-        except ValueError:
-            pass
+        except (ValueError, RecursionError):  # RecursionError: nesting too deep to be a real object
+            applied = None
+        applied_meta = applied.get("metadata") if isinstance(applied, dict) else None
+        if isinstance(applied_meta, dict) and applied_meta.get("name") == name:
+            return applied
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.
     # Every child rule is OnDelete or InPlace, and a three-way merge leaves alone what neither the
-    # last-applied record nor the answer names, so the identity changes nothing.
-    keep_meta = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep_meta}
+    # last-applied record nor the answer names, so the identity changes nothing. (The shell may
+    # hand over observed children without their spec, so the spec is never copied from them.)
+    kind, _, api_version = key.partition(".")
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
+
+
+def _type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages (never the value itself)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."

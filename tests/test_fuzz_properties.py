@@ -1,0 +1,172 @@
+"""The hostile-input rules as properties over generated requests (hypothesis).
+
+Three generators: valid jobs in random observed states, the same with a random edit of the spec or
+status (garbage of any JSON type at any path), and the same with a random edit of the request
+itself (the parent's identity, an observed child). For every request the pure sync either raises
+InvalidRequest (the shell's 400) or answers with an object the shell can send as a 200; a 200
+that reports a spec problem keeps every observed child (so no running pod is dropped) and one that
+does not emits only children the API server accepts; answers are deterministic and the status
+they write is read back unchanged.
+
+Budget: MXJOB_FUZZ_EXAMPLES examples per property (default 60, derandomized, so `make test`
+stays within a few minutes and always runs the same cases). A longer, random run:
+    MXJOB_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/test_fuzz_properties.py
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from datetime import datetime
+from typing import Any
+
+from apiserver_rules import refusals
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_properties import jobs, observed_sim, pod_states, run_policies
+
+from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.errors import InvalidRequest
+
+EXAMPLES = int(os.environ.get("MXJOB_FUZZ_EXAMPLES", "60"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 60,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+garbage = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 2**31, 2**63 - 1]),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
+    st.sampled_from(["", "Never", "9999-12-31T23:59:59Z", "2026-01-01T00:00:00", "0-2147483647"]),
+    st.lists(st.integers(), max_size=3), st.just({}), st.just([]),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+def with_rich_templates(parent: dict) -> dict:
+    """Every part of a template the hook reads present, so that an edit can hit each of them."""
+    for spec in parent["spec"]["mxReplicaSpecs"].values():
+        template = spec["template"]
+        template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "x"}}
+        template["spec"]["containers"][0].update(
+            env=[{"name": "EPOCHS", "value": "3"},
+                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            ports=[{"name": "metrics", "containerPort": 8080}])
+        template["spec"]["containers"].append({"name": "sidecar", "image": "busybox",
+                                               "env": [{"name": "A", "value": "1"}]})
+    return parent
+
+
+observed_jobs = st.builds(observed_sim, jobs.map(with_rich_templates), run_policies, pod_states,
+                          st.integers(0, 200))
+
+
+def paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every path into a JSON value, containers included."""
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += paths(value, (*prefix, i))
+    return found
+
+
+def set_at(root: Any, path: tuple, value: Any) -> None:
+    node = root
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+def answer_or_400(request: dict, now: datetime) -> dict | None:
+    """The answer, or None for InvalidRequest; anything else escaping is a 500 and fails."""
+    try:
+        answer = sync_mxjob(request, now=now)
+    except InvalidRequest:
+        return None
+    json.dumps(answer, allow_nan=False)  # the shell must be able to send it
+    assert isinstance(answer["status"], dict) and isinstance(answer["children"], list)
+    return answer
+
+
+def passed_through(path: tuple) -> bool:
+    """Whether an edit at this path is in a part of the pod template the hook neither reads nor
+    checks (say a container's command): the API server, not the hook, judges those."""
+    if "template" not in path:
+        return False
+    rest = path[path.index("template") + 1:]
+    if rest[:1] != ("spec",) or len(rest) < 2:
+        return False
+    if rest[1] != "containers" or len(rest) < 4:
+        return len(rest) >= 2 and rest[1] != "containers"
+    # Inside an env entry's valueFrom, only "an object" is checked; the API server judges the rest.
+    return rest[3] not in HOOK_READS or (rest[3] == "env" and len(rest) > 6)
+
+
+HOOK_READS = ("name", "image", "env", "ports")
+
+
+def check_rules(request: dict, answer: dict, now: datetime, *, checked: bool = True) -> None:
+    status = answer["status"]
+    observed = {(kind.split(".")[0], name) for kind, objs in request["children"].items()
+                for name in objs}
+    emitted = {(c["kind"], c["metadata"]["name"]) for c in answer["children"]}
+    if "specError" in status:
+        assert emitted == observed, "an invalid edit must keep every child"
+    elif any(c.get("reason") == "MXJobFailedValidation" for c in status.get("conditions", [])):
+        assert not observed and not emitted
+    else:
+        state = [c["type"] for c in status["conditions"] if c["status"] == "True"]
+        if not {"Succeeded", "Failed", "Suspended"} & set(state):
+            running = {("Pod", name) for name, pod in request["children"]["Pod.v1"].items()
+                       if isinstance(pod, dict) and isinstance(pod.get("status"), dict)
+                       and pod["status"].get("phase") == "Running"
+                       and not (pod.get("metadata") or {}).get("deletionTimestamp")}
+            assert running <= emitted, "a running pod of a running job was dropped"
+    if checked and "specError" not in status and emitted:
+        # Index 0 of each replica type stands for its siblings (same template, other numbers):
+        # the schema check is the slow part of this suite.
+        for child in answer["children"]:
+            if child["metadata"]["name"].endswith("-0"):
+                assert refusals(child) == [], child["metadata"]["name"]
+    # Deterministic, and the status written is a fixed point of the same observations.
+    assert json.dumps(sync_mxjob(request, now=now), sort_keys=True) == json.dumps(answer, sort_keys=True)
+    again = copy.deepcopy(request)
+    again["parent"]["status"] = status
+    assert json.dumps(sync_mxjob(again, now=now)["status"], sort_keys=True) == \
+        json.dumps(status, sort_keys=True)
+
+
+@FUZZ
+@given(observed_jobs)
+def test_valid_jobs_in_any_observed_state_follow_the_rules(sim):
+    request = sim.request()
+    answer = sync_mxjob(request, now=sim.now)
+    check_rules(request, answer, sim.now)
+
+
+@FUZZ
+@given(observed_jobs, st.data(), garbage)
+def test_an_edit_of_spec_or_status_never_breaks_the_sync(sim, data, value):
+    request = sim.request()
+    parent = request["parent"]
+    parent.setdefault("status", {})
+    targets = [("spec", *p) for p in paths(parent["spec"])] + \
+              [("status", *p) for p in paths(parent["status"])]
+    path = data.draw(st.sampled_from(targets), label="path")
+    set_at(parent, path, value)
+    answer = answer_or_400(request, sim.now)
+    assert answer is not None, "a bad spec or status is a 200, not a 400"
+    check_rules(request, answer, sim.now, checked=not passed_through(path))
+
+
+@FUZZ
+@given(observed_jobs, st.data(), garbage)
+def test_a_malformed_request_is_a_400_or_a_sound_answer(sim, data, value):
+    request = sim.request()
+    targets = [("parent", "metadata", *p) for p in paths(request["parent"]["metadata"])[1:]] + \
+              [("children", *p) for p in paths(request["children"])[1:]]
+    set_at(request, data.draw(st.sampled_from(targets), label="path"), value)
+    answer = answer_or_400(request, sim.now)
+    if answer is not None:
+        check_rules(request, answer, sim.now)

@@ -1,0 +1,239 @@
+"""The hostile-input rules one at a time: spec checks with field paths, bounds, the Service's
+ports, status read back defensively, and the shape check of a sync request."""
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+import pytest
+from apiserver_rules import refusals
+from mcsim import T0, Sim, mxjob
+
+from hooks.mxjob.spec import SpecError, parse_mxjob
+from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.errors import InvalidRequest
+from hooks.shared.status import OldStatus, plus_seconds
+
+MAIN = "spec.mxReplicaSpecs.Worker.template.spec.containers[0]"
+
+
+def with_main(**fields) -> dict:
+    """A Worker-only job whose mxnet container has these extra fields."""
+    return mxjob(replicas={"Worker": {"template": {"spec": {"containers": [
+        {"name": "mxnet", "image": "mxjob/mxnet:1.9.1", **fields}]}}}})
+
+
+def problems_of(parent: dict) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        parse_mxjob(parent)
+    return err.value.problems
+
+
+BAD_SPECS = {
+    "env-a-map": (with_main(env={"A": "1"}), f"{MAIN}.env: must be a list"),
+    "env-entry-a-string": (with_main(env=["A=1"]), f"{MAIN}.env[0]: must be an object"),
+    "env-without-name": (with_main(env=[{"value": "1"}]), f"{MAIN}.env[0].name:"),
+    "env-name-with-equals": (with_main(env=[{"name": "A=B", "value": "1"}]), f"{MAIN}.env[0].name:"),
+    "env-value-a-number": (with_main(env=[{"name": "A", "value": 1}]), f"{MAIN}.env[0].value: must be a string"),
+    "env-value-and-valueFrom": (with_main(env=[{"name": "A", "value": "1", "valueFrom": {}}]),
+                                f"{MAIN}.env[0]: give value or valueFrom"),
+    "ports-not-a-list": (with_main(ports=7), f"{MAIN}.ports: must be a list"),
+    "port-a-string": (with_main(ports=["80"]), f"{MAIN}.ports[0]: must be an object"),
+    "port-without-number": (with_main(ports=[{"name": "http"}]), f"{MAIN}.ports[0].containerPort:"),
+    "port-number-a-string": (with_main(ports=[{"containerPort": "80"}]), f"{MAIN}.ports[0].containerPort:"),
+    "port-number-zero": (with_main(ports=[{"containerPort": 0}]), f"{MAIN}.ports[0].containerPort:"),
+    "port-name-too-long": (with_main(ports=[{"name": "a-very-long-port-name", "containerPort": 80}]),
+                           f"{MAIN}.ports[0].name:"),
+    "port-names-twice": (with_main(ports=[{"name": "a", "containerPort": 80},
+                                          {"name": "a", "containerPort": 81}]), f"{MAIN}.ports[1].name:"),
+    "port-protocol-http": (with_main(ports=[{"containerPort": 80, "protocol": "HTTP"}]),
+                           f"{MAIN}.ports[0].protocol:"),
+    "same-port-twice": (with_main(ports=[{"containerPort": 53, "protocol": "UDP"},
+                                         {"name": "dns", "containerPort": 53, "protocol": "UDP"}]),
+                        "spec.mxReplicaSpecs.Worker.template.spec.containers[name=mxnet].ports: port 53/UDP"),
+    "container-name-a-number": (mxjob(replicas={"Worker": {"template": {"spec": {"containers": [
+        {"name": "mxnet", "image": "i"}, {"name": 5}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.spec.containers[1].name:"),
+    "container-name-twice": (mxjob(replicas={"Worker": {"template": {"spec": {"containers": [
+        {"name": "mxnet", "image": "i"}, {"name": "mxnet", "image": "j"}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.spec.containers[1].name:"),
+    "template-metadata-a-string": (mxjob(replicas={"Worker": {"template": {
+        "metadata": "x", "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.metadata: must be an object"),
+    "label-value-a-number": (mxjob(replicas={"Worker": {"template": {
+        "metadata": {"labels": {"team": 5}}, "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.metadata.labels['team']: the value must be a string"),
+    "label-key-invalid": (mxjob(replicas={"Worker": {"template": {
+        "metadata": {"labels": {"a b": "c"}}, "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.metadata.labels['a b']: not a valid label key"),
+    "annotations-a-list": (mxjob(replicas={"Worker": {"template": {
+        "metadata": {"annotations": ["a"]}, "spec": {"containers": [{"name": "mxnet", "image": "i"}]}}}}),
+        "spec.mxReplicaSpecs.Worker.template.metadata.annotations: must be a map"),
+    "restartPolicy-empty-object": (mxjob(replicas={"Worker": {"restartPolicy": {}}}),
+                                   "spec.mxReplicaSpecs.Worker.restartPolicy: {} is not one of"),
+    "label-a-number": (mxjob(replicas={"Worker": {"label": 5}}), "spec.mxReplicaSpecs.Worker.label:"),
+    "runPolicy-a-list": (mxjob(replicas={"Worker": 1}, runPolicy=[]), "spec.runPolicy: must be an object"),
+    "jobMode-empty": (mxjob(replicas={"Worker": 1}, jobMode=""), "spec.jobMode: '' is not one of"),
+    "replicas-int32-max": (mxjob(replicas={"Worker": 2**31 - 1}), "spec.mxReplicaSpecs.Worker.replicas:"),
+    "deadline-int64-max": (mxjob(replicas={"Worker": 1}, runPolicy={"activeDeadlineSeconds": 2**63 - 1}),
+                           "spec.runPolicy.activeDeadlineSeconds: must be a non-negative integer of at most"),
+    "ttl-over-int32": (mxjob(replicas={"Worker": 1}, ttlSecondsAfterFinished=2**31),
+                       "spec.ttlSecondsAfterFinished:"),
+}
+
+
+@pytest.mark.parametrize("parent,start", BAD_SPECS.values(), ids=BAD_SPECS.keys())
+def test_bad_template_or_bound_is_reported_with_its_field_path(parent, start):
+    problems = problems_of(parent)
+    assert any(p.startswith(start) for p in problems), problems
+
+
+def test_a_hostile_value_is_cut_short_in_the_message_and_problems_are_capped():
+    parent = mxjob(replicas={"Worker": 1}, jobMode="x" * 100_000)
+    parent["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = \
+        [{"name": ""}] * 100
+    problems = problems_of(parent)
+    assert len(problems) == 21 and problems[-1] == "and 81 more problems"
+    assert max(len(p) for p in problems) < 200
+
+
+def first_sync(parent: dict) -> dict:
+    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+
+
+SERVICE_PORTS = {
+    "user-port-on-the-default-number": ([{"name": "ps", "containerPort": 9091}],
+                                        [("ps", 9091, "TCP")]),
+    "unnamed-udp-and-tcp-on-one-number": ([{"containerPort": 53, "protocol": "UDP"}, {"containerPort": 53}],
+                                          [("port-53", 53, "UDP"), ("port-53-2", 53, "TCP"),
+                                           ("mxjob-port", 9091, "TCP")]),
+    "udp-on-the-default-number": ([{"containerPort": 9091, "protocol": "UDP"}],
+                                  [("port-9091", 9091, "UDP"), ("mxjob-port", 9091, "TCP")]),
+}
+
+
+@pytest.mark.parametrize("ports,expected", SERVICE_PORTS.values(), ids=SERVICE_PORTS.keys())
+def test_service_ports_are_unique_by_number_protocol_and_name(ports, expected):
+    answer = first_sync(with_main(ports=ports))
+    service = next(c for c in answer["children"] if c["kind"] == "Service")
+    assert [(p["name"], p["port"], p["protocol"]) for p in service["spec"]["ports"]] == expected
+    assert all(refusals(c) == [] for c in answer["children"])
+
+
+STATUS_IGNORED = {
+    "status-a-number": (5, "status "),
+    "conditions-an-object": ({"conditions": {}}, "status.conditions "),
+    "condition-without-type": ({"conditions": [{"status": "True"}]}, "status.conditions[0] "),
+    "condition-type-repeated": ({"conditions": [{"type": "Created", "status": "True"}] * 2},
+                                "status.conditions[1] "),
+    "condition-time-without-zone": ({"conditions": [{"type": "Created", "status": "True",
+                                                     "lastUpdateTime": "2026-01-01T00:00:00"}]},
+                                    "status.conditions[0] "),
+    "startTime-without-zone": ({"startTime": "2026-01-01T00:00:00"}, "status.startTime "),
+    "startTime-empty": ({"startTime": ""}, "status.startTime "),
+    "restartCount-a-float": ({"restartCount": 1.5}, "status.restartCount "),
+    "restartCount-over-int32": ({"restartCount": 2**40}, "status.restartCount "),
+    "restartHistory-a-list": ({"restartHistory": []}, "status.restartHistory "),
+    "restart-record-with-a-list": ({"restartHistory": {"p": {"recreations": [1]}}},
+                                   "status.restartHistory[p] "),
+}
+
+
+@pytest.mark.parametrize("raw,prefix", STATUS_IGNORED.values(), ids=STATUS_IGNORED.keys())
+def test_a_status_field_of_another_shape_is_ignored_with_a_warning(raw, prefix):
+    parent = mxjob(replicas={"Worker": 1})
+    parent["status"] = raw
+    status = first_sync(parent)["status"]
+    assert any(w.startswith(prefix) for w in status["statusWarnings"]), status
+    # Rewritten in the hook's own shape: read back, it warns of nothing new.
+    parent["status"] = status
+    assert first_sync(parent)["status"] == status
+
+
+@pytest.mark.parametrize("text,completed", [
+    pytest.param("0-1", "0-1", id="written-form"),
+    pytest.param("0-2147483647", None, id="beyond-the-replicas"),
+    pytest.param("1,0", None, id="descending"),
+    pytest.param("0-1,1", None, id="overlapping"),
+    pytest.param("0,1", None, id="adjacent-not-merged"),
+    pytest.param("0-1," * 1000, None, id="repeated-ranges"),
+    pytest.param("x", None, id="not-a-number"),
+])
+def test_completed_indexes_are_read_only_in_the_written_form(text, completed):
+    parent = mxjob(replicas={"Worker": 2}, runPolicy={"cleanPodPolicy": "None"})
+    parent["status"] = {"replicaStatuses": {"Worker": {"completedIndexes": text}}}
+    status = first_sync(parent)["status"]
+    assert status["replicaStatuses"]["Worker"].get("completedIndexes") == completed
+    assert ("statusWarnings" in status) is (completed is None)
+
+
+def test_warnings_are_kept_as_a_record_and_capped():
+    old = OldStatus({"statusWarnings": [f"w{i}" for i in range(10)], "startTime": "never"})
+    assert old.time("startTime") is None
+    warnings = old.warnings()
+    assert len(warnings) == 10 and warnings[0] == "w1" and warnings[-1].startswith("status.startTime")
+
+
+def test_a_deadline_past_year_9999_never_fires():
+    assert plus_seconds(datetime(9999, 12, 31, tzinfo=UTC), 2**31 - 1) is None
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"activeDeadlineSeconds": 2**31 - 1}))
+    sim.parent["status"] = {"startTime": "9999-12-31T23:59:59Z"}
+    answer = sim.sync()
+    assert "resyncAfterSeconds" not in answer
+    assert answer["status"]["startTime"] == "9999-12-31T23:59:59Z"
+
+
+def test_a_lost_completion_time_is_set_so_the_ttl_still_fires():
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"ttlSecondsAfterFinished": 60}))
+    sim.sync()
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    sim.sync()
+    del sim.parent["status"]["completionTime"]
+    sim.tick(10)
+    answer = sim.sync()
+    assert answer["status"]["completionTime"] == "2026-11-21T10:00:10Z"
+    assert answer["resyncAfterSeconds"] == 60
+
+
+MALFORMED = {
+    "name-a-number": (("parent", "metadata", "name"), 5, "parent.metadata.name"),
+    "namespace-a-list": (("parent", "metadata", "namespace"), [], "parent.metadata.namespace"),
+    "pod-a-number": (("children", "Pod.v1", "mx-worker-0"), 5, "children[Pod.v1][mx-worker-0]: must be an object"),
+    "pod-status-a-string": (("children", "Pod.v1", "mx-worker-0", "status"), "x",
+                            "children[Pod.v1][mx-worker-0].status: must be an object"),
+    "config-map-data-not-strings": (("children", "ConfigMap.v1"),
+                                    {"mx-cluster": {"metadata": {"name": "mx-cluster"}, "data": {"cluster": 5}}},
+                                    "children[ConfigMap.v1][mx-cluster].data: must be a string map"),
+    "pod-annotations-a-string": (("children", "Pod.v1", "mx-worker-0", "metadata", "annotations"), "x",
+                                 "children[Pod.v1][mx-worker-0].metadata.annotations: must be a string map"),
+    "pod-named-like-another": (("children", "Pod.v1", "mx-worker-0", "metadata", "name"), "other",
+                               "children[Pod.v1][mx-worker-0].metadata.name: must equal the key"),
+    "exit-code-a-string": (("children", "Pod.v1", "mx-worker-0", "status", "containerStatuses"),
+                           [{"name": "mxnet", "state": {"terminated": {"exitCode": "1"}}}],
+                           "children[Pod.v1][mx-worker-0].status.containerStatuses[0].state.terminated.exitCode"),
+}
+
+
+@pytest.mark.parametrize("path,value,message", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_request_is_invalid_and_names_the_field(path, value, message):
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    sim.sync()
+    request = copy.deepcopy(sim.request())
+    node = request
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(InvalidRequest) as err:
+        sync_mxjob(request, now=sim.now)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("kind,name", [("Pod.v1", "mx-worker-0"), ("Service.v1", "mx-worker-0")])
+def test_a_child_with_null_metadata_is_read_as_one_without(kind, name):
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    sim.sync()
+    request = sim.request()
+    request["children"][kind][name]["metadata"] = None
+    answer = sync_mxjob(request, now=sim.now)
+    assert {(c["kind"], c["metadata"]["name"]) for c in answer["children"]} == \
+        {("Pod", "mx-worker-0"), ("Service", "mx-worker-0"), ("ConfigMap", "mx-cluster")}
