@@ -386,7 +386,7 @@ def _completed_before(job: MXJob, old: OldStatus) -> dict[str, set[int]]:
             completed[rtype] = _read_indexes(old, entry.get("completedIndexes"), rtype, spec.replicas)
             continue
         succeeded = entry.get("succeeded")
-        everyone = is_counter(succeeded) and spec.replicas > 0 and int(succeeded) >= spec.replicas
+        everyone = isinstance(succeeded, int) and is_counter(succeeded) and 0 < spec.replicas <= succeeded
         completed[rtype] = set(range(spec.replicas)) if everyone else set()
     return completed
 
