@@ -16,6 +16,7 @@ from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring
 from hooks.mxjob.lifecycle import decide
 from hooks.mxjob.observed import replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
+from hooks.shared.answers import invalid_spec_message
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
@@ -157,9 +158,7 @@ def _finished(status: Mapping[str, Any], now: datetime) -> bool:
 
 def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,
                   err: SpecError, now: datetime) -> SyncResponse:
-    meta = parent["metadata"]
-    message = (f"MXJob {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: "
-               + "; ".join(err.problems) + ".")
+    message = invalid_spec_message(PARENT_KIND, parent, err.problems)
     old = OldStatus(old_status)
     start_time = old.time("startTime")
     if observed.any() or start_time:
