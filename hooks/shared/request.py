@@ -89,43 +89,57 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
     return observed
 
 
+def _shape_tree(shape: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The shape table as a tree {field: (type, subtree)}, so a child is walked once, not per path."""
+    tree: dict[str, Any] = {}
+    for path, expected in shape:
+        node = tree
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node[part.removesuffix("[]")][1]
+        node[parts[-1].removesuffix("[]")] = (expected, {})
+    return tree
+
+
+_CHILD_TREE = _shape_tree(_CHILD_SHAPE)
+
+
 def _check_child(path: str, obj: Any) -> None:
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, dict):
         raise InvalidRequest(f"{path}: must be an object, got {_type(obj)}")
-    for field, expected in _CHILD_SHAPE:
-        for where, value in _values_at(obj, field.split(".")):
-            if value is not None and not _has_type(value, expected):
-                raise InvalidRequest(f"{path}.{where}: must be {_ARTICLE[expected]} {expected}, got {_type(value)}")
+    _check_fields(path, obj, _CHILD_TREE)
 
 
-def _values_at(obj: Any, parts: list[str], where: str = "") -> list[tuple[str, Any]]:
-    """Every value at a dotted path, with its concrete path; parents of the wrong type yield none
-    (their own entry in the shape table reports them)."""
-    if not parts:
-        return [(where, obj)]
-    head, rest = parts[0], parts[1:]
-    each = head.endswith("[]")
-    key = head[:-2] if each else head
-    if not isinstance(obj, Mapping) or obj.get(key) is None:
-        return []
-    value, here = obj[key], f"{where}.{key}" if where else key
-    if not each:
-        return _values_at(value, rest, here)
-    if not isinstance(value, list):
-        return []
-    return [found for i, item in enumerate(value) for found in _values_at(item, rest, f"{here}[{i}]")]
+def _check_fields(path: str, obj: dict[str, Any], tree: dict[str, Any]) -> None:
+    """Every field of `tree` present in `obj` has its type; parents of the wrong type stop the walk."""
+    # This runs over every observed child of every sync, so it only builds a path on an error.
+    for key, (expected, subtree) in tree.items():
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not _has_type(value, expected):
+            raise InvalidRequest(f"{path}.{key}: must be {_ARTICLE[expected]} {expected}, got {_type(value)}")
+        if not subtree:
+            continue
+        if expected == "object":
+            _check_fields(f"{path}.{key}", value, subtree)
+        else:  # a list of objects
+            for i, item in enumerate(value):
+                _check_fields(f"{path}.{key}[{i}]", item, subtree)
 
 
 def _has_type(value: Any, expected: str) -> bool:
+    # Exact JSON types: the request is decoded JSON, and isinstance against the Mapping ABC cost
+    # more than the rest of a sync.
     if expected == "object":
-        return isinstance(value, Mapping)
+        return isinstance(value, dict)
     if expected == "string":
         return isinstance(value, str)
     if expected == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if expected == "string map":
-        return isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
-    return isinstance(value, list) and all(isinstance(v, Mapping) for v in value)  # list of objects
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)  # list of objects
 
 
 def as_last_applied(key: str, name: str, obj: Mapping[str, Any]) -> JSON:
