@@ -31,8 +31,9 @@ MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" stri
 # is the type Kubernetes gives the value (True: any value), a dict an object of those fields, a
 # one-element list an array of such objects. The shell may hand over observed children with only
 # these fields (a large request is mostly pod specs nobody reads here), and refuses children whose
-# fields have other types. tests/test_wire.py checks every answer is the same either way, so a
-# new read of an observed child must be added here.
+# fields have other types; the core checks the same fields (hooks.shared.request.read_children),
+# so a request is refused alike in and out of the shell. tests/test_wire.py checks every answer is
+# the same either way, so a new read of an observed child must be added here.
 OBSERVED_FIELDS: Mapping[str, Any] = {
     "apiVersion": str,
     "kind": str,
@@ -146,9 +147,10 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     # or delete what exists.
     optional = frozenset({CONFIG_MAP_KEY})
     if gang is None:
-        pods, services, config_maps = read_children(request, keys, optional=optional)
+        pods, services, config_maps = read_children(request, keys, optional=optional, fields=OBSERVED_FIELDS)
         return parent, None, Observed(pods, services, config_maps, {})
-    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), optional=optional)
+    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), optional=optional,
+                                                        fields=OBSERVED_FIELDS)
     return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
 
 

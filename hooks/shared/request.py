@@ -15,27 +15,15 @@ from typing import Any
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, LAST_APPLIED
 
-# Fields of an observed child that the core reads, by dotted path ("[]" = every list item), and
-# the JSON type each must have when present.
-_CHILD_SHAPE: tuple[tuple[str, str], ...] = (
-    ("metadata", "object"),
-    ("metadata.name", "string"),
-    ("metadata.namespace", "string"),
-    ("metadata.uid", "string"),
-    ("metadata.labels", "string map"),
-    ("metadata.annotations", "string map"),
-    # No spec: no kind's core reads an observed child's spec (MXJob's layout guard reads the
-    # cluster ConfigMap's data), and the shell may not even decode it.
-    ("status", "object"),
-    ("data", "string map"),
-    ("status.phase", "string"),
-    ("status.containerStatuses", "list of objects"),
-    ("status.containerStatuses[].name", "string"),
-    ("status.containerStatuses[].restartCount", "integer"),
-    ("status.containerStatuses[].state", "object"),
-    ("status.containerStatuses[].state.terminated", "object"),
-    ("status.containerStatuses[].state.terminated.exitCode", "integer"),
-)
+# What every kind reads of an observed child, in the format of a kind's OBSERVED_FIELDS (a leaf is
+# the type the value must have, True any value, a dict an object of such fields, a one-element
+# list an array of such objects). A kind that declares its own (hooks.kinds.OBSERVED_FIELDS) passes
+# that to read_children instead, so what the shell decodes and what is checked here are one list.
+GENERIC_OBSERVED_FIELDS: Mapping[str, Any] = {
+    "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
+                 "annotations": dict[str, str]},
+    "status": {},
+}
 
 _ARTICLE = {"object": "an", "string": "a", "integer": "an", "string map": "a", "list of objects": "a"}
 
@@ -60,12 +48,15 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
 
 
 def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
-                  optional: frozenset[str] = frozenset()) -> list[Mapping[str, Any]]:
+                  optional: frozenset[str] = frozenset(),
+                  fields: Mapping[str, Any] = GENERIC_OBSERVED_FIELDS) -> list[Mapping[str, Any]]:
     """The observed children of each child rule, in the order of `keys`, each checked for shape.
 
     A key in `optional` may be missing (read as no children): only for a child type whose absence
-    can never make the answer delete or recreate anything that exists.
+    can never make the answer delete or recreate anything that exists. `fields` are the fields the
+    kind's core reads (checked for type when present).
     """
+    tree = _shape_tree(fields)
     children = request.get("children")
     if not isinstance(children, Mapping):
         raise InvalidRequest("children: required, a map keyed by child kind "
@@ -81,7 +72,7 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
             raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
         for name, obj in value.items():
             path = f"children[{key}][{_short(name)}]"
-            _check_child(path, obj)
+            _check_child(path, obj, tree)
             # Children are matched by name, so a child must not claim another one's.
             if (obj.get("metadata") or {}).get("name", name) != name:
                 raise InvalidRequest(f"{path}.metadata.name: must equal the key {_short(name)}")
@@ -89,25 +80,31 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
     return observed
 
 
-def _shape_tree(shape: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """The shape table as a tree {field: (type, subtree)}, so a child is walked once, not per path."""
-    tree: dict[str, Any] = {}
-    for path, expected in shape:
-        node = tree
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node[part.removesuffix("[]")][1]
-        node[parts[-1].removesuffix("[]")] = (expected, {})
-    return tree
+_TREES: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
 
 
-_CHILD_TREE = _shape_tree(_CHILD_SHAPE)
+def _shape_tree(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A fields declaration as a tree {field: (JSON type, subtree)}, built once per declaration."""
+    cached = _TREES.get(id(fields))
+    if cached is None or cached[0] is not fields:
+        cached = (fields, {key: _node(shape) for key, shape in fields.items() if shape is not True})
+        _TREES[id(fields)] = cached
+    return cached[1]
 
 
-def _check_child(path: str, obj: Any) -> None:
+def _node(shape: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(shape, list):
+        return "list of objects", _shape_tree(shape[0])
+    if isinstance(shape, Mapping):
+        return "object", _shape_tree(shape)
+    names = {str: "string", int: "integer", dict[str, str]: "string map"}
+    return names[shape], {}
+
+
+def _check_child(path: str, obj: Any, tree: dict[str, Any]) -> None:
     if not isinstance(obj, dict):
         raise InvalidRequest(f"{path}: must be an object, got {_type(obj)}")
-    _check_fields(path, obj, _CHILD_TREE)
+    _check_fields(path, obj, tree)
 
 
 def _check_fields(path: str, obj: dict[str, Any], tree: dict[str, Any]) -> None:
