@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ import yaml
 
 from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
+from .crds import served_kinds
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -107,8 +108,12 @@ class InputError(ValueError):
     """The job file cannot be used; the message names the file and what is wrong."""
 
 
-def load_job(path: Path) -> KubeObject:
-    """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise."""
+def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObject:
+    """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise.
+
+    Any version the CRD serves is accepted and stored under the storage version, as the API server
+    does with `conversion: None`; a deprecated version's warning goes to `warn`.
+    """
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
             documents = [doc for doc in yaml.safe_load_all(stream) if doc]
@@ -116,14 +121,23 @@ def load_job(path: Path) -> KubeObject:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML: {err}") from err
-    versions = {kind: api_version for (api_version, _), kind in PARENT_KINDS.items()}
-    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in versions]
+    kinds = {kind: served_kinds()[kind] for kind in PARENT_KINDS.values()}
+    jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in kinds]
     if len(jobs) != 1:
-        raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(versions))}), found {len(jobs)}")
+        raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(kinds))}), found {len(jobs)}")
     job = jobs[0]
-    if job.get("apiVersion") != versions[job["kind"]]:
-        raise InputError(f"{path}: a {job['kind']}'s apiVersion must be {versions[job['kind']]}, "
-                         f"not {job.get('apiVersion')!r}")
+    crd = kinds[job["kind"]]
+    api_version = job.get("apiVersion")
+    group, _, version = str(api_version).rpartition("/")
+    if group != crd.group or version not in crd.served:
+        served = ", ".join(f"{crd.group}/{v}" for v in crd.served)
+        hint = (" Convert it with `mxjob-convert FILE > converted.yaml` (see the README)."
+                if job["kind"] == "MXJob" and api_version == f"{crd.group}/v1alpha1" else "")
+        raise InputError(f"{path}: apiVersion {api_version!r} is not served for {job['kind']}; "
+                         f"use one of {served}.{hint}")
+    if warn is not None and (warning := crd.warning_for(version)):
+        warn(f"Warning: {warning}")
+    job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     meta = job.get("metadata")
     if not isinstance(meta, dict):
         raise InputError(f"{path}: metadata.name is required")
@@ -243,7 +257,7 @@ def tail(path: Path, lines: int) -> list[str]:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run one job to the end; the exit code says how it ended."""
     try:
-        job = load_job(Path(args.file))
+        job = load_job(Path(args.file), warn=lambda line: print(line, file=err))
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID

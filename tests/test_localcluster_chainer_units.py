@@ -235,7 +235,7 @@ def test_the_cli_loads_one_job_of_either_kind_and_names_the_right_api_version(tm
     path.write_text("apiVersion: kubeflow.org/v1alpha1\nkind: ChainerJob\nmetadata: {name: c}\nspec: {}\n")
     assert load_job(path)["kind"] == "ChainerJob"
     path.write_text("apiVersion: kubeflow.org/v1\nkind: ChainerJob\nmetadata: {name: c}\nspec: {}\n")
-    with pytest.raises(ValueError, match=r"must be kubeflow\.org/v1alpha1"):
+    with pytest.raises(ValueError, match=r"apiVersion .kubeflow\.org/v1. is not served for ChainerJob; use one of kubeflow\.org/v1alpha1"):
         load_job(path)
 
 

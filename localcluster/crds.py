@@ -1,0 +1,59 @@
+"""What the shipped CRDs serve: per kind, its group, served versions, storage version and warnings.
+
+The local cluster has no API server, so it reads crd/ to do the one thing an API server does with
+a `conversion: None` CRD before Metacontroller sees a job: accept any served version, warn when it
+is deprecated, and store it under the storage version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from .config import REPO_ROOT
+
+CRD_DIR = REPO_ROOT / "crd"
+
+
+@dataclass(frozen=True)
+class ServedKind:
+    """One custom kind as its CRD serves it."""
+
+    kind: str
+    group: str
+    storage: str
+    served: tuple[str, ...]
+    warnings: tuple[tuple[str, str], ...]  # (version, deprecationWarning) of deprecated versions
+
+    def warning_for(self, version: str) -> str | None:
+        """The deprecation warning the API server would return for a version, or None."""
+        return dict(self.warnings).get(version)
+
+
+def served_kind(crd: dict) -> ServedKind:
+    """A CRD document read into what serving needs."""
+    spec = crd["spec"]
+    versions = spec["versions"]
+    served = tuple(v["name"] for v in versions if v.get("served"))
+    storage = next(v["name"] for v in versions if v.get("storage"))
+    warnings = tuple(
+        (v["name"], " ".join(str(v.get("deprecationWarning") or f"{spec['group']}/{v['name']} "
+                                  f"{spec['names']['kind']} is deprecated").split()))
+        for v in versions if v.get("served") and v.get("deprecated"))
+    return ServedKind(kind=spec["names"]["kind"], group=spec["group"], storage=storage,
+                      served=served, warnings=warnings)
+
+
+@cache
+def served_kinds(crd_dir: Path = CRD_DIR) -> dict[str, ServedKind]:
+    """Every kind the CRDs under crd_dir define, by kind name."""
+    kinds: dict[str, ServedKind] = {}
+    for path in sorted(crd_dir.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                served = served_kind(doc)
+                kinds[served.kind] = served
+    return kinds
