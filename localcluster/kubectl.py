@@ -1,8 +1,11 @@
-"""`kubectl exec` stand-in for pods of the local cluster (`python -m localcluster.kubectl`, via a wrapper).
+"""`kubectl exec` and `kubectl get pod` stand-in for pods of the local cluster (`python -m localcluster.kubectl`).
 
 The process kubelet puts a `kubectl` wrapper calling this script on every pod's PATH (and where an
-init container from a kubectl image would have copied kubectl). Only `kubectl exec` is emulated:
-the command runs as a local process in the target container's environment (its env, working
+init container from a kubectl image would have copied kubectl). `kubectl get pod [NAME...]` reads
+the Pods the kubelet records (`pod.json`, the store's copy) and prints them as a table, `-o json`,
+`-o yaml`, `-o name` or `-o jsonpath=TEMPLATE` (Kubernetes' template syntax: `{.a.b}`, filters
+like `[?(@.name=="x")]`, several matches joined by spaces; `range` is not emulated). In `kubectl
+exec` the command runs as a local process in the target container's environment (its env, working
 directory and mounted paths, published by the kubelet while the container runs), with this
 process's stdin/stdout/stderr, and is registered with the kubelet so that it dies with the
 container, as a process exec'd into a real container does. The exit code is the command's.
@@ -20,9 +23,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+from jsonpath_ng.ext import parse as jsonpath_parse
+
 from localcluster.volumes import PathMap
 
-USAGE = "usage: kubectl exec [-i] [-t] [-n NAMESPACE] [-c CONTAINER] POD -- COMMAND [ARG...]"
+USAGE = ("usage: kubectl exec [-i] [-t] [-n NAMESPACE] [-c CONTAINER] POD -- COMMAND [ARG...]\n"
+         "       kubectl get pod[s] [NAME...] [-n NAMESPACE] [-o json|yaml|name|jsonpath=TEMPLATE]")
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -50,13 +57,118 @@ def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return opts, rest
 
 
+def parse_get(argv: list[str]) -> tuple[str, list[str], str]:
+    """Namespace, pod names and output format of a `get pod` call (SystemExit with usage otherwise)."""
+    namespace, output, positional = "", "", []
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        match = re.fullmatch(r"(-n|--namespace|-o|--output)(?:=(.*))?", arg)
+        if match:
+            value = match.group(2) if match.group(2) is not None else (rest.pop(0) if rest else "")
+            if match.group(1) in ("-n", "--namespace"):
+                namespace = value
+            else:
+                output = value
+        elif arg.startswith("-o") and len(arg) > 2:  # -ojsonpath=...
+            output = arg[2:]
+        elif arg.startswith("--kubeconfig") or arg in ("--ignore-not-found",):
+            if arg == "--kubeconfig" and rest:
+                rest.pop(0)
+        elif arg.startswith("-"):
+            raise SystemExit(f"kubectl (local cluster): flag {arg} is not emulated\n{USAGE}")
+        else:
+            positional.append(arg)
+    if not positional:
+        raise SystemExit(f"kubectl (local cluster): say which resource (pod)\n{USAGE}")
+    resource, *names = positional
+    kind, _, first = resource.partition("/")
+    if kind not in ("pod", "pods", "po"):
+        raise SystemExit(f"kubectl (local cluster): only pods can be read, not {kind!r}\n{USAGE}")
+    return namespace, ([first] if first else []) + names, output
+
+
+def render_jsonpath(template: str, obj: object) -> str:
+    """What `-o jsonpath=TEMPLATE` prints for one object (Kubernetes' template syntax)."""
+    out = []
+    for text, expr in re.findall(r"([^{]*)(?:\{([^}]*)\})?", template):
+        out.append(text)
+        if not expr:
+            continue
+        expr = expr.strip()
+        if expr.startswith(("range", "end")):
+            raise SystemExit(f"kubectl (local cluster): jsonpath {{{expr}}} is not emulated")
+        path = "$" + expr.removeprefix("$").removeprefix("@") if expr not in ("@", "$") else "$"
+        try:
+            values = [m.value for m in jsonpath_parse(path).find(obj)]
+        except Exception as err:  # jsonpath-ng raises several types for a bad template
+            raise SystemExit(f"error: error parsing jsonpath {template}, {err}") from err
+        out.append(" ".join(v if isinstance(v, str) else json.dumps(v) for v in values))
+    return "".join(out)
+
+
+def get(pods_dir: Path, default_ns: str, argv: list[str]) -> int:
+    """`kubectl get pod`: the recorded Pods, printed as asked."""
+    namespace, names, output = parse_get(argv)
+    namespace = namespace or default_ns
+    folder = pods_dir / namespace
+    pods, missing = [], []
+    listed = sorted(p.name for p in folder.iterdir() if (p / "pod.json").exists()) if folder.is_dir() else []
+    for name in names or listed:
+        try:
+            pods.append(json.loads((folder / name / "pod.json").read_text()))
+        except (OSError, ValueError):
+            missing.append(name)
+    for name in missing:
+        print(f'Error from server (NotFound): pods "{name}" not found', file=sys.stderr)
+    if not pods:
+        if not names:
+            print(f"No resources found in {namespace} namespace.", file=sys.stderr)
+        return 1 if missing else 0
+    if output.startswith("jsonpath="):
+        template = output.removeprefix("jsonpath=")
+        # One object prints as itself; several are a List, as kubectl builds one.
+        subject = pods[0] if len(pods) == 1 and names else {"apiVersion": "v1", "kind": "List", "items": pods}
+        sys.stdout.write(render_jsonpath(template, subject))
+    elif output in ("json", "yaml"):
+        subject = pods[0] if len(pods) == 1 and names else {"apiVersion": "v1", "kind": "List", "items": pods}
+        sys.stdout.write(json.dumps(subject, indent=4) + "\n" if output == "json" else yaml.safe_dump(subject))
+    elif output == "name":
+        sys.stdout.write("".join(f"pod/{p['metadata']['name']}\n" for p in pods))
+    elif output in ("", "wide"):
+        rows = [("NAME", "READY", "STATUS", "RESTARTS")] + [table_row(p) for p in pods]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        sys.stdout.write("".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+                                 for r in rows))
+    else:
+        print(f"error: unable to match a printer suitable for the output format {output!r}, "
+              "allowed formats are: json,jsonpath,name,wide,yaml", file=sys.stderr)
+        return 1
+    return 1 if missing else 0
+
+
+def table_row(pod: dict) -> tuple[str, str, str, str]:
+    """NAME, READY, STATUS and RESTARTS columns of one Pod."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    ready = sum(1 for s in statuses if s.get("ready"))
+    total = len(pod.get("spec", {}).get("containers") or statuses)
+    waiting = [s["state"]["waiting"].get("reason", "") for s in statuses if "waiting" in s.get("state", {})]
+    status = next((w for w in waiting if w), pod.get("status", {}).get("phase", "Unknown"))
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        status = "Terminating"
+    restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
+    return pod["metadata"]["name"], f"{ready}/{total}", status, str(restarts)
+
+
 def main(argv: list[str]) -> int:
     """Entry point: `python -m localcluster.kubectl --pods-dir DIR --namespace-default NS <kubectl args>`."""
     pods_dir, default_ns = Path(argv[2]), argv[4]
     args = argv[5:]
+    if args and args[0] == "get":
+        return get(pods_dir, default_ns, args[1:])
     if not args or args[0] != "exec":
-        print(f"kubectl (local cluster): only `kubectl exec` is emulated, not {' '.join(args[:1]) or 'nothing'}\n{USAGE}",
-              file=sys.stderr)
+        print(f"kubectl (local cluster): only `kubectl exec` and `kubectl get pod` are emulated, "
+              f"not {' '.join(args[:1]) or 'nothing'}\n{USAGE}", file=sys.stderr)
         return 1
     opts, command = parse(args[1:])
     if not command:

@@ -128,6 +128,7 @@ class ProcessKubelet:
         self.restart_backoff = restart_backoff
         self.gate = gate
         self._workers: dict[tuple[str, str], PodWorker] = {}
+        self._recorded: dict[Path, tuple[str, int, bool]] = {}  # pod.json: (uid, resourceVersion, deleted)
         self._stopping: list[PodWorker] = []
         self._lock = threading.Lock()
         self._stopped = False
@@ -144,6 +145,7 @@ class ProcessKubelet:
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         with self._lock:
+            self._record(event, obj)
             worker = self._workers.get(key)
             if worker is not None and worker.uid != meta["uid"]:
                 worker = None  # a new Pod with the name of one that is gone
@@ -160,6 +162,27 @@ class ProcessKubelet:
                 worker.start()
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
+
+    def _record(self, event: str, pod: KubeObject) -> None:
+        """Keep `<pods_dir>/<ns>/<name>/pod.json` as the API server's copy, for `kubectl get` in pods.
+
+        Watchers run on the writer's thread, so events of one Pod can arrive out of order: an
+        older resourceVersion never replaces a newer one.
+        """
+        meta = pod["metadata"]
+        path = self.pods_dir / meta["namespace"] / meta["name"] / "pod.json"
+        version = int(meta.get("resourceVersion") or 0)
+        uid, last, gone = self._recorded.get(path, ("", -1, False))
+        if (uid == meta["uid"] and gone) or version < last:
+            return  # a late event of a deleted Pod, or older than what is there
+        self._recorded[path] = (meta["uid"], version, event == DELETED)
+        if event == DELETED:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pod))
+        tmp.replace(path)
 
     def _forget(self, worker: PodWorker) -> None:
         with self._lock:

@@ -8,11 +8,12 @@ state, and `reconcile` may ask to be called again after a delay (deadlines, back
 from __future__ import annotations
 
 import heapq
+import sys
 import threading
 import time
 import traceback
 
-from .store import DELETED, Store
+from .store import DELETED, Store, StoreError
 from .types import KubeObject
 
 Key = tuple[str, str]  # namespace, name
@@ -79,6 +80,9 @@ class Reconciler:
                 heapq.heapify(self._queue)
             try:
                 again = self.reconcile(key)
+            except StoreError as err:  # refused by the API (a quota, say): a FailedCreate event, then retry
+                print(f"localcluster: {self.kind} {key[0]}/{key[1]}: {err}; retrying", file=sys.stderr)
+                again = 1.0
             except Exception:  # a bug in one reconcile must not stop the controller
                 traceback.print_exc()
                 again = 1.0

@@ -160,3 +160,26 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_kubectl_get_pod_reads_the_stores_copy_with_jsonpath_json_and_name(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seen"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "sleep 300"]}]}}
+    running = '{.status.containerStatuses[?(@.name=="main")].state.running.startedAt}'
+    script = (f"kubectl get pod seen -o 'jsonpath={running}'; echo; "
+              "kubectl get pods/seen -o jsonpath='{.metadata.name} {.status.phase}'; echo; "
+              "kubectl get pod seen -o json | python -c 'import json,sys; print(json.load(sys.stdin)[\"kind\"])'; "
+              "kubectl get pod seen -o name; "
+              "kubectl get pod absent -o name; echo absent=$?")
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("seen") or {}).get("status", {}).get("phase") == "Running", 20, what="target running")
+    started = cluster.pod("seen")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    cluster.store.create(caller)
+    cluster.wait_for(lambda: (cluster.pod("reader") or {}).get("status", {}).get("phase") == "Succeeded", 30, what="reader done")
+    lines = cluster.log_path("reader").read_text().splitlines()
+    assert started in lines
+    assert "seen Running" in lines and "Pod" in lines and "pod/seen" in lines
+    assert 'Error from server (NotFound): pods "absent" not found' in lines and "absent=1" in lines

@@ -20,7 +20,7 @@ from test_gang_manifests import readme_kustomizations, write_kustomization
 from test_manifests import render, the
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.config import parse_composite_controller
+from localcluster.config import ControllerConfig, parse_composite_controller
 from localcluster.store import StoreError
 
 pytestmark = pytest.mark.e2e
@@ -41,11 +41,16 @@ def gang_job(name: str, policy: dict) -> dict:
     }
 
 
+def gang_controller(tmp_path: Path, component: str, controller: str = "mxjob-controller") -> ControllerConfig:
+    """A CompositeController as the README's kustomization with a gang component renders it."""
+    install = write_kustomization(tmp_path / "install", readme_kustomizations()[component])
+    rendered = the(render(install), "CompositeController", controller)
+    return parse_composite_controller(rendered, f"README kustomization with {component}")
+
+
 @contextmanager
 def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
-    install = write_kustomization(tmp_path / "install", readme_kustomizations()[component])
-    controller = the(render(install), "CompositeController", "mxjob-controller")
-    config = parse_composite_controller(controller, f"README kustomization with {component}")
+    config = gang_controller(tmp_path, component)
     with LocalCluster(tmp_path / "state", config=config, sync_backoff=(0.05, 0.4)) as cluster:
         yield cluster
 
