@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hooks.chainerjob.children import KUBECTL_IMAGE
+from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.mxjob.sync import sync_mxjob
@@ -37,4 +38,5 @@ def settings_from(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 # The fields of observed children each kind's core reads (see hooks.server.wire): the shell decodes
 # only these. A kind left out here gets every field.
-OBSERVED_FIELDS: dict[str, Mapping[str, Any]] = {"MXJob": MXJOB_OBSERVED_FIELDS}
+OBSERVED_FIELDS: dict[str, Mapping[str, Any]] = {"MXJob": MXJOB_OBSERVED_FIELDS,
+                                                  "ChainerJob": CHAINERJOB_OBSERVED_FIELDS}

@@ -14,6 +14,7 @@ from typing import Any
 from hooks.chainerjob import children, names
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
+    STATE_ORDER,
     failed_validation,
     finished,
     master_record,
@@ -24,6 +25,7 @@ from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
 from hooks.shared.request import read_children, read_parent
+from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
 PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 PARENT_KIND = "ChainerJob"
@@ -34,6 +36,19 @@ ROLE_BINDING_KEY = "RoleBinding.rbac.authorization.k8s.io/v1"
 CONFIG_MAP_KEY = "ConfigMap.v1"
 STATEFULSET_KEY = "StatefulSet.apps/v1"
 JOB_KEY = "Job.batch/v1"
+# What the core reads of observed children (the shell decodes only these, and a child whose
+# fields have another type is a malformed request): identity and the last-applied record, a Job's
+# outcome and a StatefulSet's readiness. Status values are copied into ours, so types matter.
+OBSERVED_FIELDS: Mapping[str, Any] = {
+    "apiVersion": str,
+    "kind": str,
+    "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
+                 "annotations": dict[str, str]},
+    "status": {"conditions": [{"type": str, "status": str, "reason": str, "message": str,
+                               "lastProbeTime": str, "lastTransitionTime": str}],
+               "startTime": str, "completionTime": str, "active": int, "succeeded": int, "failed": int,
+               "readyReplicas": int},
+}
 # One per child rule of the chainerjob-controller CompositeController, in its order.
 CHILD_KEYS = (SERVICE_ACCOUNT_KEY, ROLE_KEY, ROLE_BINDING_KEY, CONFIG_MAP_KEY, SERVICE_KEY, STATEFULSET_KEY,
               JOB_KEY)
@@ -45,10 +60,37 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
-    observed = dict(zip(keys, read_children(request, keys), strict=True))
-    # Only the hook writes status; anything else there is ignored rather than trusted.
-    raw_status = parent.get("status")
-    old_status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
+    observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
+    old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
+    answer = _answer(parent, gang, observed, read_back(old), now=now, kubectl_image=kubectl_image)
+    warnings = old.warnings()
+    if warnings:
+        answer["status"][WARNINGS_FIELD] = warnings
+    return answer
+
+
+def read_back(old: OldStatus) -> JSON:
+    """The fields of the last status the hook reads, each only in the shape it writes them."""
+    status: JSON = {"conditions": old.conditions()}
+    for key in ("startTime", "completionTime"):
+        if (moment := old.time(key)) is not None:
+            status[key] = moment
+    for key in ("active", "succeeded", "failed"):
+        if (count := old.counter(key)) is not None:
+            status[key] = count
+    # Only kept through an invalid edit (a valid sync recomputes it), so keep it as it was written.
+    sets = old.object("workerSets")
+    if sets and all(isinstance(v, Mapping) and set(v) <= {"replicas", "readyReplicas"}
+                    and all(is_counter(n) for n in v.values()) for v in sets.values()):
+        status["workerSets"] = {name: dict(v) for name, v in sets.items()}
+    elif sets:
+        old.warn("status.workerSets", "is not a map of {replicas, readyReplicas} counters")
+    return status
+
+
+def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old_status: JSON, *,
+            now: datetime, kubectl_image: str) -> SyncResponse:
+    """The answer from the parsed parts of a request and the status read back."""
     try:
         job = parse_chainerjob(parent)
         podgroup = children.podgroup_for_job(job, gang) if gang is not None else None

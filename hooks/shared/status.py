@@ -19,15 +19,16 @@ MAX_WARNING_LENGTH = 300
 MAX_COUNTER = 2**31 - 1  # the CRD declares status counters int32
 _CONDITION_STATUSES = ("True", "False", "Unknown")
 _CONDITION_STRINGS = ("reason", "message")
-_CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime")
+_CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime", "lastProbeTime")
 
 
 class OldStatus:
     """The previous status, read field by field; each reader returns None (or empty) for a field
     of the wrong shape and records why."""
 
-    def __init__(self, raw: Any):
+    def __init__(self, raw: Any, *, condition_types: tuple[str, ...] = STATE_ORDER):
         self._new_warnings: list[str] = []
+        self._types = condition_types
         if raw is not None and not isinstance(raw, Mapping):
             self.warn("status", "is not an object")
             raw = {}
@@ -79,7 +80,7 @@ class OldStatus:
             return []
         kept: list[dict[str, Any]] = []
         for i, cond in enumerate(value):
-            problem = _condition_problem(cond)
+            problem = _condition_problem(cond, self._types)
             if problem is None and any(c["type"] == cond["type"] for c in kept):
                 problem = "repeats a condition type"
             if problem is not None:
@@ -123,11 +124,11 @@ def is_counter(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
 
 
-def _condition_problem(cond: Any) -> str | None:
+def _condition_problem(cond: Any, types: tuple[str, ...]) -> str | None:
     if not isinstance(cond, Mapping):
         return "is not an object"
-    if cond.get("type") not in STATE_ORDER:
-        return f"has no type of {', '.join(STATE_ORDER)}"
+    if cond.get("type") not in types:
+        return f"has no type of {', '.join(types)}"
     if cond.get("status") not in _CONDITION_STATUSES:
         return "has no status of True, False, Unknown"
     if any(cond.get(k) is not None and not isinstance(cond[k], str) for k in _CONDITION_STRINGS):
