@@ -13,6 +13,14 @@ from typing import Any
 
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
+from hooks.shared.podtemplate import (
+    check_env,
+    check_image,
+    check_ports,
+    check_template_metadata,
+    is_port_number,
+    show,
+)
 
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
@@ -32,16 +40,10 @@ MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (se
 MAX_SECONDS = 2**31 - 1  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
 MAX_BACKOFF_LIMIT = 2**31 - 1  # int32, as the status counters it is compared with
 MAX_PROBLEMS = 20  # a message listing more helps no one and makes status huge
-PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 _CANONICAL = {t.lower(): t for t in REPLICA_TYPES}
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[\x21-\x3c\x3e-\x7e]+$")  # printable ASCII but '=' (Kubernetes 1.30+)
 _RUN_POLICY_MAX = {"ttlSecondsAfterFinished": MAX_SECONDS, "activeDeadlineSeconds": MAX_SECONDS,
                    "backoffLimit": MAX_BACKOFF_LIMIT}
 _RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
@@ -136,10 +138,10 @@ def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
 
     job_mode = _or_default(spec.get("jobMode"), "MXTrain")
     if job_mode not in JOB_MODES:
-        problems.append(f"spec.jobMode: {_show(job_mode)} is not one of {', '.join(JOB_MODES)}")
+        problems.append(f"spec.jobMode: {show(job_mode)} is not one of {', '.join(JOB_MODES)}")
     success_policy = _or_default(spec.get("successPolicy"), "")
     if success_policy not in SUCCESS_POLICIES:
-        problems.append(f"spec.successPolicy: {_show(success_policy)} is not one of \"\", AllWorkers")
+        problems.append(f"spec.successPolicy: {show(success_policy)} is not one of \"\", AllWorkers")
     run_policy = _parse_run_policy(spec, problems)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
     if job_mode in JOB_MODES:
@@ -171,13 +173,13 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
 
     clean = merged.get("cleanPodPolicy", "Running")
     if clean not in CLEAN_POD_POLICIES:
-        problems.append(f"{paths['cleanPodPolicy']}: {_show(clean)} is not one of All, Running, None")
+        problems.append(f"{paths['cleanPodPolicy']}: {show(clean)} is not one of All, Running, None")
     ints: dict[str, int | None] = {}
     for key in _RUN_POLICY_INTS:
         value = merged.get(key)
         if value is not None and not _is_non_negative_int(value, _RUN_POLICY_MAX[key]):
             problems.append(f"{paths[key]}: must be a non-negative integer of at most {_RUN_POLICY_MAX[key]}, "
-                            f"got {_show(value)}")
+                            f"got {show(value)}")
             value = None
         elif key == "activeDeadlineSeconds" and value == 0:
             # As for a batch/v1 Job (and our CRD): a zero deadline would fail every job at once.
@@ -186,7 +188,7 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
         ints[key] = value
     suspend = merged.get("suspend", False)
     if not isinstance(suspend, bool):
-        problems.append(f"{paths['suspend']}: must be true or false, got {_show(suspend)}")
+        problems.append(f"{paths['suspend']}: must be true or false, got {show(suspend)}")
         suspend = False
     scheduling_path = paths.get("schedulingPolicy", "spec.runPolicy.schedulingPolicy")
     scheduling = parse_scheduling_policy(merged.get("schedulingPolicy"), scheduling_path, problems)
@@ -204,13 +206,13 @@ def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec
     seen: dict[str, str] = {}
     parsed: dict[str, ReplicaSpec] = {}
     for key in raw:
-        path = f"spec.mxReplicaSpecs.{_show(key, quote=False)}"
+        path = f"spec.mxReplicaSpecs.{show(key, quote=False)}"
         rtype = _CANONICAL.get(str(key).lower())
         if rtype is None:
             problems.append(f"{path}: unknown replica type; use one of {', '.join(REPLICA_TYPES)}")
             continue
         if rtype in seen:
-            problems.append(f"{path}: duplicates {_show(seen[rtype])} (replica types are "
+            problems.append(f"{path}: duplicates {show(seen[rtype])} (replica types are "
                             f"case-insensitive); keep one of them")
             continue
         seen[rtype] = key
@@ -230,12 +232,12 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
     if not _is_non_negative_int(replicas, MAX_REPLICAS):
         # Checked before anything is sized by it: names, MX_CONFIG and slots all grow with it.
         problems.append(f"{path}.replicas: must be a non-negative integer of at most {MAX_REPLICAS}, "
-                        f"got {_show(replicas)}")
+                        f"got {show(replicas)}")
         replicas = 0
     # Only an absent or null field takes the default: a falsy {} or "" is a mistake to report.
     restart_policy = _or_default(raw.get("restartPolicy"), "Never")
     if restart_policy not in RESTART_POLICIES:
-        problems.append(f"{path}.restartPolicy: {_show(restart_policy)} is not one of "
+        problems.append(f"{path}.restartPolicy: {show(restart_policy)} is not one of "
                         f"{', '.join(RESTART_POLICIES)}")
         restart_policy = "Never"
     if raw.get("label") is not None and not isinstance(raw["label"], str):
@@ -254,7 +256,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
     if not isinstance(template, Mapping):
         problems.append(f"{path}.template: required; {fix}")
         return DEFAULT_PORT
-    _check_template_metadata(f"{path}.template.metadata", template.get("metadata"), problems)
+    check_template_metadata(f"{path}.template.metadata", template.get("metadata"), problems)
     pod_spec = template.get("spec")
     if pod_spec is not None and not isinstance(pod_spec, Mapping):
         problems.append(f"{path}.template.spec: must be an object (a PodSpec)")
@@ -273,116 +275,22 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
             continue
         if not isinstance(name, str) or not _DNS_1123_LABEL.match(name) or len(name) > 63:
             problems.append(f"{here}.name: every container needs a name of lower-case letters, "
-                            f"digits and '-' (at most 63), got {_show(name)}")
+                            f"digits and '-' (at most 63), got {show(name)}")
         elif name in names:
-            problems.append(f"{here}.name: {_show(name)} is used by two containers; rename one")
+            problems.append(f"{here}.name: {show(name)} is used by two containers; rename one")
         else:
             names.add(name)
         if name == MAIN_CONTAINER:
             main, main_path = container, f"{cpath}[name={MAIN_CONTAINER}]"
         else:
-            _check_image(f"{here}.image", container.get("image"), problems)
-        _check_env(f"{here}.env", container.get("env"), problems)
-        _check_ports(f"{here}.ports", container.get("ports"), problems)
+            check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+        check_ports(f"{here}.ports", container.get("ports"), problems)
     if main is None:
         problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
         return DEFAULT_PORT
-    _check_image(f"{main_path}.image", main.get("image"), problems)
+    check_image(f"{main_path}.image", main.get("image"), problems)
     return _mxjob_port(main_path, main.get("ports"), problems)
-
-
-def _check_image(path: str, image: Any, problems: list[str]) -> None:
-    if not isinstance(image, str) or not image.strip():
-        problems.append(f"{path}: must be a non-empty image reference")
-
-
-def _check_template_metadata(path: str, meta: Any, problems: list[str]) -> None:
-    if meta is None:
-        return
-    if not isinstance(meta, Mapping):
-        problems.append(f"{path}: must be an object with labels and annotations")
-        return
-    for kind, value_ok, rule in (("labels", _LABEL_VALUE.match, "at most 63 letters, digits, "
-                                   "'-', '_' or '.', starting and ending with a letter or digit"),
-                                  ("annotations", None, "")):
-        entries = meta.get(kind)
-        if entries is None:
-            continue
-        if not isinstance(entries, Mapping):
-            problems.append(f"{path}.{kind}: must be a map of strings to strings")
-            continue
-        for key, value in entries.items():
-            here = f"{path}.{kind}[{_show(key)}]"
-            if not _is_qualified_key(key):
-                problems.append(f"{here}: not a valid {kind[:-1]} key ([prefix/]name, the name at "
-                                f"most 63 letters, digits, '-', '_' or '.')")
-            elif not isinstance(value, str):
-                problems.append(f"{here}: the value must be a string, got {_type(value)}")
-            elif value_ok is not None and (len(value) > 63 or not value_ok(value)):
-                problems.append(f"{here}: the value must be {rule}")
-
-
-def _is_qualified_key(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_1123_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
-
-
-def _check_env(path: str, env: Any, problems: list[str]) -> None:
-    if env is None:
-        return
-    if not isinstance(env, list):
-        problems.append(f"{path}: must be a list of {{name, value}} objects")
-        return
-    for i, entry in enumerate(env):
-        here = f"{path}[{i}]"
-        if not isinstance(entry, Mapping):
-            problems.append(f"{here}: must be an object with a name and a value or valueFrom")
-            continue
-        name = entry.get("name")
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            problems.append(f"{here}.name: must be a non-empty string of printable characters "
-                            f"other than '=', got {_show(name)}")
-        value, value_from = entry.get("value"), entry.get("valueFrom")
-        if value is not None and not isinstance(value, str):
-            problems.append(f"{here}.value: must be a string (quote numbers), got {_type(value)}")
-        if value_from is not None and not isinstance(value_from, Mapping):
-            problems.append(f"{here}.valueFrom: must be an object")
-        elif value_from is not None and value is not None:
-            problems.append(f"{here}: give value or valueFrom, not both")
-
-
-def _check_ports(path: str, ports: Any, problems: list[str]) -> None:
-    if ports is None:
-        return
-    if not isinstance(ports, list):
-        problems.append(f"{path}: must be a list of {{name, containerPort}} objects")
-        return
-    names: set[str] = set()
-    for i, port in enumerate(ports):
-        here = f"{path}[{i}]"
-        if not isinstance(port, Mapping):
-            problems.append(f"{here}: must be an object with a containerPort")
-            continue
-        if not _is_port_number(port.get("containerPort")):
-            problems.append(f"{here}.containerPort: must be an integer from 1 to 65535, "
-                            f"got {_show(port.get('containerPort'))}")
-        if port.get("hostPort") is not None and not _is_port_number(port["hostPort"]):
-            problems.append(f"{here}.hostPort: must be an integer from 1 to 65535")
-        protocol = port.get("protocol")
-        if protocol is not None and protocol not in PROTOCOLS:
-            problems.append(f"{here}.protocol: {_show(protocol)} is not one of {', '.join(PROTOCOLS)}")
-        name = port.get("name")
-        if name is None:
-            continue
-        if not isinstance(name, str) or len(name) > 15 or not _IANA_SVC_NAME.match(name):
-            problems.append(f"{here}.name: must be at most 15 lower-case letters, digits and '-' "
-                            f"with at least one letter (an IANA service name), got {_show(name)}")
-        elif name in names:
-            problems.append(f"{here}.name: {_show(name)} names two ports; rename one")
-        else:
-            names.add(name)
 
 
 def _mxjob_port(path: str, ports: Any, problems: list[str]) -> int:
@@ -391,7 +299,7 @@ def _mxjob_port(path: str, ports: Any, problems: list[str]) -> int:
         return DEFAULT_PORT
     number, seen = DEFAULT_PORT, set()
     for port in ports:
-        if not isinstance(port, Mapping) or not _is_port_number(port.get("containerPort")):
+        if not isinstance(port, Mapping) or not is_port_number(port.get("containerPort")):
             continue  # reported by _check_ports
         if port.get("name") == PORT_NAME:
             number = port["containerPort"]
@@ -450,7 +358,7 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
         problems.append("metadata.name: required")
         return
     if not _DNS_1035.match(name):
-        problems.append(f"metadata.name: {_show(name)} must start with a letter and contain only "
+        problems.append(f"metadata.name: {show(name)} must start with a letter and contain only "
                         f"lower-case letters, digits and '-' (it prefixes Service names)")
         return
     longest = max(((f"{name}-{s.name}-{max(s.replicas - 1, 0)}") for s in replicas.values()),
@@ -472,23 +380,8 @@ def _is_non_negative_int(value: Any, maximum: int | None = None) -> bool:
             and (maximum is None or value <= maximum))
 
 
-def _is_port_number(value: Any) -> bool:
-    return _is_non_negative_int(value, 65535) and value >= 1
-
-
 def _or_default(value: Any, default: Any) -> Any:
     """The default for an absent (null) field only: a falsy {} or "" is a value to validate."""
     return default if value is None else value
 
 
-def _show(value: Any, *, quote: bool = True) -> str:
-    """A user value for a message, cut short: a hostile value must not make status huge."""
-    text = repr(value) if quote or not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {dict: "an object", list: "a list", int: "an integer", float: "a number", str: "a string"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)

@@ -1,0 +1,132 @@
+"""Checks of the parts of a pod template a hook reads or adds to, whatever the job kind.
+
+A template is free-form in the CRDs (a copy of the PodTemplateSpec schema would tie them to one
+Kubernetes minor), so the hook checks, with field paths, every part it reads or merges into: a
+wrong type there would otherwise crash the sync (a 500 Metacontroller retries forever) or give a
+child the API server refuses.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hooks.shared.validation import is_non_negative_int
+
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+_IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_ENV_NAME = re.compile(r"^[\x21-\x3c\x3e-\x7e]+$")  # printable ASCII but '=' (Kubernetes 1.30+)
+
+
+def check_image(path: str, image: Any, problems: list[str]) -> None:
+    if not isinstance(image, str) or not image.strip():
+        problems.append(f"{path}: must be a non-empty image reference")
+
+
+def check_template_metadata(path: str, meta: Any, problems: list[str]) -> None:
+    if meta is None:
+        return
+    if not isinstance(meta, Mapping):
+        problems.append(f"{path}: must be an object with labels and annotations")
+        return
+    for kind, value_ok, rule in (("labels", _LABEL_VALUE.match, "at most 63 letters, digits, "
+                                   "'-', '_' or '.', starting and ending with a letter or digit"),
+                                  ("annotations", None, "")):
+        entries = meta.get(kind)
+        if entries is None:
+            continue
+        if not isinstance(entries, Mapping):
+            problems.append(f"{path}.{kind}: must be a map of strings to strings")
+            continue
+        for key, value in entries.items():
+            here = f"{path}.{kind}[{show(key)}]"
+            if not is_qualified_key(key):
+                problems.append(f"{here}: not a valid {kind[:-1]} key ([prefix/]name, the name at "
+                                f"most 63 letters, digits, '-', '_' or '.')")
+            elif not isinstance(value, str):
+                problems.append(f"{here}: the value must be a string, got {type_name(value)}")
+            elif value_ok is not None and (len(value) > 63 or not value_ok(value)):
+                problems.append(f"{here}: the value must be {rule}")
+
+
+def is_qualified_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def check_env(path: str, env: Any, problems: list[str]) -> None:
+    if env is None:
+        return
+    if not isinstance(env, list):
+        problems.append(f"{path}: must be a list of {{name, value}} objects")
+        return
+    for i, entry in enumerate(env):
+        here = f"{path}[{i}]"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{here}: must be an object with a name and a value or valueFrom")
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            problems.append(f"{here}.name: must be a non-empty string of printable characters "
+                            f"other than '=', got {show(name)}")
+        value, value_from = entry.get("value"), entry.get("valueFrom")
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{here}.value: must be a string (quote numbers), got {type_name(value)}")
+        if value_from is not None and not isinstance(value_from, Mapping):
+            problems.append(f"{here}.valueFrom: must be an object")
+        elif value_from is not None and value is not None:
+            problems.append(f"{here}: give value or valueFrom, not both")
+
+
+def check_ports(path: str, ports: Any, problems: list[str]) -> None:
+    if ports is None:
+        return
+    if not isinstance(ports, list):
+        problems.append(f"{path}: must be a list of {{name, containerPort}} objects")
+        return
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        here = f"{path}[{i}]"
+        if not isinstance(port, Mapping):
+            problems.append(f"{here}: must be an object with a containerPort")
+            continue
+        if not is_port_number(port.get("containerPort")):
+            problems.append(f"{here}.containerPort: must be an integer from 1 to 65535, "
+                            f"got {show(port.get('containerPort'))}")
+        if port.get("hostPort") is not None and not is_port_number(port["hostPort"]):
+            problems.append(f"{here}.hostPort: must be an integer from 1 to 65535")
+        protocol = port.get("protocol")
+        if protocol is not None and protocol not in PROTOCOLS:
+            problems.append(f"{here}.protocol: {show(protocol)} is not one of {', '.join(PROTOCOLS)}")
+        name = port.get("name")
+        if name is None:
+            continue
+        if not isinstance(name, str) or len(name) > 15 or not _IANA_SVC_NAME.match(name):
+            problems.append(f"{here}.name: must be at most 15 lower-case letters, digits and '-' "
+                            f"with at least one letter (an IANA service name), got {show(name)}")
+        elif name in names:
+            problems.append(f"{here}.name: {show(name)} names two ports; rename one")
+        else:
+            names.add(name)
+
+
+def is_port_number(value: Any) -> bool:
+    return is_non_negative_int(value) and 1 <= value <= 65535
+
+
+def show(value: Any, *, quote: bool = True) -> str:
+    """A user value for a message, cut short: a hostile value must not make status huge."""
+    text = repr(value) if quote or not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {dict: "an object", list: "a list", int: "an integer", float: "a number", str: "a string"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
