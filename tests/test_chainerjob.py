@@ -98,7 +98,7 @@ INVALID = {
     "unnamed-among-several": (chainerjob(master={"template": template({"image": "a"}, {"image": "b"})}),
                               "spec.master.template.spec.containers[0].name: required"),
     "no-image": (chainerjob(master={"template": template({"name": "chainer"})}),
-                 "spec.master.template.spec.containers[0].image: required"),
+                 "spec.master.template.spec.containers[0].image: must be a non-empty image reference"),
     "master-restart-always": (chainerjob(master={"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Always"}}}),
                               "spec.master.template.spec.restartPolicy: 'Always' is not allowed"),
     "worker-restart-never": (chainerjob(workers={"ws": {"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}),
@@ -111,6 +111,41 @@ INVALID = {
     "master-host-name-over-63": (chainerjob("m" * 57), "the master's host name"),
     "worker-set-name-not-a-dns-label": (chainerjob(workers={"WS_0": 1}), "spec.workerSets.WS_0: the worker set name"),
     "job-name-not-a-dns-label": (chainerjob("9lives"), "metadata.name: '9lives' must start with a letter"),
+    # Every part of a template the hook reads or merges into, checked with its path (never a 500).
+    "template-spec-not-an-object": (chainerjob(master={"template": {"spec": []}}),
+                                    "spec.master.template.spec: required, an object"),
+    "template-metadata-not-an-object": (chainerjob(master={"template": {**TEMPLATE, "metadata": "x"}}),
+                                        "spec.master.template.metadata: must be an object"),
+    "container-not-an-object": (chainerjob(master={"template": template("chainer")}),
+                                "spec.master.template.spec.containers[0]: must be an object"),
+    "env-as-a-map": (chainerjob(master={"template": template({"name": "chainer", "image": "i", "env": {"A": "1"}})}),
+                     "spec.master.template.spec.containers[0].env: must be a list"),
+    "port-without-container-port": (chainerjob(workers={"ws": {"template": template(
+        {"name": "chainer", "image": "i", "ports": [{"name": "p"}]})}}),
+        "spec.workerSets.ws.template.spec.containers[0].ports[0].containerPort: must be an integer"),
+    "container-name-not-a-dns-label": (chainerjob(master={"template": template({"name": "Main", "image": "i"})}),
+                                       "spec.master.template.spec.containers[0].name: must be lower-case"),
+    "two-containers-one-name": (chainerjob(master={"template": template({"name": "chainer", "image": "i"},
+                                                                        {"name": "chainer", "image": "j"})}),
+                                "spec.master.template.spec.containers[1].name: 'chainer' is used by another"),
+    "init-container-named-like-the-operators": (chainerjob(workers={"ws": 1}, master={"template": template(
+        {"name": "chainer", "image": "i"}, initContainers=[{"name": "kubectl-delivery", "image": "k"}])}),
+        "spec.master.template.spec.initContainers[0].name: 'kubectl-delivery' is used by another container"),
+    "volume-named-like-the-operators": (chainerjob(workers={"ws": 1}, master={"template": template(
+        {"name": "chainer", "image": "i"}, volumes=[{"name": "chainer-operator-volume-assets", "emptyDir": {}}])}),
+        "spec.master.template.spec.volumes[0].name: 'chainer-operator-volume-assets' is the operator's volume"),
+    "two-volumes-one-name": (chainerjob(master={"template": template(
+        {"name": "chainer", "image": "i"}, volumes=[{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}])}),
+        "spec.master.template.spec.volumes[1].name: 'v' names two volumes"),
+    "mount-over-the-launcher-files": (chainerjob(master={"template": template({"name": "chainer", "image": "i",
+        "volumeMounts": [{"name": "v", "mountPath": "/kubeflow/chainer-operator/assets"}]})}),
+        "spec.master.template.spec.containers[0].volumeMounts[0].mountPath: /kubeflow/chainer-operator/assets"),
+    "gpu-limit-not-a-quantity": (chainerjob(workers={"ws": {"template": template(
+        {"name": "chainer", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "four"}}})}}),
+        "spec.workerSets.ws.template.spec.containers[0].resources.limits['nvidia.com/gpu']"),
+    "resources-not-an-object": (chainerjob(master={"template": template({"name": "chainer", "image": "i",
+                                                                        "resources": ["cpu"]})}),
+                                "spec.master.template.spec.containers[0].resources: must be an object"),
 }
 
 

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hooks.chainerjob import launch, names
+from hooks.chainerjob.names import ASSETS_VOLUME, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.chainerjob.spec import ChainerJob, WorkerSet
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
@@ -15,11 +16,8 @@ from hooks.shared.k8s import JSON
 # own kubectl image, built on debian-base with coreutils, so `cp` is there; kubectl is /bin/kubectl.
 KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.34.1"
 KUBECTL_IN_IMAGE = "/bin/kubectl"
-KUBECTL_INIT_CONTAINER = "kubectl-delivery"
 
-KUBECTL_VOLUME = "chainer-operator-volume-kubectl"
 MASTER_TASK = "master"  # Volcano's task name of the master pod; worker pods use their worker set's
-ASSETS_VOLUME = "chainer-operator-volume-assets"
 AGENT_MODE = 0o555
 HOSTFILE_MODE = 0o444
 

@@ -5,7 +5,10 @@ chainerjob.kubeflow.org/name=<job>` and scripts written for it keep working.
 """
 from __future__ import annotations
 
-from hooks.chainerjob.spec import ChainerJob
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # spec reads the reserved names below, so only the type is needed here
+    from hooks.chainerjob.spec import ChainerJob
 
 NAME_LABEL = "chainerjob.kubeflow.org/name"
 ROLE_LABEL = "chainerjob.kubeflow.org/role"
@@ -13,6 +16,10 @@ WORKER_SET_LABEL = "chainerjob.kubeflow.org/workersetname"
 
 ASSETS_DIR = "/kubeflow/chainer-operator/assets"
 KUBECTL_DIR = "/kubeflow/chainer-operator/kube"
+# What the operator adds to the pods of a distributed job; a template must not use these names.
+KUBECTL_VOLUME = "chainer-operator-volume-kubectl"
+ASSETS_VOLUME = "chainer-operator-volume-assets"
+KUBECTL_INIT_CONTAINER = "kubectl-delivery"
 AGENT_KEY = "kubexeb.sh"  # sic: the original's key, which images and docs refer to
 HOSTFILE_KEY = "hostfile"
 

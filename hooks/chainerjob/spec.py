@@ -10,8 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.shared.errors import SpecError
 from hooks.shared.jsoncopy import json_copy
+from hooks.shared.podtemplate import check_env, check_image, check_ports, check_template_metadata, show
+from hooks.shared.quantity import parse_quantity
 from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 __all__ = ["ChainerJob", "Master", "SpecError", "WorkerSet", "parse_chainerjob"]
@@ -173,30 +176,124 @@ def _default_template(raw: Any) -> dict[str, Any] | None:
 
 
 def _check_template(path: str, template: Mapping[str, Any] | None, problems: list[str]) -> str | None:
-    """Check a pod template; return the main container's name (`chainer`, else the first)."""
+    """Check every part of a pod template the hook reads or adds to; return the main container's
+    name (`chainer`, else the first)."""
     fix = f'add a container (named "{DEFAULT_CONTAINER}") with the training image'
     if template is None:
         problems.append(f"{path}.template: required; {fix}")
         return None
+    check_template_metadata(f"{path}.template.metadata", template.get("metadata"), problems)
     pod_spec = template.get("spec")
-    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
-    cpath = f"{path}.template.spec.containers"
-    if not isinstance(containers, list) or not containers:
-        problems.append(f"{cpath}: required; {fix}")
+    if not isinstance(pod_spec, Mapping):
+        problems.append(f"{path}.template.spec: required, an object (a PodSpec); {fix}")
         return None
-    names = []
+    spath = f"{path}.template.spec"
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        problems.append(f"{spath}.containers: required; {fix}")
+        return None
+    names: list[str] = []
     for i, container in enumerate(containers):
-        if not isinstance(container, Mapping) or not container.get("name"):
-            problems.append(f"{cpath}[{i}].name: required when a template has several containers; "
+        here = f"{spath}.containers[{i}]"
+        if not isinstance(container, Mapping):
+            problems.append(f"{here}: must be an object (a Container)")
+            continue
+        if not container.get("name"):
+            problems.append(f"{here}.name: required when a template has several containers; "
                             f"name every container")
             continue
-        names.append(container["name"])
-        image = container.get("image")
-        if not isinstance(image, str) or not image.strip():
-            problems.append(f"{cpath}[{i}].image: required; give the container's image")
+        if _check_container_name(here, container["name"], names, problems):
+            names.append(container["name"])
+        check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+        check_ports(f"{here}.ports", container.get("ports"), problems)
+        _check_container_extras(here, container, problems)
+    _check_init_containers(f"{spath}.initContainers", pod_spec.get("initContainers"), list(names), problems)
+    _check_volumes(f"{spath}.volumes", pod_spec.get("volumes"), problems)
     if len(names) != len(containers):
         return None
     return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]
+
+
+def _check_container_name(path: str, name: Any, taken: list[str], problems: list[str]) -> bool:
+    """A DNS label not used by another container of the pod (init containers included)."""
+    if not isinstance(name, str) or not DNS_1123_LABEL.match(name) or len(name) > MAX_LABEL_LENGTH:
+        problems.append(f"{path}.name: must be lower-case letters, digits and '-' (at most "
+                        f"{MAX_LABEL_LENGTH}), got {show(name)}")
+        return False
+    if name in taken or name == KUBECTL_INIT_CONTAINER:
+        problems.append(f"{path}.name: {show(name)} is used by another container"
+                        + (" (the operator's kubectl init container)" if name == KUBECTL_INIT_CONTAINER else "")
+                        + "; rename it")
+        return False
+    return True
+
+
+def _check_container_extras(path: str, container: Mapping[str, Any], problems: list[str]) -> None:
+    """The fields the operator merges into (volumeMounts) or reads (resources) of a container."""
+    mounts = container.get("volumeMounts")
+    if mounts is not None and not (isinstance(mounts, list) and all(isinstance(m, Mapping) for m in mounts)):
+        problems.append(f"{path}.volumeMounts: must be a list of {{name, mountPath}} objects")
+    elif mounts:
+        for j, mount in enumerate(mounts):
+            if mount.get("mountPath") in (ASSETS_DIR, KUBECTL_DIR):
+                problems.append(f"{path}.volumeMounts[{j}].mountPath: {mount['mountPath']} is where the "
+                                f"operator mounts its launcher files; use another path")
+    resources = container.get("resources")
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        problems.append(f"{path}.resources: must be an object with limits and requests")
+        return
+    for field_name in ("limits", "requests"):
+        values = resources.get(field_name)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            problems.append(f"{path}.resources.{field_name}: must be a map of resource name to quantity")
+            continue
+        for resource, value in values.items():
+            try:
+                parse_quantity(value)
+            except ValueError as err:
+                problems.append(f"{path}.resources.{field_name}[{show(resource)}]: {err}")
+
+
+def _check_init_containers(path: str, init: Any, taken: list[str], problems: list[str]) -> None:
+    if init is None:
+        return
+    if not isinstance(init, list):
+        problems.append(f"{path}: must be a list of containers")
+        return
+    for i, container in enumerate(init):
+        here = f"{path}[{i}]"
+        if not isinstance(container, Mapping):
+            problems.append(f"{here}: must be an object (a Container)")
+            continue
+        if _check_container_name(here, container.get("name"), taken, problems):
+            taken.append(container["name"])
+        check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+        _check_container_extras(here, container, problems)
+
+
+def _check_volumes(path: str, volumes: Any, problems: list[str]) -> None:
+    if volumes is None:
+        return
+    if not isinstance(volumes, list):
+        problems.append(f"{path}: must be a list of volumes")
+        return
+    seen: set[str] = set()
+    for i, volume in enumerate(volumes):
+        name = volume.get("name") if isinstance(volume, Mapping) else None
+        if not isinstance(volume, Mapping) or not isinstance(name, str) or not name:
+            problems.append(f"{path}[{i}]: must be an object with a name")
+        elif name in (ASSETS_VOLUME, KUBECTL_VOLUME):
+            problems.append(f"{path}[{i}].name: {show(name)} is the operator's volume; rename yours")
+        elif name in seen:
+            problems.append(f"{path}[{i}].name: {show(name)} names two volumes; rename one")
+        else:
+            seen.add(name)
 
 
 def _slots(path: str, mpi_config: Any, template: Mapping[str, Any] | None, distributed: bool,
@@ -217,10 +314,12 @@ def _slots(path: str, mpi_config: Any, template: Mapping[str, Any] | None, distr
 
 
 def _gpu_limit(template: Mapping[str, Any] | None) -> int:
-    pod_spec = (template or {}).get("spec") or {}
-    for container in pod_spec.get("containers") or []:
+    pod_spec = (template or {}).get("spec")
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    for container in containers if isinstance(containers, list) else []:
         if isinstance(container, Mapping) and container.get("name") == DEFAULT_CONTAINER:
-            limits = (container.get("resources") or {}).get("limits") or {}
+            resources = container.get("resources")
+            limits = resources.get("limits") if isinstance(resources, Mapping) else None
             value = limits.get(GPU_RESOURCE) if isinstance(limits, Mapping) else None
             # A quantity: 4 in YAML, or "4" once the API server has normalised it.
             if isinstance(value, str) and value.isdigit():
