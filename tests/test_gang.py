@@ -252,6 +252,17 @@ def test_min_available_over_replicas_is_refused_with_the_path_of_the_layout_used
             "could never start; use at most 4") in message
 
 
+@pytest.mark.parametrize("policy", [
+    pytest.param({"minAvailable": 99}, id="min-available-over-replicas"),
+    pytest.param({"minResources": {"cpu": "lots"}}, id="min-resources-not-a-quantity"),
+    pytest.param({"priorityClass": "high", "queue": "q"}, id="priority-and-queue"),
+])
+@pytest.mark.parametrize("layout", ["runPolicy", "inline"])
+def test_without_gang_scheduling_a_scheduling_policy_changes_nothing(policy, layout):
+    fields = {"runPolicy": {"schedulingPolicy": policy}} if layout == "runPolicy" else {"schedulingPolicy": policy}
+    assert Sim(mxjob(**fields)).sync() == Sim(mxjob()).sync()
+
+
 # --- quantities ------------------------------------------------------------------------------------
 
 

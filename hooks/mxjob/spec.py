@@ -126,8 +126,12 @@ class MXJob:
         return [(rtype, i) for i in range(self.replicas[rtype].replicas)]
 
 
-def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
-    """Parse and validate the parent MXJob, raising SpecError listing every problem."""
+def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
+    """Parse and validate the parent MXJob, raising SpecError listing every problem.
+
+    schedulingPolicy is read (and checked) only when gang scheduling is on: without it the field
+    has no effect, so a job that applied before gang scheduling existed must not start failing.
+    """
     problems: list[str] = []
     meta = parent.get("metadata") or {}
     name = meta.get("name", "")
@@ -142,7 +146,7 @@ def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
     success_policy = _or_default(spec.get("successPolicy"), "")
     if success_policy not in SUCCESS_POLICIES:
         problems.append(f"spec.successPolicy: {show(success_policy)} is not one of \"\", AllWorkers")
-    run_policy = _parse_run_policy(spec, problems)
+    run_policy = _parse_run_policy(spec, problems, gang=gang)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
     if job_mode in JOB_MODES:
         _check_mode(job_mode, replicas, problems)
@@ -157,7 +161,7 @@ def parse_mxjob(parent: Mapping[str, Any]) -> MXJob:
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas)
 
 
-def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy:
+def _parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool) -> RunPolicy:
     run_policy = _or_default(spec.get("runPolicy"), {})
     if not isinstance(run_policy, Mapping):
         problems.append("spec.runPolicy: must be an object")
@@ -191,7 +195,8 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str]) -> RunPolicy
         problems.append(f"{paths['suspend']}: must be true or false, got {show(suspend)}")
         suspend = False
     scheduling_path = paths.get("schedulingPolicy", "spec.runPolicy.schedulingPolicy")
-    scheduling = parse_scheduling_policy(merged.get("schedulingPolicy"), scheduling_path, problems)
+    scheduling = parse_scheduling_policy(merged.get("schedulingPolicy") if gang else None,
+                                         scheduling_path, problems)
     return RunPolicy(clean_pod_policy=clean,
                      ttl_seconds_after_finished=ints["ttlSecondsAfterFinished"],
                      active_deadline_seconds=ints["activeDeadlineSeconds"],

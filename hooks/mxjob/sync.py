@@ -71,7 +71,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     parent, gang, observed = _read_request(request)
     old_status = parent.get("status")
     try:
-        job = parse_mxjob(parent)
+        job = parse_mxjob(parent, gang=gang is not None)
         wiring = cluster_wiring(job)
         problems = size_problems(job, wiring) or changed_since_created(wiring, observed.config_maps)
         if problems:
