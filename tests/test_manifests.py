@@ -244,7 +244,8 @@ def test_install_contains_everything_but_metacontroller():
 
 
 def test_cluster_scoped_objects_have_no_namespace_and_the_rest_are_in_mxjob_system():
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "CompositeController"}
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "CompositeController", "ClusterRole",
+                      "ClusterRoleBinding"}
     for obj in install():
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
@@ -428,3 +429,54 @@ def test_hooks_have_resource_requests_and_limits():
     for kind in ("requests", "limits"):
         assert set(resources[kind]) >= {"cpu", "memory"}, kind
 
+
+
+# --- the RBAC Metacontroller needs ------------------------------------------------------------------
+
+CHILD_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+def allows(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    """Whether any rule grants verb on every object of group/resource (as the API server reads it)."""
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               and not r.get("resourceNames") for r in rules)
+
+
+def metacontroller_rules() -> list[dict]:
+    objects = install()
+    binding = the(objects, "ClusterRoleBinding", "mxjob-metacontroller")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "metacontroller", "namespace": "metacontroller"}]
+    assert binding["roleRef"]["name"] == "mxjob-metacontroller"
+    return the(objects, "ClusterRole", "mxjob-metacontroller")["rules"]
+
+
+@pytest.mark.parametrize("controller", ["mxjob-controller", "chainerjob-controller"])
+def test_metacontroller_may_manage_every_parent_and_child_of_each_controller(controller):
+    rules = metacontroller_rules()
+    spec = the(install(), "CompositeController", controller)["spec"]
+    group = spec["parentResource"]["apiVersion"].rpartition("/")[0]
+    parent = spec["parentResource"]["resource"]
+    missing = [(group, parent, v) for v in ("get", "list", "watch", "update")
+               if not allows(rules, group, parent, v)]
+    missing += [(group, f"{parent}/status", v) for v in ("get", "update") if not allows(rules, group, f"{parent}/status", v)]
+    for child in spec["childResources"]:
+        child_group = child["apiVersion"].rpartition("/")[0]
+        missing += [(child_group, child["resource"], v) for v in CHILD_VERBS
+                    if not allows(rules, child_group, child["resource"], v)]
+    assert missing == []
+
+
+def test_metacontroller_holds_everything_the_chainerjob_launcher_role_grants():
+    """The API server's escalation check: Metacontroller can only create a Role granting what it holds."""
+    from chainersim import chainerjob
+    from mcsim import T0
+
+    from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
+
+    parent = chainerjob(workers={"ws": 2})
+    answer = sync_chainerjob({"parent": parent, "children": {k: {} for k in CHILD_KEYS}}, now=T0)
+    [role] = [c for c in answer["children"] if c["kind"] == "Role"]
+    rules = metacontroller_rules()
+    not_held = [(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                for v in rule["verbs"] if not allows(rules, g, r, v)]
+    assert role["rules"] and not_held == []
