@@ -110,7 +110,9 @@ INVALID = {
                                  "StatefulSet '" + "j" * 30 + "-workerset-" + "w" * 12 + "' would have 53 characters"),
     "master-host-name-over-63": (chainerjob("m" * 57), "the master's host name"),
     "worker-set-name-not-a-dns-label": (chainerjob(workers={"WS_0": 1}), "spec.workerSets.WS_0: the worker set name"),
-    "job-name-not-a-dns-label": (chainerjob("9lives"), "metadata.name: '9lives' must start with a letter"),
+    "job-name-not-a-dns-1035-label-with-workers": (chainerjob("9lives", workers={"ws": 1}),
+                                                   "metadata.name: '9lives' must start with a letter"),
+    "job-name-not-a-dns-label": (chainerjob("-x"), "metadata.name: '-x' must contain only lower-case"),
     # Every part of a template the hook reads or merges into, checked with its path (never a 500).
     "template-spec-not-an-object": (chainerjob(master={"template": {"spec": []}}),
                                     "spec.master.template.spec: required, an object"),
@@ -156,6 +158,11 @@ def test_invalid_spec_is_reported_with_its_field_path(parent, fragment):
     assert any(fragment in p for p in err.value.problems), err.value.problems
 
 
+def test_without_worker_sets_a_name_starting_with_a_digit_runs_as_it_did_under_the_original():
+    answer = first_sync(chainerjob("9lives"))
+    assert [c["metadata"]["name"] for c in answer["children"]] == ["9lives-master"]
+
+
 def test_a_52_character_statefulset_name_is_accepted():
     job = parse_chainerjob(chainerjob("j" * 30, workers={"w" * 11: 1}))
     assert len(f"{job.name}-workerset-{'w' * 11}") == 52
@@ -189,6 +196,34 @@ def test_fixing_an_invalid_edit_clears_the_reported_problem():
     assert "spec.backend" in sim.sync()["status"]["specError"]
     sim.edit({"backend": "mpi"})
     assert "specError" not in sim.sync()["status"]
+
+
+@pytest.mark.parametrize("outcome", [("Complete", "", "done"), ("Failed", "BackoffLimitExceeded", "too many")],
+                         ids=["complete", "failed"])
+def test_a_master_that_finishes_during_an_invalid_edit_still_ends_the_job(outcome):
+    sim = ChainerSim(chainerjob(workers={"ws": 2}))
+    sim.sync()
+    sim.all_ready()
+    sim.sync()
+    sim.master("chj-master", active=1)
+    sim.sync()
+    sim.edit({"backend": "nccl"})
+    sim.sync()
+    sim.master("chj-master", succeeded=int(outcome[0] == "Complete"), failed=int(outcome[0] == "Failed"),
+               finished=outcome)
+    answer = sim.sync()
+    assert sim.state() == outcome[0]
+    assert "spec.backend" in answer["status"]["specError"]
+    assert sim.children[STATEFULSET_KEY]["chj-workerset-ws"]["spec"]["replicas"] == 0
+    assert answer["status"]["workerSets"]["ws"]["replicas"] == 0
+    assert "chj-master" in sim.children[JOB_KEY]
+    running = next(c for c in answer["status"]["conditions"] if c["type"] == "Running")
+    assert running["status"] == "False"
+    assert sim.sync() == answer  # a fixed point
+    sim.edit({"backend": "mpi"})
+    fixed = sim.sync()
+    assert "specError" not in fixed["status"] and sim.state() == outcome[0]
+    assert fixed["status"]["conditions"] == answer["status"]["conditions"]
 
 
 # --- children -----------------------------------------------------------------------------------------
@@ -271,7 +306,8 @@ def test_the_worker_selector_holds_operator_labels_only():
 
 def run_agent(tmp_path: Path, host: str, *command: str) -> str:
     answer = first_sync(chainerjob(workers={"ws": 1, "other": {"replicas": 1, "template": template(
-        {"name": "trainer", "image": "i"})}}))
+        {"name": "trainer", "image": "i"})}, "ws-1": {"replicas": 11, "template": template(
+        {"name": "main", "image": "i"})}}))
     agent = tmp_path / "kubexeb.sh"
     agent.write_text(child(answer, "ConfigMap")["data"]["kubexeb.sh"])
     agent.chmod(stat.S_IRWXU)
@@ -290,7 +326,11 @@ def test_the_agent_runs_a_command_for_this_host_here_through_a_shell(tmp_path):
 
 
 @pytest.mark.parametrize("host,container_name", [("chj-workerset-ws-0", "chainer"),
-                                                 ("chj-workerset-other-0", "trainer")])
+                                                 ("chj-workerset-other-0", "trainer"),
+                                                 ("chj-workerset-ws-1-0", "main"),
+                                                 ("chj-workerset-ws-1-10", "main")],
+                         ids=["chainer", "named-main-container", "set-whose-name-extends-another",
+                              "two-digit-ordinal"])
 def test_the_agent_execs_into_another_host_with_its_main_container(tmp_path, host, container_name):
     out = run_agent(tmp_path, host, "orted", "--flag", "x y")
     assert out == f"<exec><-i><{host}><-c><{container_name}><--></bin/sh><-c><orted --flag x y>"

@@ -63,8 +63,11 @@ def agent_script(job: ChainerJob, *, wait_for_target: bool = False) -> str:
     before a worker's container runs) it first waits, at most AGENT_WAIT_SECONDS, for the target
     container to be running, and says why when it gives up.
     """
+    # Longest set name first: `a-[0-9]*` also matches the pods of a set named `a-1` (a-1-0), but
+    # `a-1-[0-9]*` never matches a pod of `a` (its names have only digits after `a-`).
+    by_length = sorted(job.worker_sets.values(), key=lambda ws: (-len(ws.name), ws.name))
     cases = "".join(f"  {names.worker_set(job, ws.name)}-[0-9]*) container={ws.main_container} ;;\n"
-                    for ws in job.worker_sets.values())
+                    for ws in by_length)
     return (
         "#!/bin/sh\n"
         "# OpenMPI's rsh agent for ChainerJob " + job.key + ": kubexeb.sh <host> <command...>\n"

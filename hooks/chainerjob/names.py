@@ -44,7 +44,12 @@ def assets(job: ChainerJob) -> str:
 
 def master(job: ChainerJob) -> str:
     """The master Job's name, which is also the master pod's host name."""
-    return f"{job.name}-master"
+    return master_of(job.name)
+
+
+def master_of(job_name: str) -> str:
+    """The master Job's name from the job's name alone (for a job whose spec cannot be parsed)."""
+    return f"{job_name}-master"
 
 
 def worker_set(job: ChainerJob, ws_name: str) -> str:

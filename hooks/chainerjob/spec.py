@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
+from hooks.chainerjob.names import (
+    ASSETS_DIR,
+    ASSETS_VOLUME,
+    KUBECTL_DIR,
+    KUBECTL_INIT_CONTAINER,
+    KUBECTL_VOLUME,
+    master_of,
+)
 from hooks.shared.errors import SpecError
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.podtemplate import check_env, check_image, check_ports, check_template_metadata, show
@@ -332,11 +339,16 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
     if not name:
         problems.append("metadata.name: required")
         return
-    if not DNS_1035_LABEL.match(name):
+    if worker_sets and not DNS_1035_LABEL.match(name):
         problems.append(f"metadata.name: {name!r} must start with a letter and contain only lower-case "
-                        f"letters, digits and '-' (it prefixes the names of Services and pods)")
+                        f"letters, digits and '-' (with worker sets it prefixes Service names)")
         return
-    master = f"{name}-master"
+    # Without worker sets there are no Services, so a name the original ran (say "9lives") still runs.
+    if not DNS_1123_LABEL.match(name):
+        problems.append(f"metadata.name: {name!r} must contain only lower-case letters, digits and "
+                        f"'-', and start and end with a letter or digit (it is a label value)")
+        return
+    master = master_of(name)
     if len(master) > MAX_LABEL_LENGTH:
         problems.append(f"metadata.name: too long: the master's host name {master!r} would have "
                         f"{len(master)} characters (the limit is {MAX_LABEL_LENGTH}); use a job name "

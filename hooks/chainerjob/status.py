@@ -74,20 +74,51 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[s
         elif outcome is None:
             own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
     if outcome is not None:
-        reason = "ChainerJobSucceeded" if outcome == "Complete" else "ChainerJobFailed"
-        final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
-        why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
-        own.clear("Running", reason, f"ChainerJob {job.key} has finished: the master Job is {outcome}{why}.")
+        _finish(own, job.key, record, outcome)
     elif record.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
         own.set("Running", True, "ChainerJobRunning", f"ChainerJob {job.key}: the master is running{workers}.")
 
-    both = Conditions([*own.ordered(STATE_ORDER), *record["conditions"]], now)
-    status: JSON = {"conditions": both.ordered(STATE_ORDER)}
-    status.update({k: v for k, v in record.items() if k != "conditions"})
+    status = _with_record(own, record, now)
     if job.distributed:
         status["workerSets"] = {name: {"replicas": 0 if outcome else ws.replicas, "readyReplicas": ready[name]}
                                 for name, ws in job.worker_sets.items()}
+    return status
+
+
+def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapping[str, Any],
+                           now: datetime) -> JSON:
+    """A master that finished while the spec is invalid: its outcome recorded as a valid sync would.
+
+    The spec cannot be read, so everything else (specError, worker readiness) stays as it was;
+    the worker sets are scaled to 0 by the caller, so their desired replicas are 0 here too.
+    """
+    own = Conditions([c for c in old_status.get("conditions") or []
+                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+    outcome = finished(record)
+    assert outcome is not None, "only for a finished master"
+    _finish(own, key, record, outcome)
+    status: JSON = {k: v for k, v in old_status.items()
+                    if k not in ("conditions", "observedGeneration", *JOB_STATUS_FIELDS)}
+    status.update(_with_record(own, record, now))
+    sets = old_status.get("workerSets")
+    if isinstance(sets, Mapping):
+        status["workerSets"] = {name: {**counts, "replicas": 0} for name, counts in sets.items()}
+    return status
+
+
+def _finish(own: Conditions, key: str, record: Mapping[str, Any], outcome: str) -> None:
+    reason = "ChainerJobSucceeded" if outcome == "Complete" else "ChainerJobFailed"
+    final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
+    why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
+    own.clear("Running", reason, f"ChainerJob {key} has finished: the master Job is {outcome}{why}.")
+
+
+def _with_record(own: Conditions, record: Mapping[str, Any], now: datetime) -> JSON:
+    """Our conditions and the master Job's, in state order, then the Job's other fields."""
+    both = Conditions([*own.ordered(STATE_ORDER), *record["conditions"]], now)
+    status: JSON = {"conditions": both.ordered(STATE_ORDER)}
+    status.update({k: v for k, v in record.items() if k != "conditions"})
     return status
 
 

@@ -17,6 +17,7 @@ from hooks.chainerjob.status import (
     STATE_ORDER,
     failed_validation,
     finished,
+    finished_while_invalid,
     master_record,
     status_for,
     validation_failed_status,
@@ -98,7 +99,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         message = invalid_spec_message(PARENT_KIND, parent, err.problems)
         kept = [(key, name, obj) for key, objs in observed.items() for name, obj in objs.items()]
         if kept or any(isinstance(c, Mapping) and c.get("type") == "Created" for c in old_status.get("conditions") or []):
-            return keep_children(old_status, kept, message)
+            return _keep_children(parent, observed, old_status, kept, message, now)
         return {"status": validation_failed_status(old_status, message, now), "children": []}
     if failed_validation(old_status):
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
@@ -120,6 +121,29 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # Only while the job runs: a finished job's PodGroup would keep its queue's share.
         wanted.insert(0, podgroup)
     return {"status": status_for(job, old_status, record, ready, master_wanted, now), "children": wanted}
+
+
+def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_status: JSON,
+                   kept: list[tuple[str, str, Mapping[str, Any]]], message: str, now: datetime) -> SyncResponse:
+    """An invalid edit: every child kept as last applied, but a master that finishes meanwhile still
+    ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
+    node, and its GPUs, until someone repairs the spec."""
+    answer = keep_children(old_status, kept, message)
+    name = parent["metadata"]["name"]
+    record = master_record(observed[JOB_KEY].get(names.master_of(name)), old_status)
+    if finished(record) is None:
+        return answer
+    key = f"{parent['metadata'].get('namespace') or 'default'}/{name}"
+    answer["status"] = {**finished_while_invalid(key, old_status, record, now), "specError": answer["status"]["specError"]}
+    wanted = []
+    for obj in answer["children"]:
+        if obj["kind"] == "PodGroup":
+            continue
+        if obj["kind"] == "StatefulSet" and isinstance(obj.get("spec"), Mapping):
+            obj = {**obj, "spec": {**obj["spec"], "replicas": 0}}
+        wanted.append(obj)
+    answer["children"] = wanted
+    return answer
 
 
 def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str,
