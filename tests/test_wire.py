@@ -66,13 +66,24 @@ def _no_last_applied() -> Sim:
     return sim
 
 
-@pytest.mark.parametrize("scenario", [_failing_pods, _invalid_edit, _no_last_applied],
+def _in_place_restarts_past_backoff() -> Sim:
+    # The Failed message names each restarted container's last exit code, read from lastState.
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 2, "restartPolicy": "OnFailure"}}, runPolicy={"backoffLimit": 1}))
+    sim.sync()
+    sim.run()
+    sim.set_phase("mx-worker-0", "Running", restarts=2, last_exit_code=3)
+    return sim
+
+
+@pytest.mark.parametrize("scenario", [_failing_pods, _invalid_edit, _no_last_applied, _in_place_restarts_past_backoff],
                          ids=["failed-restarting-terminating-pods", "invalid-edit-keeps-children",
-                              "invalid-edit-without-last-applied"])
+                              "invalid-edit-without-last-applied", "in-place-restarts-past-backoff"])
 def test_scenario_answers_are_the_same_from_the_selective_decode(scenario):
     sim = scenario()
     full, selective = both_ways(sim.request(), sim.now)
     assert selective == full
+    if scenario is _in_place_restarts_past_backoff:
+        assert "last exit codes: mx-worker-0 3" in selective["status"]["conditions"][-1]["message"]
 
 
 def test_the_selective_decode_leaves_out_what_the_core_never_reads():

@@ -40,7 +40,8 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
                  "annotations": dict[str, str], "deletionTimestamp": str},
     "status": {"phase": str,
-               "containerStatuses": [{"name": str, "restartCount": int, "state": {"terminated": {"exitCode": int}}}]},
+               "containerStatuses": [{"name": str, "restartCount": int, "state": {"terminated": {"exitCode": int}},
+                                      "lastState": {"terminated": {"exitCode": int}}}]},
     "data": dict[str, str],
 }
 
