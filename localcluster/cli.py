@@ -119,6 +119,8 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObjec
             documents = [doc for doc in yaml.safe_load_all(stream) if doc]
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path} is not a text file (YAML must be UTF-8): {err.reason} at byte {err.start}") from err
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML: {err}") from err
     kinds = {kind: served_kinds()[kind] for kind in PARENT_KINDS.values()}
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
                 try:
                     cluster.submit(job)  # empties the job's folder: only under the lock
                     cluster.start()
-                except (RuntimeError, OSError) as error:
+                except (RuntimeError, OSError, ValueError) as error:  # ValueError: a job folder that escapes
                     signals.stopping = True
                     cluster.stop()
                     print(f"error: the local cluster could not start: {error}", file=err)

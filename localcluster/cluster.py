@@ -197,7 +197,9 @@ class LocalCluster:
                 raise ValueError(problem)
         folder = (self.state_dir / str(namespace) / str(name)).resolve()
         if not folder.is_relative_to(self.state_dir) or folder == self.state_dir:
-            raise ValueError(f"{folder} is outside the state dir {self.state_dir}")  # unreachable for DNS labels
+            # A DNS label cannot climb out, but a symlink left in the state dir can: never follow it.
+            raise ValueError(f"the job's folder resolves to {folder}, outside the state dir {self.state_dir} "
+                             f"(a symlink?); remove it or use another --state-dir")
         return folder
 
     def get_job(self, name: str, namespace: str = "default") -> KubeObject | None:

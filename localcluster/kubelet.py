@@ -128,6 +128,7 @@ class ProcessKubelet:
         self.restart_backoff = restart_backoff
         self.gate = gate
         self._workers: dict[tuple[str, str], PodWorker] = {}
+        self._pod_dirs: set[Path] = set()  # every pod folder this kubelet made, removed at stop
         self._recorded: dict[Path, tuple[str, int, bool]] = {}  # pod.json: (uid, resourceVersion, deleted)
         self._stopping: list[PodWorker] = []
         self._lock = threading.Lock()
@@ -159,6 +160,7 @@ class ProcessKubelet:
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
+                self._pod_dirs.add(worker.pod_dir)
                 worker.start()
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
@@ -247,6 +249,22 @@ class ProcessKubelet:
             worker.request_shutdown(grace)
         for worker in workers:
             worker.join(timeout=grace + 5)
+        self._remove_pod_dirs()
+
+    def _remove_pod_dirs(self) -> None:
+        """Volumes, stand-in binaries and pod.json go with the run (logs stay): a real kubelet
+        removes a pod's emptyDirs with the pod, and nothing reads them once every process is gone."""
+        if any(w.is_alive() for w in self._stopping):
+            return  # a container outlived its SIGKILL: leave its files alone
+        with self._lock:
+            dirs, self._pod_dirs = sorted(self._pod_dirs), set()
+        for folder in dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+            for parent in (folder.parent, folder.parent.parent):
+                try:
+                    parent.rmdir()  # only when empty: another run may share the state dir
+                except OSError:
+                    break
 
 
 class PodWorker(threading.Thread):

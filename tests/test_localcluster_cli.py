@@ -124,6 +124,27 @@ def test_a_missing_file_is_a_read_error_not_an_invalid_spec(tmp_path: Path):
     assert "invalid spec" not in err.getvalue()
 
 
+def test_a_binary_file_is_a_read_error_not_a_traceback(tmp_path: Path):
+    err = io.StringIO()
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    assert cli.run(run_args(tmp_path, path), out=io.StringIO(), err=err) == cli.EXIT_INVALID
+    assert err.getvalue().startswith(f"error: {path} is not a text file")
+
+
+def test_a_job_folder_that_is_a_symlink_out_of_the_state_dir_is_refused_and_left_alone(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (tmp_path / "state" / "default").mkdir(parents=True)
+    (tmp_path / "state" / "default" / "linked").symlink_to(outside)
+    err = io.StringIO()
+    path = write(tmp_path, job("linked", ["true"]))
+    assert cli.run(run_args(tmp_path, path), out=io.StringIO(), err=err) == cli.EXIT_CANNOT_START
+    assert "outside the state dir" in err.getvalue() and "Traceback" not in err.getvalue()
+    assert [p.name for p in outside.iterdir()] == ["keep.txt"] and (outside / "keep.txt").read_text() == "mine"
+
+
 def test_a_yaml_error_names_the_file(tmp_path: Path):
     err = io.StringIO()
     path = write(tmp_path, "kind: MXJob\nmetadata: {name: [unclosed\n")
@@ -183,7 +204,7 @@ def test_a_suspended_job_is_reported_at_once_with_its_own_exit_code(tmp_path: Pa
 
 
 @pytest.mark.e2e
-def test_no_metrics_directory_is_left_behind(tmp_path: Path):
+def test_no_metrics_directory_or_pod_folder_is_left_behind(tmp_path: Path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     path = write(tmp_path, job("tidy", ["true"]))
@@ -192,6 +213,9 @@ def test_no_metrics_directory_is_left_behind(tmp_path: Path):
                             timeout=90, env={**os.environ, "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stderr
     assert list(scratch.iterdir()) == []
+    # Pod volumes and stand-in files go with the run; the job's logs stay.
+    assert not (tmp_path / "state" / "pods").exists()
+    assert (tmp_path / "state" / "default" / "tidy" / "tidy-worker-0.log").exists()
 
 
 @pytest.mark.e2e
