@@ -194,6 +194,41 @@ def test_logs_of_an_unknown_container_lists_pods_and_containers(tmp_path: Path):
     assert "available: lsjob-worker-0 -c mxnet" in err.getvalue()
 
 
+def test_logs_follow_prints_what_is_written_while_the_run_goes_on_and_stops_with_it(tmp_path: Path):
+    import threading
+
+    state = tmp_path / "state"
+    log = state / "default" / "fjob" / "fjob-worker-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("=== localcluster: pod fjob-worker-0 container mxnet start #0 at t: [python]\nepoch 1\n")
+    out = io.StringIO()
+    args = argparse.Namespace(state_dir=str(state), namespace="default", job="fjob", pod="fjob-worker-0",
+                              container="mxnet", follow=True)
+    codes: list[int] = []
+    release = threading.Event()
+
+    def hold_the_run_lock() -> None:
+        with cli.job_lock(state, "default", "fjob"):
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_run_lock)
+    holder.start()
+    while not cli.job_running(state, "default", "fjob"):
+        time.sleep(0.01)
+    follower = threading.Thread(target=lambda: codes.append(cli.logs(args, out=out, err=io.StringIO())))
+    follower.start()
+    time.sleep(3 * cli.REFRESH_SECONDS)
+    with log.open("a") as handle:
+        handle.write("epoch 2\n")
+    time.sleep(3 * cli.REFRESH_SECONDS)
+    assert follower.is_alive()  # still following while the run holds its lock
+    release.set()
+    holder.join()
+    follower.join(timeout=10)
+    assert codes == [cli.EXIT_SUCCEEDED]
+    assert out.getvalue().endswith("epoch 1\nepoch 2\n")
+
+
 @pytest.mark.e2e
 def test_a_suspended_job_is_reported_at_once_with_its_own_exit_code(tmp_path: Path):
     err = io.StringIO()

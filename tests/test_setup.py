@@ -103,3 +103,27 @@ def test_the_project_is_installed_with_its_command():
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts.get("localcluster") == "localcluster.cli:main"
     assert (Path(sys.executable).parent / "localcluster").exists()
+
+
+def test_make_help_lists_every_documented_target():
+    result = make("help")
+    listed = {line.split()[1] for line in result.stdout.splitlines() if line.strip().startswith("make ")}
+    assert {"setup", "run", "test", "lint", "bench", "clean", "constraints"} <= listed, result.stdout
+
+
+def test_make_lint_runs_ruff_and_mypy_and_make_test_runs_lint_first():
+    lint = make("-n", "lint", "STAMP=/dev/null").stdout
+    assert "ruff check ." in lint and "mypy" in lint
+    test = make("-n", "test", "STAMP=/dev/null").stdout
+    assert test.index("ruff check") < test.index("pytest")
+
+
+def test_make_clean_removes_every_cache_and_state_folder(tmp_path: Path):
+    made = [".venv", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".localcluster", "x.egg-info"]
+    for name in made:
+        (tmp_path / name).mkdir()
+    (tmp_path / "keep.txt").write_text("mine")
+    result = subprocess.run([shutil.which("make") or "make", "-f", str(ROOT / "Makefile"), "--no-print-directory",
+                             "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
