@@ -77,6 +77,11 @@ SCHEMA_REJECTS = {
     "negative-backoff": ("spec.master.backoffLimit", -1),
     "zero-deadline": ("spec.master.activeDeadlineSeconds", 0),
     "string-replicas": ("spec.workerSets.ws0.replicas", "two"),
+    # The hook's bounds, declared in the schema too (hooks.chainerjob.spec.MAX_WORKERS, int32 fields).
+    "replicas-over-the-bound": ("spec.workerSets.ws0.replicas", 1001),
+    "backoff-over-int32": ("spec.master.backoffLimit", 2**31),
+    "slots-over-int32": ("spec.workerSets.ws0.mpiConfig", {"slots": 2**31}),
+    "deadline-over-int64": ("spec.master.activeDeadlineSeconds", 2**63),
 }
 
 

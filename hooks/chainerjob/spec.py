@@ -22,7 +22,7 @@ from hooks.shared.errors import SpecError
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.podtemplate import check_env, check_image, check_ports, check_template_metadata, show
 from hooks.shared.quantity import parse_quantity
-from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
+from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, MAX_LABEL_LENGTH, is_non_negative_int
 
 __all__ = ["ChainerJob", "Master", "SpecError", "WorkerSet", "parse_chainerjob"]
 
@@ -35,6 +35,11 @@ WORKER_RESTART_POLICY = "Always"
 # A StatefulSet's pods carry controller-revision-hash=<name>-<10 characters>, a label value of at
 # most 63 characters, so the StatefulSet name can have at most 52.
 MAX_STATEFULSET_NAME = 52
+# Workers over all sets. The launcher Role names every worker pod twice and the hostfile once, and
+# Metacontroller copies each child into its last-applied annotation (256 KiB for all annotations):
+# 1,000 workers with the longest names fill about half of it. Checked before any work is sized by
+# it; the CRD declares the same maximum per set.
+MAX_WORKERS = 1000
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,10 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
     master = _parse_master(spec.get("master"), distributed, problems)
     worker_sets = {key: ws for key in sorted(raw_sets)
                    if (ws := _parse_worker_set(str(key), raw_sets[key], problems)) is not None}
+    total = sum(ws.replicas for ws in worker_sets.values())
+    if total > MAX_WORKERS:
+        problems.append(f"spec.workerSets: {total} workers in all; at most {MAX_WORKERS} fit (the launcher "
+                        f"Role and the hostfile list every worker pod)")
     _check_names(name, worker_sets, problems)
     if problems or master is None:
         raise SpecError(problems)
@@ -123,10 +132,11 @@ def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | 
                         f"(mpiexec for a job with workerSets)")
         return None
     ints: dict[str, int | None] = {}
-    for key, least in (("backoffLimit", 0), ("activeDeadlineSeconds", 1)):
+    # What the master Job's fields hold: backoffLimit is an int32, activeDeadlineSeconds an int64.
+    for key, least, most in (("backoffLimit", 0, MAX_INT32), ("activeDeadlineSeconds", 1, 2**63 - 1)):
         value = raw.get(key)
-        if value is not None and not (is_non_negative_int(value) and value >= least):
-            problems.append(f"{path}.{key}: must be an integer of at least {least}, got {value!r}")
+        if value is not None and not (is_non_negative_int(value, most) and value >= least):
+            problems.append(f"{path}.{key}: must be an integer from {least} to {most}, got {show(value)}")
             value = None
         ints[key] = value
     template = _default_template(raw.get("template"))
@@ -153,8 +163,9 @@ def _parse_worker_set(key: str, raw: Any, problems: list[str]) -> WorkerSet | No
     replicas = raw.get("replicas")
     if replicas is None:
         replicas = 1
-    if not is_non_negative_int(replicas):
-        problems.append(f"{path}.replicas: must be a non-negative integer, got {replicas!r}")
+    if not is_non_negative_int(replicas, MAX_WORKERS):
+        problems.append(f"{path}.replicas: must be a non-negative integer of at most {MAX_WORKERS}, "
+                        f"got {show(replicas)}")
         replicas = 0
     template = _default_template(raw.get("template"))
     main = _check_template(path, template, problems)
@@ -311,8 +322,8 @@ def _slots(path: str, mpi_config: Any, template: Mapping[str, Any] | None, distr
         mpi_config = None
     given = (mpi_config or {}).get("slots")
     if given is not None:
-        if not (is_non_negative_int(given) and given >= 1):
-            problems.append(f"{path}.mpiConfig.slots: must be an integer of at least 1, got {given!r}")
+        if not (is_non_negative_int(given, MAX_INT32) and given >= 1):
+            problems.append(f"{path}.mpiConfig.slots: must be an integer from 1 to {MAX_INT32}, got {show(given)}")
             return 1
         return given
     if not distributed:
@@ -329,9 +340,9 @@ def _gpu_limit(template: Mapping[str, Any] | None) -> int:
             limits = resources.get("limits") if isinstance(resources, Mapping) else None
             value = limits.get(GPU_RESOURCE) if isinstance(limits, Mapping) else None
             # A quantity: 4 in YAML, or "4" once the API server has normalised it.
-            if isinstance(value, str) and value.isdigit():
-                return int(value)
-            return value if isinstance(value, int) and is_non_negative_int(value) else 0
+            if isinstance(value, str) and value.isdigit() and len(value) <= len(str(MAX_INT32)):
+                return min(int(value), MAX_INT32)
+            return min(value, MAX_INT32) if isinstance(value, int) and is_non_negative_int(value) else 0
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON
 from hooks.shared.quantity import Quantity, parse_quantity
+from hooks.shared.validation import MAX_INT32
 
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
@@ -25,7 +26,6 @@ DEFAULT_SCHEDULER = {VOLCANO_API: "volcano", COSCHEDULING_API: "scheduler-plugin
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-MAX_INT32 = 2**31 - 1
 
 
 @dataclass(frozen=True)

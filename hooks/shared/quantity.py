@@ -22,6 +22,10 @@ _DECIMAL_SUFFIX = {exp: suffix for suffix, exp in _DECIMAL.items()}
 _BINARY_SUFFIX = {bits: suffix for suffix, bits in _BINARY.items()}
 _NANO = Fraction(1, 10**9)
 HINT = "a Kubernetes quantity such as 4, 500m, 1.5, 16Gi or 1e3"
+# Far beyond any real resource amount, and what keeps exact arithmetic cheap: a hostile `1e999999999`
+# would otherwise cost seconds of CPU and gigabytes of memory before failing.
+MAX_DIGITS = 64
+MAX_EXPONENT = 64
 
 
 @dataclass(frozen=True)
@@ -44,16 +48,22 @@ def parse_quantity(raw: Any) -> Quantity:
     """A quantity from a manifest value (string, or a JSON number); ValueError when it is none."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise ValueError(f"{raw!r} is not {HINT}")
+    if isinstance(raw, int) and abs(raw) >= 10**MAX_DIGITS:
+        raise ValueError(f"an integer of more than {MAX_DIGITS} digits is too large for a resource quantity")
     match = _NUMBER.match(repr(raw) if isinstance(raw, float) else str(raw))
     if not match:
         raise ValueError(f"{raw!r} is not {HINT}")
     sign, digits, suffix = match.groups()
+    exp = _EXPONENT.match(suffix)
+    if len(digits) > MAX_DIGITS or (exp is not None and (len(exp.group(1)) > 4 or abs(int(exp.group(1))) > MAX_EXPONENT)):
+        raise ValueError(f"{_short(raw)} is too large or too precise for a resource quantity (at most "
+                         f"{MAX_DIGITS} digits and an exponent of at most {MAX_EXPONENT})")
     value = Fraction(digits if not digits.endswith(".") else digits[:-1])
     if suffix in _BINARY:
         value, fmt = value * 2 ** _BINARY[suffix], BINARY_SI
     elif suffix in _DECIMAL:
         value, fmt = value * Fraction(10) ** _DECIMAL[suffix], DECIMAL_SI
-    elif (exp := _EXPONENT.match(suffix)) is not None:
+    elif exp is not None:
         value, fmt = value * Fraction(10) ** int(exp.group(1)), DECIMAL_EXPONENT
     else:
         raise ValueError(f"{raw!r} is not {HINT}")
@@ -64,6 +74,11 @@ def parse_quantity(raw: Any) -> Quantity:
     if nanos.denominator != 1:
         value = Fraction(-((-nanos.numerator) // nanos.denominator)) * _NANO
     return Quantity(value, fmt)
+
+
+def _short(raw: str | float) -> str:
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _canonical(value: Fraction, fmt: str) -> str:

@@ -9,8 +9,10 @@ DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # DNS-1123 label: what a name part that is never first (a worker set's key) must match.
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL_LENGTH = 63
+MAX_INT32 = 2**31 - 1  # what the API server accepts in an int32 field (replicas, backoffLimit...)
 
 
-def is_non_negative_int(value: Any) -> bool:
-    """An integer >= 0; YAML's true/false are not integers here, whatever Python thinks."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def is_non_negative_int(value: Any, maximum: int | None = None) -> bool:
+    """An integer >= 0 (and <= maximum); YAML's true/false are not integers here, whatever Python thinks."""
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            and (maximum is None or value <= maximum))
