@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from apiserver_rules import refusals
-from test_fuzz_repro_shell import GENERATED_MALFORMED
+from test_fuzz_repro_shell import GENERATED_CHUNKED, GENERATED_MALFORMED
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
@@ -134,7 +134,7 @@ WARNED = {
 
 # Malformed bodies the shell refuses before any core runs: tests/test_fuzz_repro_shell.py.
 SHELL_LEVEL = {"09-deep-nesting", "09b-deep-nesting-in-template", "10-nan-literal", "13-chunked-over-limit"}
-GENERATED_SHELL_LEVEL = [n for n in GENERATED_MALFORMED if n.endswith(".json")]
+GENERATED_SHELL_LEVEL = [*GENERATED_MALFORMED, *GENERATED_CHUNKED]
 
 
 def dumps(value) -> str:
@@ -146,7 +146,7 @@ def post(body: bytes):
 
 
 def test_every_reproducer_has_an_expected_answer():
-    on_disk = {str(p.relative_to(HERE))[:-len(".json")] for p in HERE.rglob("*.json")
+    on_disk = {str(p.relative_to(HERE)).rsplit(".", 1)[0] for p in [*HERE.rglob("*.json"), *HERE.rglob("*.body")]
                if not p.name.endswith(".meta.json")}
     assert on_disk == set(EXPECTED) | SHELL_LEVEL | {f"generated/{n.rsplit('.', 1)[0]}" for n in GENERATED_SHELL_LEVEL}
 
