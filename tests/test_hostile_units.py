@@ -29,7 +29,29 @@ def problems_of(parent: dict) -> list[str]:
     return err.value.problems
 
 
+def with_pod(**fields) -> dict:
+    """A Worker-only job whose pod spec has these extra fields."""
+    return mxjob(replicas={"Worker": {"template": {"spec": {
+        "containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1"}], **fields}}}})
+
+
+POD = "spec.mxReplicaSpecs.Worker.template.spec"
+
 BAD_SPECS = {
+    # The pod spec around the containers: name fields (two are read under gang scheduling), init
+    # containers (their names share the pod's container namespace) and volumes.
+    "scheduler-name-a-number": (with_pod(schedulerName=5), f"{POD}.schedulerName: must be a non-empty string"),
+    "priority-class-a-map": (with_pod(priorityClassName={}), f"{POD}.priorityClassName: must be a non-empty string"),
+    "hostname-a-number": (with_pod(hostname=5), f"{POD}.hostname: must be a non-empty string"),
+    "node-name-a-number": (with_pod(nodeName=5), f"{POD}.nodeName: must be a non-empty string"),
+    "init-containers-a-string": (with_pod(initContainers="x"), f"{POD}.initContainers: must be a list"),
+    "init-container-named-mxnet": (with_pod(initContainers=[{"name": "mxnet", "image": "i"}]),
+                                   f"{POD}.initContainers[0].name: 'mxnet' is used by another container"),
+    "init-container-without-image": (with_pod(initContainers=[{"name": "setup"}]),
+                                     f"{POD}.initContainers[0].image: must be a non-empty image"),
+    "volumes-a-map": (with_pod(volumes={"data": {}}), f"{POD}.volumes: must be a list"),
+    "two-volumes-one-name": (with_pod(volumes=[{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}]),
+                             f"{POD}.volumes[1].name: 'd' names two volumes"),
     "env-a-map": (with_main(env={"A": "1"}), f"{MAIN}.env: must be a list"),
     "env-entry-a-string": (with_main(env=["A=1"]), f"{MAIN}.env[0]: must be an object"),
     "env-without-name": (with_main(env=[{"value": "1"}]), f"{MAIN}.env[0].name:"),

@@ -20,7 +20,15 @@ from hooks.chainerjob.names import (
 )
 from hooks.shared.errors import SpecError
 from hooks.shared.jsoncopy import json_copy
-from hooks.shared.podtemplate import check_env, check_image, check_ports, check_template_metadata, show
+from hooks.shared.podtemplate import (
+    check_container_name,
+    check_env,
+    check_image,
+    check_pod_spec,
+    check_ports,
+    check_template_metadata,
+    show,
+)
 from hooks.shared.quantity import parse_quantity
 from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, MAX_LABEL_LENGTH, is_non_negative_int
 
@@ -220,31 +228,21 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
             problems.append(f"{here}.name: required when a template has several containers; "
                             f"name every container")
             continue
-        if _check_container_name(here, container["name"], names, problems):
+        if check_container_name(here, container["name"], names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
             names.append(container["name"])
         check_image(f"{here}.image", container.get("image"), problems)
         check_env(f"{here}.env", container.get("env"), problems)
         check_ports(f"{here}.ports", container.get("ports"), problems)
-        _check_container_extras(here, container, problems)
-    _check_init_containers(f"{spath}.initContainers", pod_spec.get("initContainers"), list(names), problems)
-    _check_volumes(f"{spath}.volumes", pod_spec.get("volumes"), problems)
+    check_pod_spec(spath, pod_spec, names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
+                   reserved_volumes=(ASSETS_VOLUME, KUBECTL_VOLUME))
+    for kind in ("containers", "initContainers"):
+        listed = pod_spec.get(kind)
+        for i, container in enumerate(listed if isinstance(listed, list) else []):
+            if isinstance(container, Mapping):
+                _check_container_extras(f"{spath}.{kind}[{i}]", container, problems)
     if len(names) != len(containers):
         return None
     return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]
-
-
-def _check_container_name(path: str, name: Any, taken: list[str], problems: list[str]) -> bool:
-    """A DNS label not used by another container of the pod (init containers included)."""
-    if not isinstance(name, str) or not DNS_1123_LABEL.match(name) or len(name) > MAX_LABEL_LENGTH:
-        problems.append(f"{path}.name: must be lower-case letters, digits and '-' (at most "
-                        f"{MAX_LABEL_LENGTH}), got {show(name)}")
-        return False
-    if name in taken or name == KUBECTL_INIT_CONTAINER:
-        problems.append(f"{path}.name: {show(name)} is used by another container"
-                        + (" (the operator's kubectl init container)" if name == KUBECTL_INIT_CONTAINER else "")
-                        + "; rename it")
-        return False
-    return True
 
 
 def _check_container_extras(path: str, container: Mapping[str, Any], problems: list[str]) -> None:
@@ -275,43 +273,6 @@ def _check_container_extras(path: str, container: Mapping[str, Any], problems: l
                 parse_quantity(value)
             except ValueError as err:
                 problems.append(f"{path}.resources.{field_name}[{show(resource)}]: {err}")
-
-
-def _check_init_containers(path: str, init: Any, taken: list[str], problems: list[str]) -> None:
-    if init is None:
-        return
-    if not isinstance(init, list):
-        problems.append(f"{path}: must be a list of containers")
-        return
-    for i, container in enumerate(init):
-        here = f"{path}[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
-        if _check_container_name(here, container.get("name"), taken, problems):
-            taken.append(container["name"])
-        check_image(f"{here}.image", container.get("image"), problems)
-        check_env(f"{here}.env", container.get("env"), problems)
-        _check_container_extras(here, container, problems)
-
-
-def _check_volumes(path: str, volumes: Any, problems: list[str]) -> None:
-    if volumes is None:
-        return
-    if not isinstance(volumes, list):
-        problems.append(f"{path}: must be a list of volumes")
-        return
-    seen: set[str] = set()
-    for i, volume in enumerate(volumes):
-        name = volume.get("name") if isinstance(volume, Mapping) else None
-        if not isinstance(volume, Mapping) or not isinstance(name, str) or not name:
-            problems.append(f"{path}[{i}]: must be an object with a name")
-        elif name in (ASSETS_VOLUME, KUBECTL_VOLUME):
-            problems.append(f"{path}[{i}].name: {show(name)} is the operator's volume; rename yours")
-        elif name in seen:
-            problems.append(f"{path}[{i}].name: {show(name)} names two volumes; rename one")
-        else:
-            seen.add(name)
 
 
 def _slots(path: str, mpi_config: Any, template: Mapping[str, Any] | None, distributed: bool,

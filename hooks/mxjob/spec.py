@@ -16,6 +16,7 @@ from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_sched
 from hooks.shared.podtemplate import (
     check_env,
     check_image,
+    check_pod_spec,
     check_ports,
     check_template_metadata,
     is_port_number,
@@ -291,6 +292,8 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
             check_image(f"{here}.image", container.get("image"), problems)
         check_env(f"{here}.env", container.get("env"), problems)
         check_ports(f"{here}.ports", container.get("ports"), problems)
+    if isinstance(pod_spec, Mapping):  # it is, as it has containers
+        check_pod_spec(f"{path}.template.spec", pod_spec, sorted(names), problems)
     if main is None:
         problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
         return DEFAULT_PORT

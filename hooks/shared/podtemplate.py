@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hooks.shared.validation import is_non_negative_int
+from hooks.shared.validation import DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 _IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -130,3 +130,76 @@ def type_name(value: Any) -> str:
         return "a boolean"
     names = {dict: "an object", list: "a list", int: "an integer", float: "a number", str: "a string"}
     return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+# Pod spec fields that hold one name: a hook reads some (schedulerName and priorityClassName under
+# gang scheduling), and a wrong type in any would get every pod of the job refused.
+_POD_NAME_FIELDS = ("hostname", "subdomain", "nodeName", "schedulerName", "priorityClassName",
+                    "serviceAccountName")
+
+
+def check_pod_spec(path: str, pod_spec: Mapping[str, Any], container_names: list[str], problems: list[str], *,
+                   reserved_containers: tuple[str, ...] = (), reserved_volumes: tuple[str, ...] = ()) -> None:
+    """The parts of a PodSpec around its containers: name fields, init containers, volumes.
+
+    `container_names` are the names the containers already took; `reserved_*` the names of what the
+    operator adds to the pod (a template must not use them).
+    """
+    for key in _POD_NAME_FIELDS:
+        value = pod_spec.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            problems.append(f"{path}.{key}: must be a non-empty string (a name), got {show(value)}")
+    check_init_containers(f"{path}.initContainers", pod_spec.get("initContainers"), list(container_names),
+                          problems, reserved=reserved_containers)
+    check_volumes(f"{path}.volumes", pod_spec.get("volumes"), problems, reserved=reserved_volumes)
+
+
+def check_container_name(path: str, name: Any, taken: list[str], problems: list[str], *,
+                         reserved: tuple[str, ...] = ()) -> bool:
+    """A DNS label not used by another container of the pod (init containers included)."""
+    if not isinstance(name, str) or not DNS_1123_LABEL.match(name) or len(name) > MAX_LABEL_LENGTH:
+        problems.append(f"{path}.name: must be lower-case letters, digits and '-' (at most "
+                        f"{MAX_LABEL_LENGTH}), got {show(name)}")
+        return False
+    if name in taken or name in reserved:
+        problems.append(f"{path}.name: {show(name)} is used by another container"
+                        + (" (one the operator adds)" if name in reserved else "") + "; rename it")
+        return False
+    return True
+
+
+def check_init_containers(path: str, init: Any, taken: list[str], problems: list[str], *,
+                          reserved: tuple[str, ...] = ()) -> None:
+    if init is None:
+        return
+    if not isinstance(init, list):
+        problems.append(f"{path}: must be a list of containers")
+        return
+    for i, container in enumerate(init):
+        here = f"{path}[{i}]"
+        if not isinstance(container, Mapping):
+            problems.append(f"{here}: must be an object (a Container)")
+            continue
+        if check_container_name(here, container.get("name"), taken, problems, reserved=reserved):
+            taken.append(container["name"])
+        check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+
+
+def check_volumes(path: str, volumes: Any, problems: list[str], *, reserved: tuple[str, ...] = ()) -> None:
+    if volumes is None:
+        return
+    if not isinstance(volumes, list):
+        problems.append(f"{path}: must be a list of volumes")
+        return
+    seen: set[str] = set()
+    for i, volume in enumerate(volumes):
+        name = volume.get("name") if isinstance(volume, Mapping) else None
+        if not isinstance(volume, Mapping) or not isinstance(name, str) or not name:
+            problems.append(f"{path}[{i}]: must be an object with a name")
+        elif name in reserved:
+            problems.append(f"{path}[{i}].name: {show(name)} is the operator's volume; rename yours")
+        elif name in seen:
+            problems.append(f"{path}[{i}].name: {show(name)} names two volumes; rename one")
+        else:
+            seen.add(name)
