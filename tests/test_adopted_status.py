@@ -102,3 +102,17 @@ def test_adopted_job_whose_every_worker_succeeded_finishes_when_the_scheduler_do
     answer = sim.sync()
     assert sim.state() == "Succeeded"
     assert answer["status"]["completionTime"] == "2026-11-21T10:00:00Z" == T0.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(("field", "entry", "warned"), [
+    ("replicaStatuses", None, "status.replicaStatuses.Worker is not an object; it was ignored"),
+    ("replicaStatuses", {"succeeded": -1}, "status.replicaStatuses.Worker.succeeded is not a non-negative int32"),
+    ("mxReplicaStatuses", {"succeeded": "2"}, "status.mxReplicaStatuses.worker.succeeded is not a non-negative"),
+], ids=["entry-null", "succeeded-negative", "succeeded-a-string-under-the-key-as-written"])
+def test_a_replica_count_not_in_the_shape_written_is_ignored_with_a_warning(field, entry, warned):
+    key = "worker" if field == "mxReplicaStatuses" else "Worker"
+    sim = adopted({"conditions": [CREATED, RUNNING], "startTime": "2019-03-01T10:00:00Z", field: {key: entry}})
+    answer = sim.sync()
+    assert any(w.startswith(warned) for w in answer["status"]["statusWarnings"]), answer["status"]["statusWarnings"]
+    assert {"mx-worker-0", "mx-worker-1"} <= set(pod_names(answer))  # nothing counts as completed
+    assert sim.sync()["status"] == answer["status"]  # and it is a fixed point

@@ -103,6 +103,11 @@ INVALID = {
                               "spec.master.template.spec.restartPolicy: 'Always' is not allowed"),
     "worker-restart-never": (chainerjob(workers={"ws": {"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}),
                              "spec.workerSets.ws.template.spec.restartPolicy: 'Never' is not allowed"),
+    "master-restart-empty-map": (chainerjob(master={"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": {}}}}),
+                                 "spec.master.template.spec.restartPolicy: {} is not allowed"),
+    "worker-restart-empty-string": (chainerjob(workers={"ws": {"template": {
+        **TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": ""}}}}),
+                                    "spec.workerSets.ws.template.spec.restartPolicy: '' is not allowed"),
     "zero-slots": (chainerjob(workers={"ws": {"template": TEMPLATE, "mpiConfig": {"slots": 0}}}),
                    "spec.workerSets.ws.mpiConfig.slots: must be an integer from 1 to 2147483647"),
     # Numbers that size work or land in int32 fields are bounded before anything is built from them.

@@ -373,20 +373,23 @@ def _completed_before(job: MXJob, old: OldStatus) -> dict[str, set[int]]:
     completedIndexes whenever an index has completed, so the counts only matter on the first sync
     of an adopted job.
     """
-    recorded = old.object("replicaStatuses") or old.object("mxReplicaStatuses")
-    by_type = {str(key).lower(): entry for key, entry in recorded.items()}
+    field = "replicaStatuses" if old.object("replicaStatuses") else "mxReplicaStatuses"
+    recorded = old.object(field)
+    by_type = {str(key).lower(): (key, entry) for key, entry in recorded.items()}
     completed: dict[str, set[int]] = {}
     for rtype, spec in job.replicas.items():
-        entry = by_type.get(rtype.lower())
-        if entry is not None and not isinstance(entry, Mapping):
-            old.warn(f"status.replicaStatuses.{rtype}", "is not an object")
-            entry = None
-        entry = entry or {}
+        key, entry = by_type.get(rtype.lower(), (rtype, {}))
+        if not isinstance(entry, Mapping):
+            old.warn(f"status.{field}.{key}", "is not an object")
+            entry = {}
         if "completedIndexes" in entry:
             completed[rtype] = _read_indexes(old, entry.get("completedIndexes"), rtype, spec.replicas)
             continue
         succeeded = entry.get("succeeded")
-        everyone = isinstance(succeeded, int) and is_counter(succeeded) and 0 < spec.replicas <= succeeded
+        if succeeded is not None and not is_counter(succeeded):
+            old.warn(f"status.{field}.{key}.succeeded", "is not a non-negative int32 counter")
+            succeeded = None
+        everyone = isinstance(succeeded, int) and 0 < spec.replicas <= succeeded
         completed[rtype] = set(range(spec.replicas)) if everyone else set()
     return completed
 
