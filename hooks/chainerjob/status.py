@@ -15,6 +15,7 @@ from typing import Any
 from hooks.chainerjob.spec import ChainerJob
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import JSON
+from hooks.shared.status import condition_problem, is_counter, parse_time
 
 # Highest first: the first True one is the job's state and goes last in the list.
 STATE_ORDER = ("Complete", "Failed", "Running", "Waiting", "Created")
@@ -32,14 +33,24 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
     the old status is the job's outcome.
     """
     source = (master_job.get("status") or {}) if master_job is not None else old_status
-    conditions = [{k: c[k] for k in JOB_CONDITION_FIELDS if k in c}
-                  for c in source.get("conditions") or []
-                  if isinstance(c, Mapping) and c.get("type") in JOB_CONDITIONS]
+    listed = source.get("conditions")
+    conditions: list[JSON] = []
+    # Only what reads back unchanged (one condition per type, fields in the shape written): a Job
+    # controller never reports anything else, and anything else would change the status on every sync.
+    for cond in listed if isinstance(listed, list) else []:
+        if isinstance(cond, Mapping) and cond.get("type") in JOB_CONDITIONS \
+                and condition_problem(cond, JOB_CONDITIONS) is None \
+                and all(c["type"] != cond["type"] for c in conditions):
+            conditions.append({k: cond[k] for k in JOB_CONDITION_FIELDS if k in cond})
     if master_job is None and not any(c.get("status") == "True" for c in conditions):
         return {"conditions": []}
     record: JSON = {"conditions": conditions}
-    record.update({k: source[k] for k in JOB_STATUS_FIELDS if k in source})
+    record.update({k: source[k] for k in JOB_STATUS_FIELDS if k in source and _reads_back(k, source[k])})
     return record
+
+
+def _reads_back(key: str, value: Any) -> bool:
+    return parse_time(value) is not None if key in ("startTime", "completionTime") else is_counter(value)
 
 
 def finished(record: Mapping[str, Any]) -> str | None:

@@ -80,7 +80,7 @@ class OldStatus:
             return []
         kept: list[dict[str, Any]] = []
         for i, cond in enumerate(value):
-            problem = _condition_problem(cond, self._types)
+            problem = condition_problem(cond, self._types)
             if problem is None and any(c["type"] == cond["type"] for c in kept):
                 problem = "repeats a condition type"
             if problem is not None:
@@ -124,7 +124,8 @@ def is_counter(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
 
 
-def _condition_problem(cond: Any, types: tuple[str, ...]) -> str | None:
+def condition_problem(cond: Any, types: tuple[str, ...]) -> str | None:
+    """Why a condition is not in the shape the hooks write (None when it is)."""
     if not isinstance(cond, Mapping):
         return "is not an object"
     if cond.get("type") not in types:
