@@ -246,6 +246,16 @@ def test_stdin_with_several_documents_converts_only_the_v1alpha1_mxjobs():
     assert "<stdin>: document 3 (MXJob single-worker): apiVersion: 'kubeflow.org/v1' left as it is" in err
 
 
+def test_a_list_of_objects_converts_the_v1alpha1_mxjobs_among_its_items():
+    items = [OTHER_DOCUMENTS["configmap"], load("local-single-worker")]
+    code, out, err = run(["-"], yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    [doc] = yaml.safe_load_all(out)
+    assert doc["kind"] == "List" and doc["items"][0] == OTHER_DOCUMENTS["configmap"]
+    assert doc["items"][1] == convert("local-single-worker")[0]
+    assert "<stdin>: document 1, items[1] (MXJob local-job): converted to kubeflow.org/v1" in err
+    assert code == (1 if WARNINGS["local-single-worker"] else 0)
+
+
 UNREADABLE = {
     "missing-file": (["/nonexistent/job.yaml"], ""),
     "not-yaml": (["-"], "spec: [unclosed\n"),

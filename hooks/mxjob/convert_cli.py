@@ -48,20 +48,35 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
 
     out, reported = [], False
     for number, doc in enumerate(documents, start=1):
-        result = convert_document(doc)
-        document = _with_comments_of(doc, result.document) if result.converted else result.document
+        where = f"{source}: document {number}"
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else None
+        if isinstance(items, list):
+            # `kubectl get -o yaml` writes several objects as one List: convert the MXJobs in it.
+            for index, item in enumerate(items):
+                items[index], warned = _convert(item, f"{where}, items[{index}]", stderr)
+                reported = reported or warned
+            out.append(doc)
+            continue
+        document, warned = _convert(doc, where, stderr)
         out.append(document)
-        where = f"{source}: document {number}{_named(doc)}"
-        if result.converted:
-            print(f"{where}: converted to kubeflow.org/v1", file=stderr)
-        for warning in result.warnings:
-            print(f"{where}: {warning}", file=stderr)
-        reported = reported or bool(result.warnings)
+        reported = reported or warned
 
     buffer = io.StringIO()
     yaml.dump_all(out, buffer)
     stdout.write(buffer.getvalue())
     return EXIT_WARNINGS if reported else EXIT_OK
+
+
+def _convert(doc: Any, where: str, stderr: TextIO) -> tuple[Any, bool]:
+    """One object converted (or left as it is), what happened said on stderr; and whether it warned."""
+    result = convert_document(doc)
+    where += _named(doc)
+    if result.converted:
+        print(f"{where}: converted to kubeflow.org/v1", file=stderr)
+    for warning in result.warnings:
+        print(f"{where}: {warning}", file=stderr)
+    document = _with_comments_of(doc, result.document) if result.converted else result.document
+    return document, bool(result.warnings)
 
 
 def _yaml() -> YAML:
