@@ -256,6 +256,13 @@ def test_a_list_of_objects_converts_the_v1alpha1_mxjobs_among_its_items():
     assert code == (1 if WARNINGS["local-single-worker"] else 0)
 
 
+@pytest.mark.parametrize("text", ["", "---\n---\n", "# only a comment\n"], ids=["empty", "empty-documents", "comment"])
+def test_input_without_a_document_is_reported_not_silently_accepted(text):
+    code, out, err = run(["-"], text)
+    assert (code, out) == (1, "")
+    assert err == "mxjob-convert: <stdin> holds no YAML document; nothing to convert\n"
+
+
 UNREADABLE = {
     "missing-file": (["/nonexistent/job.yaml"], ""),
     "not-yaml": (["-"], "spec: [unclosed\n"),

@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
         return EXIT_UNREADABLE
 
     out, reported = [], False
+    if not documents:
+        print(f"mxjob-convert: {source} holds no YAML document; nothing to convert", file=stderr)
+        return EXIT_WARNINGS
     for number, doc in enumerate(documents, start=1):
         where = f"{source}: document {number}"
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else None
