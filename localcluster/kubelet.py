@@ -559,8 +559,9 @@ class PodWorker(threading.Thread):
                 changed = True
         return changed
 
-    def _env(self, container: Container) -> dict[str, str]:
-        """The process env: host allowlist, the container's env expanded and DNS-rewritten, loopback settings."""
+    def _env(self, container: Container) -> tuple[dict[str, str], dict[str, str]]:
+        """The process env (host allowlist, the container's env expanded and DNS-rewritten, loopback
+        settings), and the container's declared env alone, which is all `$(NAME)` sees (as the kubelet's)."""
         host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
         host["PATH"] = os.pathsep.join([str(self.state_root / "bin"), str(Path(sys.executable).parent),
                                         os.environ.get("PATH", os.defpath)])
@@ -568,7 +569,9 @@ class PodWorker(threading.Thread):
         namespace = self.key[0]
         runtime = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
                    "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
-        declared = resolve_env(container, self.pod, base=host, runtime=runtime,
+        # The kubelet expands $(NAME) with the declared entries only: a host or image variable
+        # such as $(HOME) stays as written in a cluster, so it does here too.
+        declared = resolve_env(container, self.pod, runtime=runtime,
                                config_map=lambda name: self.kubelet.store.get("v1", "ConfigMap", namespace, name))
         rewritten = self.kubelet.dns.rewrite_env(self.key[0], declared)
         for name, value in LOOPBACK_OVERRIDES.items():
@@ -576,18 +579,18 @@ class PodWorker(threading.Thread):
                 rewritten[name] = value
         mapping = self.maps[container["name"]]
         rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
-        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}
+        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}, rewritten
 
     def _start(self, run: _Run) -> None:
         """Start a container's process; a start failure is a terminated state with exit code 128."""
         try:
-            env = self._env(run.container)
+            env, declared = self._env(run.container)
         except EnvError as err:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(err)}}
             run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
             return
         mapping = self.maps[run.name]
-        argv = [mapping.rewrite(expand(part, env)) for part in run.container.get("command", []) + run.container.get("args", [])]
+        argv = [mapping.rewrite(expand(part, declared)) for part in run.container.get("command", []) + run.container.get("args", [])]
         workdir = Path(mapping.rewrite(run.container.get("workingDir", "")) or self.kubelet.workdir)
         if not workdir.is_absolute():
             workdir = self.kubelet.workdir / workdir

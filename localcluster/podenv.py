@@ -4,7 +4,8 @@ The rules follow the kubelet (pkg/kubelet/kubelet_pods.go and its expansion pack
 spec that relies on them (the MXJob's MX_CONFIG refers to `$(MXJOB_CLUSTER)`, a ConfigMap value)
 behaves here as in a cluster:
 - entries are resolved in order; a non-empty `value` is expanded with the entries before it
-  (and the base env), a `valueFrom` value is taken as it is, never expanded;
+  (never with the host's or the image's variables: `$(HOME)` stays as written), a `valueFrom`
+  value is taken as it is, never expanded;
 - `$$` is an escaped `$`, `$(NAME)` of a known name is replaced, any other reference is kept as
   written (`$(UNKNOWN)`, an unclosed `$(`, a `$` before another character);
 - a missing ConfigMap or key fails the container's start (CreateContainerConfigError) unless the
@@ -76,17 +77,17 @@ def field_value(pod: Mapping[str, Any], path: str, runtime: Mapping[str, str]) -
     raise EnvError(f"unsupported fieldRef.fieldPath {path!r}")
 
 
-def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any], *, base: Mapping[str, str],
+def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any], *,
                 config_map: Callable[[str], Mapping[str, Any] | None],
                 runtime: Mapping[str, str]) -> dict[str, str]:
-    """The container's declared env, resolved in order; `base` is visible to `$(NAME)` but not returned."""
+    """The container's declared env, resolved in order; `$(NAME)` sees only the entries before it."""
     declared: dict[str, str] = {}
     for var in container.get("env") or []:
         name = var["name"]
         value = var.get("value") or ""
         source = var.get("valueFrom")
         if value:
-            declared[name] = expand(value, {**base, **declared})
+            declared[name] = expand(value, declared)
         elif source:
             resolved = _value_from(source, pod, config_map, runtime)
             if resolved is not None:

@@ -33,7 +33,7 @@ def kubelet_env(pod: dict, config_map: dict, container: str = "mxnet") -> dict[s
     """The env the container's process gets, resolved and expanded as the kubelet does."""
     main = next(c for c in pod["spec"]["containers"] if c["name"] == container)
     by_name = {config_map["metadata"]["name"]: config_map}
-    return resolve_env(main, pod, base={}, config_map=by_name.get, runtime={})
+    return resolve_env(main, pod, config_map=by_name.get, runtime={})
 
 
 def test_worker_env_is_wired_in_the_documented_order():

@@ -77,7 +77,7 @@ def env_of(answer: dict, pod: str) -> dict[str, str]:
     obj = next(c for c in answer["children"] if c["kind"] == "Pod" and c["metadata"]["name"] == pod)
     main_container = next(c for c in obj["spec"]["containers"] if c["name"] == "mxnet")
     config_maps = {c["metadata"]["name"]: c for c in answer["children"] if c["kind"] == "ConfigMap"}
-    return resolve_env(main_container, obj, base={}, config_map=config_maps.get, runtime={})
+    return resolve_env(main_container, obj, config_map=config_maps.get, runtime={})
 
 
 def test_every_case_has_a_table_entry():

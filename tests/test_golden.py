@@ -343,6 +343,6 @@ def test_every_golden_process_sees_the_mx_config_it_saw_when_the_map_was_inline(
         config_maps = {c["metadata"]["name"]: c for c in children if c["kind"] == "ConfigMap"}
         for pod in (c for c in children if c["kind"] == "Pod"):
             for container in pod["spec"]["containers"]:
-                env = resolve_env(container, pod, base={}, config_map=config_maps.get, runtime={})
+                env = resolve_env(container, pod, config_map=config_maps.get, runtime={})
                 seen[f"{folder.name}/{pod['metadata']['name']}/{container['name']}"] = env["MX_CONFIG"]
     assert seen == json.loads(INLINE_MX_CONFIG.read_text())

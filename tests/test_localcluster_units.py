@@ -94,7 +94,7 @@ CLUSTER = {"metadata": {"name": "j-cluster"}, "data": {"cluster": '{"w":[1]}', "
 
 
 def resolve(env: list[dict]) -> dict[str, str]:
-    return resolve_env({"name": "c", "env": env}, POD, base={"HOME": "/h"},
+    return resolve_env({"name": "c", "env": env}, POD,
                        config_map={"j-cluster": CLUSTER}.get, runtime={"status.podIP": "10.0.0.7"})
 
 
@@ -116,7 +116,7 @@ def test_env_is_resolved_in_order_with_config_maps_and_pod_fields():
         "C": '{"w":[1]}',
         "RAW": "$(A)",  # a value from a ConfigMap is never expanded itself
         "A": "a", "LATE": "late", "POD": "p", "IP": "10.0.0.7", "APP": "x",
-        "ALL": '{"c":{"w":[1]},"ns":"/h","pod":"p@10.0.0.7","raw":"$(A)","cost":"$5"}',
+        "ALL": '{"c":{"w":[1]},"ns":"$(HOME)","pod":"p@10.0.0.7","raw":"$(A)","cost":"$5"}',  # no host env
         "EMPTY": "",
     }
 
