@@ -440,3 +440,34 @@ def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {m for m in imported if m.split(".")[0] == "hooks"} == {
         "hooks.kinds", "hooks.shared.errors", "hooks.server.metrics", "hooks.server.wire"}
+
+
+def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through(monkeypatch):
+    """Its threads serve probes; two syncs at once would only double its peak memory."""
+    import threading
+    import time
+
+    running, overlaps, release = [], [], threading.Event()
+
+    def slow_core(request, *, now):
+        running.append(1)
+        overlaps.append(len(running))
+        release.wait(5)
+        time.sleep(0.05)
+        running.pop()
+        return {"status": {}, "children": []}
+
+    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", slow_core)
+    app = create_app()
+    body = json.dumps(sync_request())
+    codes: list[int] = []
+    threads = [threading.Thread(target=lambda: codes.append(app.test_client().post(
+        "/sync", data=body, content_type="application/json").status_code)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    assert app.test_client().get("/healthz").status_code == 200  # not queued behind the syncs
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert codes == [200, 200, 200] and overlaps == [1, 1, 1]

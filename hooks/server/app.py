@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -59,8 +60,17 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     settings = hooks.kinds.settings_from(os.environ)
     decoders = {kind: RequestDecoder(hooks.kinds.OBSERVED_FIELDS.get(kind)) for kind in hooks.kinds.ROUTES}
 
+    # One sync at a time per worker process (its threads are there for probes and scrapes): a sync
+    # is CPU-bound under the GIL, so a second one at once would end no sooner and double the
+    # worker's peak memory, which the Deployment's limit is sized against (deployment.yaml).
+    one_sync = threading.Lock()
+
     def sync_view(kind: str) -> Response:
         """Metacontroller's sync hook for one job kind: one call of that kind's pure core."""
+        with one_sync:
+            return _timed_sync(kind)
+
+    def _timed_sync(kind: str) -> Response:
         started = time.perf_counter()
         # A sync builds many short-lived objects and no cycles; the cyclic collector would walk
         # them again and again while they are alive (measured: docs/benchmarks.md). Reference
