@@ -72,6 +72,8 @@ def parse_get(argv: list[str]) -> tuple[str, list[str], str]:
                 output = value
         elif arg.startswith("-o") and len(arg) > 2:  # -ojsonpath=...
             output = arg[2:]
+        elif arg.startswith("--request-timeout="):
+            pass  # every read here is local and immediate
         elif arg.startswith("--kubeconfig") or arg in ("--ignore-not-found",):
             if arg == "--kubeconfig" and rest:
                 rest.pop(0)

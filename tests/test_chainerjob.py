@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -351,6 +352,31 @@ def test_the_agent_runs_a_command_for_this_host_here_through_a_shell(tmp_path):
 def test_the_agent_execs_into_another_host_with_its_main_container(tmp_path, host, container_name):
     out = run_agent(tmp_path, host, "orted", "--flag", "x y")
     assert out == f"<exec><-i><{host}><-c><{container_name}><--></bin/sh><-c><orted --flag x y>"
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["target-running", "target-never-running"])
+def test_under_a_gang_the_agent_waits_for_its_target_and_gives_up_with_a_message(tmp_path, monkeypatch, running):
+    from hooks.chainerjob import launch
+
+    monkeypatch.setattr(launch, "AGENT_WAIT_SECONDS", 2)
+    monkeypatch.setattr(launch, "AGENT_WAIT_STEP", 1)
+    job = parse_chainerjob(chainerjob(workers={"ws": 1}))
+    agent = tmp_path / "kubexeb.sh"
+    agent.write_text(launch.agent_script(job, wait_for_target=True))
+    agent.chmod(stat.S_IRWXU)
+    started_at = "2026-01-01T00:00:00Z" if running else ""
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f'#!/bin/sh\nif [ "$1" = get ]; then printf "{started_at}"; exit 0; fi\n'
+                       'for a in "$@"; do printf "<%s>" "$a"; done\n')
+    kubectl.chmod(stat.S_IRWXU)
+    result = subprocess.run([str(agent), "chj-workerset-ws-0", "orted"], capture_output=True, text=True,
+                            env={**os.environ, "KUBECTL_DIR": str(tmp_path)}, timeout=20)
+    if running:
+        assert (result.returncode, result.stdout) == (0, "<exec><-i><chj-workerset-ws-0><-c><chainer><--></bin/sh><-c><orted>")
+    else:
+        assert result.returncode == 1 and result.stdout == ""
+        assert re.search(r"kubexeb.sh: container chainer of pod chj-workerset-ws-0 is not running after [23] s; "
+                         r"giving up", result.stderr), result.stderr
 
 
 # --- the master's gate and the workers' scale-down ------------------------------------------------------

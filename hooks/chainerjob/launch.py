@@ -88,16 +88,17 @@ def agent_script(job: ChainerJob, *, wait_for_target: bool = False) -> str:
 
 def _wait_for_target() -> str:
     running = ('{.status.containerStatuses[?(@.name==\\"$container\\")].state.running.startedAt}')
+    # Wall-clock bounded (each look bounded too), so a slow API server cannot stretch the wait.
     return (
-        "waited=0\n"
+        "started=$(date +%s)\n"
         f"until [ -n \"$(\"${{KUBECTL_DIR:-{names.KUBECTL_DIR}}}/kubectl\" get pod \"$host\" "
-        f"-o \"jsonpath={running}\" 2>/dev/null)\" ]; do\n"
+        f"--request-timeout={AGENT_WAIT_STEP}s -o \"jsonpath={running}\" 2>/dev/null)\" ]; do\n"
+        "  waited=$(( $(date +%s) - started ))\n"
         f"  if [ \"$waited\" -ge {AGENT_WAIT_SECONDS} ]; then\n"
         "    echo \"kubexeb.sh: container $container of pod $host is not running after $waited s; "
         "giving up (is the gang scheduled? kubectl describe pod $host)\" >&2\n"
         "    exit 1\n"
         "  fi\n"
         f"  sleep {AGENT_WAIT_STEP}\n"
-        f"  waited=$((waited + {AGENT_WAIT_STEP}))\n"
         "done\n"
     )
