@@ -19,13 +19,16 @@ import json
 import os
 from datetime import datetime
 from typing import Any
+from unittest import mock
 
 from apiserver_rules import refusals
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_properties import jobs, observed_sim, pod_states, run_policies
 
+import hooks.kinds
 from hooks.mxjob.sync import sync_mxjob
+from hooks.server.app import create_app
 from hooks.shared.errors import InvalidRequest
 
 EXAMPLES = int(os.environ.get("MXJOB_FUZZ_EXAMPLES", "60"))
@@ -170,3 +173,33 @@ def test_a_malformed_request_is_a_400_or_a_sound_answer(sim, data, value):
     answer = answer_or_400(request, sim.now)
     if answer is not None:
         check_rules(request, answer, sim.now)
+
+
+SHELL = create_app().test_client()
+
+
+@FUZZ
+@given(observed_jobs, st.data(), garbage)
+def test_through_the_shell_a_malformed_request_is_a_400_and_a_sound_one_the_cores_answer(sim, data, value):
+    """The same edits sent as HTTP bodies: the shell's selective decoder refuses what the core would
+    (400 with a JSON message, never a 500) and otherwise answers what the core answers for the
+    whole request, at the time the shell read."""
+    request = sim.request()
+    targets = [("parent", "metadata", *p) for p in paths(request["parent"]["metadata"])[1:]] + \
+              [("children", *p) for p in paths(request["children"])[1:]] + \
+              [("parent", "spec", *p) for p in paths(request["parent"]["spec"])]
+    set_at(request, data.draw(st.sampled_from(targets), label="path"), value)
+    seen: list[datetime] = []
+
+    def core(body: dict, *, now: datetime) -> dict:
+        seen.append(now)
+        return sync_mxjob(body, now=now)
+
+    with mock.patch.dict(hooks.kinds.SYNC, {"MXJob": core}):
+        response = SHELL.post("/sync", data=json.dumps(request), content_type="application/json")
+    assert response.status_code in (200, 400), response.get_data(as_text=True)[:300]
+    body = response.get_json()
+    if response.status_code == 400:
+        assert isinstance(body.get("error"), str) and body["error"]
+        return
+    assert body == json.loads(json.dumps(sync_mxjob(request, now=seen[0])))
