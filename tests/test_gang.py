@@ -422,3 +422,10 @@ def test_chainerjob_gang_answer_is_a_fixed_point():
     again = sim.sync()
     assert sim.sync() == again
     assert len(_by_kind(again, "PodGroup")) == 1 and len(_by_kind(again, "Job")) == 1
+
+
+def test_a_template_resource_that_is_not_a_quantity_is_named_by_the_key_as_written():
+    parent = mxjob(replicas={"worker": {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "mxnet", "image": "i", "resources": {"limits": {"cpu": "lots"}}}]}}}})
+    message = first_sync(parent, gang_controller(VOLCANO_API))["status"]["conditions"][-1]["message"]
+    assert "spec.mxReplicaSpecs.worker.template.spec.containers[0].resources.limits" in message, message

@@ -76,7 +76,7 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
     else:
         problems: list[str] = []
         # The first pods created: replica types in their fixed order, indexes ascending.
-        members = [(f"spec.mxReplicaSpecs.{rtype}.template.spec", s.template.get("spec") or {},
+        members = [(f"{s.path or f'spec.mxReplicaSpecs.{rtype}'}.template.spec", s.template.get("spec") or {},
                     s.replicas) for rtype, s in job.replicas.items()]
         resources = min_resources(members, min_member, problems)
         if problems:

@@ -61,6 +61,7 @@ class ReplicaSpec:
     template: Mapping[str, Any]
     port: int
     tuner_key: str
+    path: str = ""  # where it is in the spec, the key as the user spelt it, for messages
 
     @property
     def name(self) -> str:
@@ -253,7 +254,7 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
     tuner_key = _tuner_key(template, raw.get("label"))
     return ReplicaSpec(type=rtype, replicas=replicas, restart_policy=restart_policy,
                        template=template if isinstance(template, Mapping) else {},
-                       port=port, tuner_key=tuner_key)
+                       port=port, tuner_key=tuner_key, path=path)
 
 
 def _check_template(path: str, template: Any, problems: list[str]) -> int:
