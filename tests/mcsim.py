@@ -32,7 +32,8 @@ def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
 
 
 def gang_controller(api_version: str, scheduler_name: str | None = None) -> dict:
-    """The shipped CompositeController with a podgroups child rule, as the kustomize components make it."""
+    """A CompositeController with a podgroups child rule, as the kustomize components add it (the
+    hook reads only that rule and the annotation, so the other rules are abridged)."""
     meta: dict = {"name": "mxjob-controller"}
     if scheduler_name is not None:
         meta["annotations"] = {"scheduling.kubeflow.org/scheduler-name": scheduler_name}
