@@ -216,15 +216,21 @@ def test_fixing_an_invalid_edit_clears_the_reported_problem():
     assert "specError" not in sim.sync()["status"]
 
 
-@pytest.mark.parametrize("outcome", [("Complete", "", "done"), ("Failed", "BackoffLimitExceeded", "too many")],
-                         ids=["complete", "failed"])
-def test_a_master_that_finishes_during_an_invalid_edit_still_ends_the_job(outcome):
-    sim = ChainerSim(chainerjob(workers={"ws": 2}))
+def master_running(parent: dict) -> ChainerSim:
+    """A distributed job whose workers are ready and whose master Job runs."""
+    sim = ChainerSim(parent)
     sim.sync()
     sim.all_ready()
     sim.sync()
-    sim.master("chj-master", active=1)
+    sim.master(f"{parent['metadata']['name']}-master", active=1)
     sim.sync()
+    return sim
+
+
+@pytest.mark.parametrize("outcome", [("Complete", "", "done"), ("Failed", "BackoffLimitExceeded", "too many")],
+                         ids=["complete", "failed"])
+def test_a_master_that_finishes_during_an_invalid_edit_still_ends_the_job(outcome):
+    sim = master_running(chainerjob(workers={"ws": 2}))
     sim.edit({"backend": "nccl"})
     sim.sync()
     sim.master("chj-master", succeeded=int(outcome[0] == "Complete"), failed=int(outcome[0] == "Failed"),
@@ -408,12 +414,7 @@ def test_a_non_distributed_job_starts_its_master_at_once_and_nothing_else():
                                      ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")],
                          ids=["complete", "failed"])
 def test_a_finished_master_scales_workers_to_zero_and_is_never_created_again(outcome):
-    sim = ChainerSim(chainerjob(workers={"ws": 2}))
-    sim.sync()
-    sim.all_ready()
-    sim.sync()
-    sim.master("chj-master", active=1)
-    sim.sync()
+    sim = master_running(chainerjob(workers={"ws": 2}))
     sim.tick(60)
     sim.master("chj-master", finished=outcome)
     finished = sim.sync()
