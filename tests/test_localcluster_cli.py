@@ -316,9 +316,15 @@ def test_run_waits_for_workers_that_leave_after_the_scheduler(tmp_path: Path):
     def replica(command: list[str], replicas: int = 1) -> dict:
         return {"replicas": replicas, "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [
             {"name": "mxnet", "image": "busybox:1.36", "command": command}]}}}
-    late = ["python", "-c", "import time; time.sleep(2)"]
+    # As in ps-lite, the scheduler waits until every server and worker has checked in, so none is
+    # still Pending when it ends (a pod that has not started by then is not given the grace).
+    checkins = tmp_path / "checkins"
+    checkins.mkdir()
+    late = ["python", "-c", f"import os, time; open(os.path.join({str(checkins)!r}, os.environ['HOSTNAME']), 'w')"
+                            f".close(); time.sleep(2)"]
+    scheduler = ["python", "-c", f"import os, time\nwhile len(os.listdir({str(checkins)!r})) < 3: time.sleep(0.05)"]
     manifest = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "pslite"},
-                "spec": {"mxReplicaSpecs": {"Scheduler": replica(["python", "-c", "pass"]),
+                "spec": {"mxReplicaSpecs": {"Scheduler": replica(scheduler),
                                             "Server": replica(late), "Worker": replica(late, 2)}}}
     out = io.StringIO()
     assert cli.run(run_args(tmp_path, write(tmp_path, manifest), timeout=60), out=out, err=io.StringIO()) == 0
