@@ -6,7 +6,6 @@ so a user fixes a manifest in one round trip.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 from hooks.shared.podtemplate import (
+    check_container_name,
     check_env,
     check_image,
     check_pod_spec,
@@ -22,6 +22,7 @@ from hooks.shared.podtemplate import (
     is_port_number,
     show,
 )
+from hooks.shared.validation import DNS_1035_LABEL, MAX_INT32, is_non_negative_int
 
 REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
 TRAIN_TYPES = ("Scheduler", "Server", "Worker")
@@ -38,13 +39,11 @@ TUNER_KEY_ANNOTATION = "tuner-server-key"
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
 MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see sync.size_problems)
-MAX_SECONDS = 2**31 - 1  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
-MAX_BACKOFF_LIMIT = 2**31 - 1  # int32, as the status counters it is compared with
+MAX_SECONDS = MAX_INT32  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
+MAX_BACKOFF_LIMIT = MAX_INT32  # as the status counters it is compared with
 MAX_PROBLEMS = 20  # a message listing more helps no one and makes status huge
 
 _CANONICAL = {t.lower(): t for t in REPLICA_TYPES}
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RUN_POLICY_MAX = {"ttlSecondsAfterFinished": MAX_SECONDS, "activeDeadlineSeconds": MAX_SECONDS,
                    "backoffLimit": MAX_BACKOFF_LIMIT}
 _RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
@@ -183,7 +182,7 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: boo
     ints: dict[str, int | None] = {}
     for key in _RUN_POLICY_INTS:
         value = merged.get(key)
-        if value is not None and not _is_non_negative_int(value, _RUN_POLICY_MAX[key]):
+        if value is not None and not is_non_negative_int(value, _RUN_POLICY_MAX[key]):
             problems.append(f"{paths[key]}: must be a non-negative integer of at most {_RUN_POLICY_MAX[key]}, "
                             f"got {show(value)}")
             value = None
@@ -236,7 +235,7 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
     replicas = raw.get("replicas", 1)
     if replicas is None:
         replicas = 1
-    if not _is_non_negative_int(replicas, MAX_REPLICAS):
+    if not is_non_negative_int(replicas, MAX_REPLICAS):
         # Checked before anything is sized by it: names, MX_CONFIG and slots all grow with it.
         problems.append(f"{path}.replicas: must be a non-negative integer of at most {MAX_REPLICAS}, "
                         f"got {show(replicas)}")
@@ -273,20 +272,16 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
     if not isinstance(containers, list) or not containers:
         problems.append(f"{cpath}: required, a list of containers; {fix}")
         return DEFAULT_PORT
-    main, main_path, names = None, "", set()
+    main, main_path = None, ""
+    names: list[str] = []
     for i, container in enumerate(containers):
-        name = container.get("name") if isinstance(container, Mapping) else None
         here = f"{cpath}[{i}]"
         if not isinstance(container, Mapping):
             problems.append(f"{here}: must be an object (a Container)")
             continue
-        if not isinstance(name, str) or not _DNS_1123_LABEL.match(name) or len(name) > 63:
-            problems.append(f"{here}.name: every container needs a name of lower-case letters, "
-                            f"digits and '-' (at most 63), got {show(name)}")
-        elif name in names:
-            problems.append(f"{here}.name: {show(name)} is used by two containers; rename one")
-        else:
-            names.add(name)
+        name = container.get("name")
+        if check_container_name(here, name, names, problems):
+            names.append(str(name))
         if name == MAIN_CONTAINER:
             main, main_path = container, f"{cpath}[name={MAIN_CONTAINER}]"
         else:
@@ -294,7 +289,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
         check_env(f"{here}.env", container.get("env"), problems)
         check_ports(f"{here}.ports", container.get("ports"), problems)
     if isinstance(pod_spec, Mapping):  # it is, as it has containers
-        check_pod_spec(f"{path}.template.spec", pod_spec, sorted(names), problems)
+        check_pod_spec(f"{path}.template.spec", pod_spec, names, problems)
     if main is None:
         problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
         return DEFAULT_PORT
@@ -366,7 +361,7 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
     if not name:
         problems.append("metadata.name: required")
         return
-    if not _DNS_1035.match(name):
+    if not DNS_1035_LABEL.match(name):
         problems.append(f"metadata.name: {show(name)} must start with a letter and contain only "
                         f"lower-case letters, digits and '-' (it prefixes Service names)")
         return
@@ -382,11 +377,6 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
 def total_replicas(replicas: Mapping[str, ReplicaSpec]) -> int:
     """How many pods a job with these replica specs has."""
     return sum(s.replicas for s in replicas.values())
-
-
-def _is_non_negative_int(value: Any, maximum: int | None = None) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool) and value >= 0
-            and (maximum is None or value <= maximum))
 
 
 def _or_default(value: Any, default: Any) -> Any:

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hooks.shared.conditions import STATE_ORDER, parse_rfc3339
+from hooks.shared.validation import MAX_INT32
 
 WARNINGS_FIELD = "statusWarnings"
 MAX_WARNINGS = 10
 MAX_WARNING_LENGTH = 300
-MAX_COUNTER = 2**31 - 1  # the CRD declares status counters int32
+MAX_COUNTER = MAX_INT32  # the CRD declares status counters int32
 _CONDITION_STATUSES = ("True", "False", "Unknown")
 _CONDITION_STRINGS = ("reason", "message")
 _CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime", "lastProbeTime")
