@@ -38,9 +38,7 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
     # Only what reads back unchanged (one condition per type, fields in the shape written): a Job
     # controller never reports anything else, and anything else would change the status on every sync.
     for cond in listed if isinstance(listed, list) else []:
-        if isinstance(cond, Mapping) and cond.get("type") in JOB_CONDITIONS \
-                and condition_problem(cond, JOB_CONDITIONS) is None \
-                and all(c["type"] != cond["type"] for c in conditions):
+        if condition_problem(cond, JOB_CONDITIONS) is None and all(c["type"] != cond["type"] for c in conditions):
             conditions.append({k: cond[k] for k in JOB_CONDITION_FIELDS if k in cond})
     if master_job is None and not any(c.get("status") == "True" for c in conditions):
         return {"conditions": []}
@@ -74,8 +72,7 @@ def validation_failed_status(old_status: Mapping[str, Any], message: str, now: d
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[str, Any],
                ready: Mapping[str, int], master_wanted: bool, now: datetime) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte."""
-    own = Conditions([c for c in old_status.get("conditions") or []
-                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+    own = _own_conditions(old_status, now)
     outcome = finished(record)
     own.set("Created", True, "ChainerJobCreated", f"ChainerJob {job.key} was accepted and its children created.")
     if job.distributed:
@@ -98,16 +95,13 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[s
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapping[str, Any],
-                           now: datetime) -> JSON:
-    """A master that finished while the spec is invalid: its outcome recorded as a valid sync would.
+                           outcome: str, now: datetime) -> JSON:
+    """A master that finished (`outcome`) while the spec is invalid: recorded as a valid sync would.
 
-    The spec cannot be read, so everything else (specError, worker readiness) stays as it was;
-    the worker sets are scaled to 0 by the caller, so their desired replicas are 0 here too.
+    The spec cannot be read, so everything else (worker readiness) stays as it was; the worker
+    sets are scaled to 0 by the caller, so their desired replicas are 0 here too.
     """
-    own = Conditions([c for c in old_status.get("conditions") or []
-                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
-    outcome = finished(record)
-    assert outcome is not None, "only for a finished master"
+    own = _own_conditions(old_status, now)
     _finish(own, key, record, outcome)
     status: JSON = {k: v for k, v in old_status.items()
                     if k not in ("conditions", "observedGeneration", *JOB_STATUS_FIELDS)}
@@ -116,6 +110,12 @@ def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapp
     if isinstance(sets, Mapping):
         status["workerSets"] = {name: {**counts, "replicas": 0} for name, counts in sets.items()}
     return status
+
+
+def _own_conditions(old_status: Mapping[str, Any], now: datetime) -> Conditions:
+    """The hook's own conditions of the last status (the master Job's are copied afresh)."""
+    return Conditions([c for c in old_status.get("conditions") or []
+                       if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
 
 
 def _finish(own: Conditions, key: str, record: Mapping[str, Any], outcome: str) -> None:

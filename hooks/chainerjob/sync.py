@@ -25,7 +25,7 @@ from hooks.chainerjob.status import (
 from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
-from hooks.shared.request import read_children, read_parent
+from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
 PARENT_API_VERSION = "kubeflow.org/v1alpha1"
@@ -129,12 +129,12 @@ def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_sta
     ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
     node, and its GPUs, until someone repairs the spec."""
     answer = keep_children(old_status, kept, message)
-    name = parent["metadata"]["name"]
-    record = master_record(observed[JOB_KEY].get(names.master_of(name)), old_status)
-    if finished(record) is None:
+    record = master_record(observed[JOB_KEY].get(names.master_of(parent["metadata"]["name"])), old_status)
+    outcome = finished(record)
+    if outcome is None:
         return answer
-    key = f"{parent['metadata'].get('namespace') or 'default'}/{name}"
-    answer["status"] = {**finished_while_invalid(key, old_status, record, now), "specError": answer["status"]["specError"]}
+    answer["status"] = {**finished_while_invalid(parent_key(parent), old_status, record, outcome, now),
+                        "specError": message}
     wanted = []
     for obj in answer["children"]:
         if obj["kind"] == "PodGroup":

@@ -373,8 +373,9 @@ def _completed_before(job: MXJob, old: OldStatus) -> dict[str, set[int]]:
     completedIndexes whenever an index has completed, so the counts only matter on the first sync
     of an adopted job.
     """
-    field = "replicaStatuses" if old.object("replicaStatuses") else "mxReplicaStatuses"
-    recorded = old.object(field)
+    field, recorded = "replicaStatuses", old.object("replicaStatuses")
+    if not recorded:
+        field, recorded = "mxReplicaStatuses", old.object("mxReplicaStatuses")
     by_type = {str(key).lower(): (key, entry) for key, entry in recorded.items()}
     completed: dict[str, set[int]] = {}
     for rtype, spec in job.replicas.items():

@@ -5,13 +5,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hooks.shared.k8s import JSON, SyncResponse
-from hooks.shared.request import as_last_applied
+from hooks.shared.request import as_last_applied, parent_key
 
 
 def invalid_spec_message(kind: str, parent: Mapping[str, Any], problems: list[str]) -> str:
     """One sentence naming the job and listing every problem (each with its field path and fix)."""
-    meta = parent["metadata"]
-    return f"{kind} {meta.get('namespace') or 'default'}/{meta['name']} has an invalid spec: " + "; ".join(problems) + "."
+    return f"{kind} {parent_key(parent)} has an invalid spec: " + "; ".join(problems) + "."
 
 
 def keep_children(old_status: Mapping[str, Any], observed: Iterable[tuple[str, str, Mapping[str, Any]]],

@@ -47,6 +47,12 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
     return parent  # type: ignore[return-value]
 
 
+def parent_key(parent: Mapping[str, Any]) -> str:
+    """`namespace/name` of a parent read by read_parent, as messages name a job."""
+    meta = parent["metadata"]
+    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+
 def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
                   optional: frozenset[str] = frozenset(),
                   fields: Mapping[str, Any] = GENERIC_OBSERVED_FIELDS) -> list[Mapping[str, Any]]:
