@@ -106,9 +106,9 @@ INVALID = {
                              "spec.workerSets.ws.template.spec.restartPolicy: 'Never' is not allowed"),
     "master-restart-empty-map": (chainerjob(master={"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": {}}}}),
                                  "spec.master.template.spec.restartPolicy: {} is not allowed"),
-    "worker-restart-empty-string": (chainerjob(workers={"ws": {"template": {
-        **TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": ""}}}}),
-                                    "spec.workerSets.ws.template.spec.restartPolicy: '' is not allowed"),
+    "worker-restart-empty-map": (chainerjob(workers={"ws": {"template": {
+        **TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": {}}}}}),
+                                 "spec.workerSets.ws.template.spec.restartPolicy: {} is not allowed"),
     "zero-slots": (chainerjob(workers={"ws": {"template": TEMPLATE, "mpiConfig": {"slots": 0}}}),
                    "spec.workerSets.ws.mpiConfig.slots: must be an integer from 1 to 2147483647"),
     # Numbers that size work or land in int32 fields are bounded before anything is built from them.
@@ -179,6 +179,13 @@ def test_invalid_spec_is_reported_with_its_field_path(parent, fragment):
 def test_without_worker_sets_a_name_starting_with_a_digit_runs_as_it_did_under_the_original():
     answer = first_sync(chainerjob("9lives"))
     assert [c["metadata"]["name"] for c in answer["children"]] == ["9lives-master"]
+
+
+def test_an_empty_restart_policy_is_unset_as_the_original_read_it():
+    spec = {**TEMPLATE["spec"], "restartPolicy": ""}
+    job = parse_chainerjob(chainerjob(workers={"ws": {"template": {"spec": spec}}}, master={"template": {"spec": spec}}))
+    assert job.master.template["spec"]["restartPolicy"] == "Never"
+    assert job.worker_sets["ws"].template["spec"]["restartPolicy"] == ""
 
 
 def test_a_52_character_statefulset_name_is_accepted():

@@ -40,10 +40,10 @@ POD = "spec.mxReplicaSpecs.Worker.template.spec"
 BAD_SPECS = {
     # The pod spec around the containers: name fields (two are read under gang scheduling), init
     # containers (their names share the pod's container namespace) and volumes.
-    "scheduler-name-a-number": (with_pod(schedulerName=5), f"{POD}.schedulerName: must be a non-empty string"),
-    "priority-class-a-map": (with_pod(priorityClassName={}), f"{POD}.priorityClassName: must be a non-empty string"),
-    "hostname-a-number": (with_pod(hostname=5), f"{POD}.hostname: must be a non-empty string"),
-    "node-name-a-number": (with_pod(nodeName=5), f"{POD}.nodeName: must be a non-empty string"),
+    "scheduler-name-a-number": (with_pod(schedulerName=5), f"{POD}.schedulerName: must be a string (a name)"),
+    "priority-class-a-map": (with_pod(priorityClassName={}), f"{POD}.priorityClassName: must be a string (a name)"),
+    "hostname-a-number": (with_pod(hostname=5), f"{POD}.hostname: must be a string (a name)"),
+    "node-name-a-number": (with_pod(nodeName=5), f"{POD}.nodeName: must be a string (a name)"),
     "init-containers-a-string": (with_pod(initContainers="x"), f"{POD}.initContainers: must be a list"),
     "init-container-named-mxnet": (with_pod(initContainers=[{"name": "mxnet", "image": "i"}]),
                                    f"{POD}.initContainers[0].name: 'mxnet' is used by another container"),
@@ -259,3 +259,8 @@ def test_a_child_with_null_metadata_is_read_as_one_without(kind, name):
     answer = sync_mxjob(request, now=sim.now)
     assert {(c["kind"], c["metadata"]["name"]) for c in answer["children"]} == \
         {("Pod", "mx-worker-0"), ("Service", "mx-worker-0"), ("ConfigMap", "mx-cluster")}
+
+
+def test_empty_pod_name_fields_read_as_unset_as_on_the_api_server():
+    # Helm charts often write `priorityClassName: ""`; the API server accepts it.
+    parse_mxjob(with_pod(schedulerName="", priorityClassName="", serviceAccountName="", hostname=""))

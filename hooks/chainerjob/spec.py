@@ -149,7 +149,8 @@ def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | 
         ints[key] = value
     template = _default_template(raw.get("template"))
     pod_spec = template.get("spec") if template is not None else None
-    if isinstance(pod_spec, dict) and pod_spec.get("restartPolicy") is None:  # `{}` or "" is reported, not "unset"
+    # Unset as the original read it (a Go string: absent or ""); any other value, `{}` included, is checked.
+    if isinstance(pod_spec, dict) and pod_spec.get("restartPolicy") in (None, ""):
         pod_spec["restartPolicy"] = "Never"
     main = _check_template(path, template, problems)
     restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
@@ -179,7 +180,7 @@ def _parse_worker_set(key: str, raw: Any, problems: list[str]) -> WorkerSet | No
     main = _check_template(path, template, problems)
     pod_spec = template.get("spec") if template is not None else None
     restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
-    if restart is not None and restart != WORKER_RESTART_POLICY:
+    if restart not in (None, "", WORKER_RESTART_POLICY):  # "" is unset: the API server defaults it to Always
         problems.append(f"{path}.template.spec.restartPolicy: {restart!r} is not allowed for the pods "
                         f"of a StatefulSet; use Always or leave it out")
     slots = _slots(path, raw.get("mpiConfig"), template, True, problems)

@@ -147,8 +147,9 @@ def check_pod_spec(path: str, pod_spec: Mapping[str, Any], container_names: list
     """
     for key in _POD_NAME_FIELDS:
         value = pod_spec.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            problems.append(f"{path}.{key}: must be a non-empty string (a name), got {show(value)}")
+        # "" is allowed: the API server reads it as unset (Helm charts often write it).
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{path}.{key}: must be a string (a name), got {show(value)}")
     check_init_containers(f"{path}.initContainers", pod_spec.get("initContainers"), list(container_names),
                           problems, reserved=reserved_containers)
     check_volumes(f"{path}.volumes", pod_spec.get("volumes"), problems, reserved=reserved_volumes)
