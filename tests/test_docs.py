@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import hooks
 from hooks.mxjob.spec import RunPolicy
 from hooks.server.app import create_app
 from localcluster import cli
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 OUTSIDE = re.compile(r"\.\./shared|DESIGN(\.md| \d)|reference/\w+\.md")
 LINK = re.compile(r"\]\(([^)#]+)(#[^)]*)?\)")
+ANCHORED_LINK = re.compile(r"\]\(([^)#]*)#([^)]+)\)")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
@@ -72,3 +74,64 @@ def test_the_guides_job_is_a_valid_mxjob_for_the_local_cluster():
     for spec in job["spec"]["mxReplicaSpecs"].values():
         (container,) = spec["template"]["spec"]["containers"]
         assert container["command"][0] == "python" and (ROOT / container["command"][-1]).is_file()
+
+
+def anchors(doc: Path) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation dropped, spaces as '-'."""
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_link_to_a_section_finds_its_heading(doc: Path):
+    prose = re.sub(r"```.*?```|`[^`]*`", "", doc.read_text(), flags=re.S)
+    for target, anchor in ANCHORED_LINK.findall(prose):
+        if "://" in target:
+            continue
+        assert anchor in anchors(doc.parent / target if target else doc), f"{doc.name} links to {target}#{anchor}"
+
+
+def test_the_readme_starts_with_a_contents_list_of_its_own_sections():
+    readme = (ROOT / "README.md").read_text()
+    contents = readme.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"\]\(#([^)]+)\)", contents)
+    sections = [s for s in anchors(ROOT / "README.md") if s != "contents"]
+    # Every top-level section is listed (the anchors check above proves each entry resolves).
+    top = {re.sub(r"[^\w\- ]", "", t.strip().lower()).replace(" ", "-") for t in re.findall(r"^## (.+)$", readme, re.M)}
+    assert top - {"contents"} == set(listed), "README contents list and its ## sections differ"
+    assert set(listed) <= set(sections)
+    # User-facing sections first: the internals moved to docs/, and the quick start leads.
+    assert listed[0] == "quick-start-no-cluster-needed"
+
+
+def test_one_version_everywhere():
+    version = hooks.__version__
+    pyproject = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert pyproject and pyproject.group(1) == version
+    kustomization = yaml.safe_load((ROOT / "metacontroller" / "kustomization.yaml").read_text())
+    assert [i["newTag"] for i in kustomization["images"] if i["name"] == "mxjob-hooks"] == [version]
+    changelog = re.findall(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert changelog and changelog[0] == version
+    readme = (ROOT / "README.md").read_text()
+    assert f"Version {version}" in readme
+    tags = set(re.findall(r"mxjob-hooks:(\d+\.\d+\.\d+)", readme)) | set(re.findall(r"newTag: (\S+)", readme))
+    assert tags == {version}
+
+
+def test_the_quick_start_says_where_the_accuracy_is():
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    example = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
+    name = example["metadata"]["name"]
+    assert f".localcluster/default/{name}/{name}-worker-0.log" in quick
+    script = (ROOT / "examples" / "digits" / "train.py").read_text()
+    # The line the README tells the reader to look for is the one the training script prints.
+    assert "final validation-accuracy=" in quick and 'final validation-accuracy={val_acc:.4f}' in script
+    assert "train-accuracy=" in quick and "validation-accuracy={val_acc:.4f} time=" in script
+
+
+def test_the_chainerjob_master_default_retry_limit_is_stated():
+    readme = (ROOT / "README.md").read_text()
+    chainer = readme.split("## ChainerJob", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"`backoffLimit`.*?batch Job default applies: 6", chainer, re.S)

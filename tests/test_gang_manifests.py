@@ -1,4 +1,4 @@
-"""The gang-scheduling kustomize components: the README's kustomizations render, are valid, and the
+"""The gang-scheduling kustomize components: the kustomizations docs/gang-scheduling.md shows render, are valid, and the
 CompositeController they produce turns gang scheduling on in the hooks exactly as documented."""
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from test_manifests import render, the, validation_errors
 from hooks.shared.gang import COSCHEDULING_API, VOLCANO_API, Gang, read_gang
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-CHECKOUT = "../mxjob-operator/"  # how the README's kustomizations refer to this repository
+GUIDE = ROOT / "docs" / "gang-scheduling.md"
+CHECKOUT = "../mxjob-operator/"  # how the guide's kustomizations refer to this repository
 COMPONENTS = {"volcano": (VOLCANO_API, "volcano"),
               "scheduler-plugins": (COSCHEDULING_API, "scheduler-plugins-scheduler")}
 
 
 def readme_kustomizations() -> dict[str, str]:
-    """The README's gang-scheduling kustomizations, by the component each one adds."""
-    section = README.read_text().split("## Gang scheduling", 1)[1].split("\n## ", 1)[0]
+    """The guide's gang-scheduling kustomizations, by the component each one adds."""
+    section = GUIDE.read_text()
     found = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
         doc = yaml.safe_load(block)

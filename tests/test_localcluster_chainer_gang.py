@@ -2,7 +2,7 @@
 
 Under a gang every pod is created at once, so the master's mpiexec may start before a worker's
 container runs; the rsh agent then waits with `kubectl get pod -o jsonpath=...` until it does.
-This runs the shipped ChainerMN example through the controller the README's Volcano
+This runs the shipped ChainerMN example through the controller the Volcano
 kustomization renders, with one worker pod refused at first so the gang is visibly held back.
 """
 

@@ -1,6 +1,6 @@
 """End to end on the local cluster: a gang is held back until its pods exist, then starts together.
 
-The controller is the one the README's kustomization with a gang component renders, so the local
+The controller is the one the kustomization in docs/gang-scheduling.md with a gang component renders, so the local
 Metacontroller, the real hooks server and the kubelet's gang gate run exactly what a user installs.
 A pod that cannot be created yet (here: refused by a namespace quota, as an API server would) is
 what leaves a gang incomplete.
@@ -42,10 +42,10 @@ def gang_job(name: str, policy: dict) -> dict:
 
 
 def gang_controller(tmp_path: Path, component: str, controller: str = "mxjob-controller") -> ControllerConfig:
-    """A CompositeController as the README's kustomization with a gang component renders it."""
+    """A CompositeController as the kustomization in docs/gang-scheduling.md with a gang component renders it."""
     install = write_kustomization(tmp_path / "install", readme_kustomizations()[component])
     rendered = the(render(install), "CompositeController", controller)
-    return parse_composite_controller(rendered, f"README kustomization with {component}")
+    return parse_composite_controller(rendered, f"docs/gang-scheduling.md kustomization with {component}")
 
 
 @contextmanager
