@@ -27,6 +27,7 @@ import yaml
 from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
 from .crds import served_kinds
+from .fieldvalidation import pruned_job, unknown_fields_of
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -41,6 +42,15 @@ REFRESH_SECONDS = 0.25
 # the operator's success grace, or be removed by cleanPodPolicy) before it stops everything.
 SETTLE_SECONDS = 45.0
 FAILED_LOG_LINES = 15
+# --validate, as kubectl spells it: how a field the CRD does not know (which the API server would prune) is met.
+VALIDATE_CHOICES = {"strict": "strict", "true": "strict", "warn": "warn", "ignore": "ignore", "false": "ignore"}
+# While a job runs, how often `run` notes every pod's state and the log lines that look like trouble.
+REPORT_EVERY_SECONDS = 60.0
+TROUBLE_LOG_LINES = 20
+# A Python traceback's first line, or a line that says error, fatal or panic (localcluster's own lines excepted).
+_TRACEBACK = "Traceback (most recent call last):"
+# A metric such as `validation-error=0.1` is not an error.
+_ERROR_LINE = re.compile(r"(?<![\w-])(error|fatal|panic)(?![\w=-])|^\w+(Error|Exception):", re.I)
 
 
 def _age(timestamp: str | None) -> str:
@@ -85,7 +95,7 @@ class Progress:
         self.tty = out.isatty()
         self._drawn = 0
         self._last: list[str] = []
-        self._started = time.monotonic()
+        self.started = time.monotonic()
 
     def show(self, lines: list[str]) -> None:
         if self.tty:
@@ -100,19 +110,29 @@ class Progress:
             if stable == self._last:
                 return
             self._last = stable
-            self.out.write(f"--- {time.monotonic() - self._started:6.1f}s\n" + "\n".join(lines) + "\n")
+            self.out.write(f"--- {time.monotonic() - self.started:6.1f}s\n" + "\n".join(lines) + "\n")
         self.out.flush()
+
+    def note(self, lines: list[str]) -> None:
+        """Lines that stay: printed below the view, which is then drawn anew beneath them."""
+        self.out.write("\n".join(lines) + "\n")
+        self.out.flush()
+        self._drawn = 0
+        self._last = []
 
 
 class InputError(ValueError):
     """The job file cannot be used; the message names the file and what is wrong."""
 
 
-def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObject:
+def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate: str = "warn") -> KubeObject:
     """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise.
 
     Any version the CRD serves is accepted and stored under the storage version, as the API server
-    does with `conversion: None`; a deprecated version's warning goes to `warn`.
+    does with `conversion: None`; a deprecated version's warning goes to `warn`. A field the CRD's
+    schema does not know is, as server-side field validation has it, a warning to `warn`
+    (validate="warn"), an InputError ("strict"), or nothing ("ignore"); unless refused, it is
+    dropped, as the API server prunes it.
     """
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
@@ -139,6 +159,15 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObjec
                          f"use one of {served}.{hint}")
     if warn is not None and (warning := crd.warning_for(version)):
         warn(f"Warning: {warning}")
+    unknown = unknown_fields_of(job) if validate != "ignore" else []
+    if unknown and validate == "strict":
+        fields = ", ".join(f'unknown field "{field}"' for field in unknown)
+        raise InputError(f"{path}: strict decoding error: {fields} (fix the spelling, or remove the field; "
+                         "--validate=warn runs the job without it)")
+    if warn is not None:
+        for field in unknown:
+            warn(f'Warning: unknown field "{field}"')
+    job = pruned_job(job)  # what the API server stores, and so all that Metacontroller and the hooks see
     job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     meta = job.get("metadata")
     if not isinstance(meta, dict):
@@ -256,10 +285,65 @@ def tail(path: Path, lines: int) -> list[str]:
     return path.read_text(errors="replace").splitlines()[-lines:]
 
 
+def trouble(lines: list[str], limit: int = TROUBLE_LOG_LINES) -> list[str]:
+    """The part of a log that says what went wrong: its last Python traceback (header, frames and the
+    exception line), else the lines up to its last error line; [] when it holds neither."""
+    own = [not line.startswith("=== localcluster:") for line in lines]
+    headers = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
+    if headers:
+        start = headers[-1]
+        end = start + 1
+        while end < len(lines) and lines[end].startswith(" "):  # the frames are indented
+            end += 1
+        block = lines[start:min(end + 1, len(lines))]  # and the exception line after them
+        return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
+    errors = [i for i, line in enumerate(lines) if own[i] and _ERROR_LINE.search(line)]
+    if not errors:
+        return []
+    last = errors[-1]
+    return lines[max(0, last - limit + 3):last + 3]
+
+
+def container_state(status: dict) -> str:
+    """One container's state as `kubectl describe pod` names it: running, waiting (reason), terminated (exit code)."""
+    state = status.get("state") or {}
+    if "running" in state:
+        return f"running since {state['running'].get('startedAt', '-')}"
+    if "terminated" in state:
+        ended = state["terminated"]
+        return f"terminated, exit code {ended.get('exitCode', '-')} ({ended.get('reason', '-')})"
+    if "waiting" in state:
+        return f"waiting ({state['waiting'].get('reason', '-')})"
+    return "not started"
+
+
+def diagnosis(cluster: LocalCluster, name: str, namespace: str) -> list[str]:
+    """Every pod's state, then the trouble in each log that holds a traceback or an error: why a job hangs."""
+    lines = ["pods:"]
+    pods = cluster.pods(name, namespace)
+    for pod in pods:
+        pod_name, phase, restarts, _ = pod_row(pod)
+        containers = "; ".join(f"{cs.get('name')}: {container_state(cs)}"
+                               for cs in pod.get("status", {}).get("containerStatuses", [])) or "no container started"
+        lines.append(f"  {pod_name}  {phase}  restarts {restarts}  {containers}")
+    if not pods:
+        lines.append("  (none)")
+    for path in sorted(cluster.job_dir(name, namespace).glob("*.log")):
+        if path.name == "hooks-server.log":
+            continue
+        found = trouble(path.read_text(errors="replace").splitlines())
+        if found:
+            lines.append(f"last lines of {path} (it holds a traceback or an error):")
+            lines.extend("  " + line for line in found)
+    return lines
+
+
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run one job to the end; the exit code says how it ended."""
     try:
-        job = load_job(Path(args.file), warn=lambda line: print(line, file=err))
+        # Namespaces built by hand (tests, callers) may leave out the newer options: their defaults apply.
+        validate = VALIDATE_CHOICES[getattr(args, "validate", "warn")]
+        job = load_job(Path(args.file), warn=lambda line: print(line, file=err), validate=validate)
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
@@ -282,7 +366,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
                     print(f"error: the local cluster could not start: {error}", file=err)
                     return EXIT_CANNOT_START
                 try:
-                    code, reason = watch(cluster, name, namespace, args.timeout, out)
+                    code, reason = watch(cluster, name, namespace, args.timeout, out, err=err,
+                                         report_every=getattr(args, "report_every", REPORT_EVERY_SECONDS))
                 finally:
                     signals.stopping = True  # from here on a signal only hurries the stop along
                     cluster.stop()
@@ -297,8 +382,14 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     return code
 
 
-def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO) -> tuple[int, str]:
-    """Show progress until the job ends (or the timeout); then the final view and status."""
+def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO, *,
+          err: TextIO | None = None, report_every: float = REPORT_EVERY_SECONDS) -> tuple[int, str]:
+    """Show progress until the job ends (or the timeout); then the final view and status.
+
+    Every `report_every` seconds while the job runs, and at a timeout (on `err`), every pod's state
+    and the end of each log holding a traceback or an error: a crashed worker whose process never
+    exits says why the job hangs.
+    """
     key = f"{namespace}/{name}"
     submitted = cluster.get_job(name, namespace) or {}
     kind = submitted.get("kind", "MXJob")
@@ -312,9 +403,14 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     uid = submitted["metadata"]["uid"]
     progress = Progress(out)
     deadline = time.monotonic() + timeout
+    next_report = time.monotonic() + report_every
     outcome: tuple[int, str] | None = None
     while outcome is None:
         progress.show(render(cluster, name, namespace))
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + report_every
+            progress.note([f"still waiting after {time.monotonic() - progress.started:.0f}s;",
+                           *diagnosis(cluster, name, namespace)])
         current = cluster.get_job(name, namespace)
         controller = cluster.controller_for(current) if current else None
         hot = controller.hot_loop(uid) if controller else None
@@ -334,7 +430,8 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
             outcome = (EXIT_SUSPENDED, f"{kind} {key} is suspended (spec.runPolicy.suspend: true), so nothing runs; "
                                        "set it to false to run the job")
         elif time.monotonic() >= deadline:
-            outcome = (EXIT_TIMEOUT, f"{kind} {key} timed out after {timeout:g}s in state {job_state(current) or '-'}")
+            outcome = (EXIT_TIMEOUT, f"{kind} {key} timed out after {timeout:g}s in state {job_state(current) or '-'}"
+                                     " (pods and log errors above)")
         else:
             time.sleep(REFRESH_SECONDS)
     # Workers leave a moment after the scheduler, and cleanPodPolicy deletes what still runs: wait
@@ -348,6 +445,8 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     final = cluster.get_job(name, namespace) or {}
     print("final status:", file=out)
     print(yaml.safe_dump({"status": final.get("status", {})}, sort_keys=False).rstrip(), file=out)
+    if outcome[0] == EXIT_TIMEOUT:
+        print("\n".join(diagnosis(cluster, name, namespace)), file=err or out)
     if outcome[0] == EXIT_FAILED:
         path = failing_log(cluster, name, namespace, outcome[1])
         if path is not None:
@@ -409,17 +508,26 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="localcluster",
         description="Run MXJobs and ChainerJobs on this machine: a Metacontroller stand-in, the real hooks server, pods as processes.")
-    top.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="where pod logs go (default .localcluster in the current directory)")
+    state_help = "where pod logs go (default .localcluster in the current directory)"
+    top.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help=state_help)
     sub = top.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="run one MXJob or ChainerJob to the end; exit 0 only if it succeeded")
     run_parser.add_argument("file", help="a YAML file holding one MXJob or ChainerJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
+    run_parser.add_argument("--validate", choices=sorted(VALIDATE_CHOICES), default="warn", type=str.lower,
+                            help="a field the CRD does not know: warn (default) names it on stderr and runs the job, "
+                                 "strict (or true) refuses the job (exit 2), ignore (or false) says nothing")
+    run_parser.add_argument("--report-every", type=float, default=REPORT_EVERY_SECONDS, metavar="SECONDS",
+                            help="while the job runs, note every pod's state and log errors this often (default 60)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
     logs_parser.add_argument("pod")
     logs_parser.add_argument("-c", "--container", help="the container (default: the pod's first, mxnet)")
     logs_parser.add_argument("-n", "--namespace", default="default", help="the job's namespace (default: default)")
     logs_parser.add_argument("-f", "--follow", action="store_true", help="keep printing while the job's `run` goes on")
+    # `--state-dir` after the subcommand too (`localcluster run job.yaml --state-dir DIR`): there it wins.
+    for subparser in (run_parser, logs_parser):
+        subparser.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
     return top
 
 
