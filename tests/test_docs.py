@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
 import hooks
+from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 from hooks.mxjob.spec import RunPolicy
 from hooks.server.app import create_app
 from localcluster import cli
+from localcluster.fieldvalidation import unknown_fields_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -61,10 +64,15 @@ def test_the_sample_sync_request_is_answered_with_children():
     assert answer["status"]["conditions"][-1]["type"] == "Created"
 
 
-def test_the_guides_job_is_a_valid_mxjob_for_the_local_cluster():
+def guide_jobs(kind: str) -> list[dict]:
+    """The guide's manifests of one kind (its other YAML blocks are fragments)."""
     text = (ROOT / "docs" / "write-a-job.md").read_text()
-    (manifest,) = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
-    job = manifest
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    return [block for block in blocks if block.get("kind") == kind]
+
+
+def test_the_guides_job_is_a_valid_mxjob_for_the_local_cluster():
+    (job,) = guide_jobs("MXJob")
     request = {"controller": {}, "parent": {**job, "metadata": {**job["metadata"], "namespace": "default", "uid": "u1",
                                                                "generation": 1}},
                "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}, "related": {}, "finalizing": False}
@@ -135,3 +143,25 @@ def test_the_chainerjob_master_default_retry_limit_is_stated():
     readme = (ROOT / "README.md").read_text()
     chainer = readme.split("## ChainerJob", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"`backoffLimit`.*?batch Job default applies: 6", chainer, re.S)
+
+
+def test_the_guides_chainerjob_is_valid_and_runs_the_shipped_script():
+    (job,) = guide_jobs("ChainerJob")
+    assert unknown_fields_of(job) == []
+    parent = {**job, "metadata": {**job["metadata"], "namespace": "default", "uid": "u1", "generation": 1}}
+    answer = sync_chainerjob({"parent": parent, "children": {k: {} for k in CHILD_KEYS}},
+                             now=datetime(2025, 1, 1, tzinfo=UTC), kubectl_image="kubectl:test")
+    assert "specError" not in answer["status"]
+    assert [c["kind"] for c in answer["children"] if c["kind"] == "StatefulSet"] == ["StatefulSet"]
+    command = job["spec"]["master"]["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "mpiexec" and (ROOT / command[-1]).is_file()
+    # The same ranks and script as the shipped example the local cluster runs in the tests.
+    shipped = yaml.safe_load((ROOT / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
+    assert shipped["spec"]["master"]["template"]["spec"]["containers"][0]["command"][:3] == command[:3]
+
+
+def test_the_guide_names_the_cluster_side_guard_against_a_hung_job():
+    text = (ROOT / "docs" / "write-a-job.md").read_text()
+    fragment = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind:" not in b]
+    assert {"spec": {"runPolicy": {"activeDeadlineSeconds": 3600}}} in fragment
+    assert "spec.master.activeDeadlineSeconds" in text
