@@ -72,3 +72,19 @@ def test_the_guides_job_is_a_valid_mxjob_for_the_local_cluster():
     for spec in job["spec"]["mxReplicaSpecs"].values():
         (container,) = spec["template"]["spec"]["containers"]
         assert container["command"][0] == "python" and (ROOT / container["command"][-1]).is_file()
+
+
+def test_operations_doc_gives_metacontrollers_write_budget_and_is_linked():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert "docs/operations.md" in (ROOT / "README.md").read_text()
+    assert "`--client-go-qps`" in text and "`--client-go-burst`" in text
+    # A Pod and a Service per replica plus the cluster ConfigMap, at Metacontroller's default 5 writes/s.
+    for replicas, seconds in re.findall(r"^\| ([\d,]+) \| about [\d,]+ \| about \**(\d+) s", text, re.M):
+        assert round((2 * int(replicas.replace(",", "")) + 1) / 5) == int(seconds)
+    assert "| 1,000 | about 2,001 | about **400 s**" in text
+
+
+def test_rbac_comment_lists_what_a_narrowed_metacontroller_role_still_needs():
+    comment = (ROOT / "metacontroller" / "rbac.yaml").read_text().split("apiVersion:")[0]
+    for need in ("compositecontrollers", "controllerrevisions", "customresourcedefinitions", "events", "leases"):
+        assert need in comment
