@@ -88,7 +88,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     if job.run_policy.suspend or _finished(plan.status, now):
         podgroup = None
     pod_names = plan.pods
-    if new_pods_wait(podgroup, observed.podgroups):
+    if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
         pod_names = [n for n in plan.pods if n in observed.pods]
         if len(pod_names) < len(plan.pods):
             _say_pods_wait(plan.status, old_status, job, podgroup, now)

@@ -126,7 +126,9 @@ def check_merged_lists(path: str, container: Mapping[str, Any], problems: list[s
                "env": "so later pods would see a changed environment"}
     for field, effect in effects.items():
         items = container.get(field)
-        for index, key, value in collapsed(items) if isinstance(items, list) else []:
+        if not isinstance(items, list):
+            continue
+        for index, key, value in collapsed(items):
             first = next(i for i, item in enumerate(items) if item.get(key) == value)
             problems.append(f"{path}.{field}[{index}].{key}: {show(value)} is also {field}[{first}]'s; "
                             f"Metacontroller merges this list by {key} alone, so both entries would become "
