@@ -536,3 +536,43 @@ def test_a_status_the_hook_did_not_write_is_ignored(status):
     answer = first_sync(parent)
     assert [c["kind"] for c in answer["children"]][:1] == ["ServiceAccount"]
     assert answer["status"]["conditions"][-1]["type"] == "Waiting"
+
+
+# --- StatefulSet update strategy: running workers never roll ----------------------------------------
+
+
+def test_worker_statefulsets_are_on_delete():
+    answer = first_sync(example("chainerjob-mn.yaml"))
+    assert child(answer, "StatefulSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_enabling_a_gang_on_a_running_job_changes_the_template_but_stays_on_delete():
+    from chainersim import gang_controller
+
+    sim = ChainerSim(example("chainerjob-mn.yaml"))
+    sim.sync()
+    sim.all_ready()
+    sim.sync()
+    [name] = sim.names(STATEFULSET_KEY)
+    before = copy.deepcopy(sim.children[STATEFULSET_KEY][name]["spec"])
+    sim.controller = gang_controller("scheduling.volcano.sh/v1beta1")
+    sim.children["PodGroup.scheduling.volcano.sh/v1beta1"] = {}
+    sim.sync()
+    sim.sync()
+    after = sim.children[STATEFULSET_KEY][name]["spec"]
+    assert after["template"] != before["template"]  # the gang's marks, for pods created from now on
+    assert after["updateStrategy"] == before["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_a_statefulset_created_with_rolling_update_is_frozen_not_switched():
+    # An older hook emitted no updateStrategy: the API server defaulted RollingUpdate with a
+    # rollingUpdate the merge cannot remove, and OnDelete beside it would be refused (422).
+    sim = ChainerSim(example("chainerjob-mn.yaml"))
+    sim.sync()
+    [name] = sim.names(STATEFULSET_KEY)
+    sim.children[STATEFULSET_KEY][name]["spec"]["updateStrategy"] = {
+        "type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    answer = sim.sync()
+    assert child(answer, "StatefulSet")["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"partition": 2**31 - 1}}
+    assert sim.sync() == answer

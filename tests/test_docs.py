@@ -165,3 +165,19 @@ def test_the_guide_names_the_cluster_side_guard_against_a_hung_job():
     fragment = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind:" not in b]
     assert {"spec": {"runPolicy": {"activeDeadlineSeconds": 3600}}} in fragment
     assert "spec.master.activeDeadlineSeconds" in text
+
+
+def test_operations_doc_gives_metacontrollers_write_budget_and_is_linked():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert "docs/operations.md" in (ROOT / "README.md").read_text()
+    assert "`--client-go-qps`" in text and "`--client-go-burst`" in text
+    # A Pod and a Service per replica plus the cluster ConfigMap, at Metacontroller's default 5 writes/s.
+    for replicas, seconds in re.findall(r"^\| ([\d,]+) \| about [\d,]+ \| about \**(\d+) s", text, re.M):
+        assert round((2 * int(replicas.replace(",", "")) + 1) / 5) == int(seconds)
+    assert "| 1,000 | about 2,001 | about **400 s**" in text
+
+
+def test_rbac_comment_lists_what_a_narrowed_metacontroller_role_still_needs():
+    comment = (ROOT / "metacontroller" / "rbac.yaml").read_text().split("apiVersion:")[0]
+    for need in ("compositecontrollers", "controllerrevisions", "customresourcedefinitions", "events", "leases"):
+        assert need in comment

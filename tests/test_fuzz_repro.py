@@ -34,7 +34,9 @@ EXPECTED = {
     "02-deadline-int64-max": FAILED_VALIDATION,
     "03-finished-job-stray-service": VALID,
     "04-service-duplicate-port": VALID,
-    "04b-service-duplicate-port-name": VALID,
+    # One number on two protocols: Metacontroller merges a Service's ports by number alone, so the
+    # Service could never be updated; refused since turn 3 (hooks.shared.merge).
+    "04b-service-duplicate-port-name": FAILED_VALIDATION,
     "05-template-env-not-a-list": FAILED_VALIDATION,
     "05b-template-port-without-containerport": FAILED_VALIDATION,
     "05c-template-metadata-not-an-object": FAILED_VALIDATION,
@@ -51,7 +53,7 @@ EXPECTED = {
     "generated/04-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
     "generated/06-5xx-500-overflowerror-hooks-lifecycle-py-253-deadline": FAILED_VALIDATION,
     "generated/09-accepted-invalid-spec-pod-namespace-invalid": BAD_REQUEST,
-    "generated/11-invalid-child-service-duplicate-port-name": VALID,
+    "generated/11-invalid-child-service-duplicate-port-name": FAILED_VALIDATION,  # as 04b
     "generated/12-5xx-500-attributeerror-hooks-lifecycle-py-77-init": VALID,
     "generated/13-5xx-500-attributeerror-hooks-sync-py-139-invalid-spec": FAILED_VALIDATION,
     "generated/14-5xx-500-keyerror-hooks-conditions-py-68-listcomp": FAILED_VALIDATION,
@@ -109,6 +111,9 @@ EXPECTED = {
     "generated/64-accepted-invalid-spec-service-port-number-invalid": SPEC_ERROR,
     "generated/65-accepted-invalid-spec-service-targetport-invalid": SPEC_ERROR,
     "generated/70-5xx-child-object-wrong-shape-500-keyerror-hooks-sync-py-46-l": BAD_REQUEST,
+    # A port protocol that is a list (or an object) crashed the Service port check with a 500.
+    "turn3/01-port-protocol-list-500": FAILED_VALIDATION,
+    "turn3/01b-port-protocol-list-500-on-running-job": SPEC_ERROR,
 }
 
 # A status field the hook did not write in its own shape: ignored, and named in statusWarnings.

@@ -29,6 +29,13 @@ def first_sync(parent: dict, controller: dict) -> dict:
     return Sim(parent, controller=controller).sync()
 
 
+def pods_sync(parent: dict, controller: dict) -> dict:
+    """The answer once the PodGroup exists: the first one holds no pods (PodGroup first)."""
+    sim = Sim(parent, controller=controller)
+    sim.sync()
+    return sim.sync()
+
+
 def children(answer: dict, kind: str) -> list[dict]:
     return [c for c in answer["children"] if c["kind"] == kind]
 
@@ -164,7 +171,7 @@ def test_template_scheduler_and_priority_class_are_kept():
         "schedulerName": "mine", "priorityClassName": "low",
         "containers": [{"name": "mxnet", "image": "i"}]}}}
     parent = mxjob(replicas={"Worker": worker}, runPolicy={"schedulingPolicy": {"priorityClass": "high"}})
-    [pod] = children(first_sync(parent, gang_controller(VOLCANO_API)), "Pod")
+    [pod] = children(pods_sync(parent, gang_controller(VOLCANO_API)), "Pod")
     assert pod["spec"]["schedulerName"] == "mine"
     assert pod["spec"]["priorityClassName"] == "low"
     assert pod["metadata"]["annotations"] == {"a": "b", "scheduling.k8s.io/group-name": "mx",
@@ -172,7 +179,8 @@ def test_template_scheduler_and_priority_class_are_kept():
 
 
 def test_scheduler_plugins_pods_carry_the_group_label_and_no_volcano_annotations():
-    answer = first_sync(mxjob(), gang_controller(COSCHEDULING_API, "coscheduler"))
+    answer = pods_sync(mxjob(), gang_controller(COSCHEDULING_API, "coscheduler"))
+    assert len(children(answer, "Pod")) == 4
     for pod in children(answer, "Pod"):
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mx"
         assert "annotations" not in pod["metadata"]
@@ -193,6 +201,8 @@ def test_the_input_template_is_not_changed():
 def test_podgroup_is_a_fixed_point_and_stays_while_running():
     sim = Sim(mxjob(), controller=gang_controller(VOLCANO_API))
     first = sim.sync()
+    sim.sync()
+    assert len(sim.pods) == 4
     sim.run()
     sim.sync()
     again = sim.sync()
@@ -210,6 +220,7 @@ def test_suspended_job_has_no_podgroup():
 
 def test_an_invalid_edit_keeps_the_podgroup():
     sim = Sim(mxjob(), controller=gang_controller(VOLCANO_API))
+    sim.sync()
     sim.sync()
     sim.run()
     sim.edit({"runPolicy": {"schedulingPolicy": {"minAvailable": 99}}})
@@ -368,7 +379,9 @@ def _by_kind(answer: dict, kind: str) -> list[dict]:
 
 @pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API])
 def test_chainerjob_gang_creates_the_master_at_once_with_every_pod_in_the_group(api_version):
-    answer = _chainer_sim(api_version).sync()
+    sim = _chainer_sim(api_version)
+    sim.sync()
+    answer = sim.sync()  # the PodGroup exists now
     [group] = _by_kind(answer, "PodGroup")
     [master] = _by_kind(answer, "Job")  # no worker is ready yet: without a gang it would wait
     workers = _by_kind(answer, "StatefulSet")

@@ -139,9 +139,22 @@ VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
 
 
-def gang_volcano_defaults() -> Sim:
+def _podgroup_observed(sim: Sim) -> Sim:
+    """After the first sync, which answers the PodGroup and no pod (gang_volcano_first_sync)."""
+    sim.sync()
+    sim.tick(1)
+    return sim
+
+
+def gang_volcano_first_sync() -> Sim:
+    # PodGroup first: no pod until the PodGroup is observed; the Created condition says so.
     return Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}),
                controller=gang_controller(VOLCANO))
+
+
+def gang_volcano_defaults() -> Sim:
+    return _podgroup_observed(Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}),
+                                  controller=gang_controller(VOLCANO)))
 
 
 def gang_volcano_queue_priority_min_available() -> Sim:
@@ -150,10 +163,10 @@ def gang_volcano_queue_priority_min_available() -> Sim:
     worker = {"replicas": 3, "template": {"spec": {
         "priorityClassName": "best-effort",
         "containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1"}]}}}
-    return Sim(mxjob(replicas={"Scheduler": 1, "Server": 2, "Worker": worker},
-                     schedulingPolicy={"minAvailable": 4, "queue": "research",
-                                       "priorityClass": "high-priority"}),
-               controller=gang_controller(VOLCANO))
+    return _podgroup_observed(Sim(mxjob(replicas={"Scheduler": 1, "Server": 2, "Worker": worker},
+                                        schedulingPolicy={"minAvailable": 4, "queue": "research",
+                                                          "priorityClass": "high-priority"}),
+                                  controller=gang_controller(VOLCANO)))
 
 
 def gang_scheduler_plugins_timeout_min_resources() -> Sim:
@@ -161,7 +174,7 @@ def gang_scheduler_plugins_timeout_min_resources() -> Sim:
         return {"spec": {"containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1-gpu",
                                          "resources": {"requests": requests, "limits": limits}}]}}
 
-    return Sim(mxjob(replicas={
+    return _podgroup_observed(Sim(mxjob(replicas={
         "Scheduler": {"replicas": 1, "template": template({"cpu": "500m", "memory": "512Mi"}, {})},
         "Server": {"replicas": 1, "template": template({"cpu": 1, "memory": "2Gi"},
                                                         {"cpu": 2, "memory": "2Gi"})},
@@ -169,12 +182,13 @@ def gang_scheduler_plugins_timeout_min_resources() -> Sim:
         "Worker": {"replicas": 2, "template": template({}, {"cpu": "4", "memory": "16Gi",
                                                             "nvidia.com/gpu": 2})}},
         runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 120}}),
-        controller=gang_controller(COSCHEDULING, "scheduler-plugins-scheduler"))
+        controller=gang_controller(COSCHEDULING, "scheduler-plugins-scheduler")))
 
 
 def gang_terminal_succeeded() -> Sim:
     sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}),
               controller=gang_controller(VOLCANO))
+    sim.sync()
     sim.sync()
     sim.tick(5)
     sim.run()
@@ -274,12 +288,21 @@ def chainerjob_invalid_edit_of_running_job() -> ChainerSim:
 
 
 def gang_chainerjob_volcano_first_sync() -> ChainerSim:
-    # Under a gang the master Job comes at once, with the workers, and the agent waits for them.
+    # PodGroup first: neither the master Job nor a StatefulSet until the PodGroup is observed.
     return ChainerSim(example("chainerjob-gpu-two-sets.yaml"), controller=chainer_gang_controller(VOLCANO))
+
+
+def gang_chainerjob_volcano_podgroup_observed() -> ChainerSim:
+    # Then the master Job comes at once, with the workers, and the agent waits for them.
+    sim = gang_chainerjob_volcano_first_sync()
+    sim.sync()
+    sim.tick(1)
+    return sim
 
 
 def gang_chainerjob_master_complete() -> ChainerSim:
     sim = ChainerSim(example("chainerjob-mn.yaml"), controller=chainer_gang_controller(COSCHEDULING))
+    sim.sync()
     sim.sync()
     sim.tick(20)
     sim.all_ready()
@@ -300,9 +323,10 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     chainerjob_waiting_for_workers, chainerjob_master_running, chainerjob_master_complete,
     chainerjob_master_failed_backoff_limit, chainerjob_invalid_backend, chainerjob_invalid_names_too_long,
     chainerjob_invalid_negative_replicas, chainerjob_invalid_edit_of_running_job,
-    gang_volcano_defaults, gang_volcano_queue_priority_min_available,
+    gang_volcano_first_sync, gang_volcano_defaults, gang_volcano_queue_priority_min_available,
     gang_scheduler_plugins_timeout_min_resources, gang_terminal_succeeded,
-    gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_master_complete)}
+    gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
+    gang_chainerjob_master_complete)}
 
 
 def _dump(data: dict) -> str:

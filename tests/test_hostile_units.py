@@ -12,9 +12,11 @@ from mcsim import T0, Sim, mxjob
 from hooks.mxjob.spec import SpecError, parse_mxjob
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.errors import InvalidRequest
+from hooks.shared.merge import collapsed
 from hooks.shared.status import OldStatus, plus_seconds
 
 MAIN = "spec.mxReplicaSpecs.Worker.template.spec.containers[0]"
+MXNET = "spec.mxReplicaSpecs.Worker.template.spec.containers[name=mxnet]"
 
 
 def with_main(**fields) -> dict:
@@ -72,7 +74,17 @@ BAD_SPECS = {
                            f"{MAIN}.ports[0].protocol:"),
     "same-port-twice": (with_main(ports=[{"containerPort": 53, "protocol": "UDP"},
                                          {"name": "dns", "containerPort": 53, "protocol": "UDP"}]),
-                        "spec.mxReplicaSpecs.Worker.template.spec.containers[name=mxnet].ports: port 53/UDP"),
+                        "spec.mxReplicaSpecs.Worker.template.spec.containers[name=mxnet].ports[1].containerPort: "
+                        "port 53 is also ports[0]"),
+    # Metacontroller merges a Service's ports by number alone: TCP and UDP on one number collapse.
+    "one-number-on-two-protocols": (with_main(ports=[{"containerPort": 53, "protocol": "UDP"}, {"containerPort": 53}]),
+                                    f"{MXNET}.ports[1].containerPort: port 53 is also ports[0]"),
+    "udp-on-the-mxjob-port-number": (with_main(ports=[{"containerPort": 9091, "protocol": "UDP"}]),
+                                     f"{MXNET}.ports[0].containerPort: 9091 is the number of the mxjob-port"),
+    "port-protocol-a-list": (with_main(ports=[{"containerPort": 80, "protocol": ["TCP"]}]),
+                             f"{MAIN}.ports[0].protocol: must be one of TCP, UDP, SCTP (a string), got a list"),
+    "port-protocol-an-object": (with_main(ports=[{"containerPort": 80, "protocol": {"TCP": 1}}]),
+                                f"{MAIN}.ports[0].protocol: must be one of TCP, UDP, SCTP (a string), got an object"),
     "container-name-a-number": (mxjob(replicas={"Worker": {"template": {"spec": {"containers": [
         {"name": "mxnet", "image": "i"}, {"name": 5}]}}}}),
         "spec.mxReplicaSpecs.Worker.template.spec.containers[1].name:"),
@@ -126,20 +138,19 @@ def first_sync(parent: dict) -> dict:
 SERVICE_PORTS = {
     "user-port-on-the-default-number": ([{"name": "ps", "containerPort": 9091}],
                                         [("ps", 9091, "TCP")]),
-    "unnamed-udp-and-tcp-on-one-number": ([{"containerPort": 53, "protocol": "UDP"}, {"containerPort": 53}],
-                                          [("port-53", 53, "UDP"), ("port-53-2", 53, "TCP"),
-                                           ("mxjob-port", 9091, "TCP")]),
-    "udp-on-the-default-number": ([{"containerPort": 9091, "protocol": "UDP"}],
-                                  [("port-9091", 9091, "UDP"), ("mxjob-port", 9091, "TCP")]),
+    "unnamed-udp-port": ([{"containerPort": 53, "protocol": "UDP"}], [("port-53", 53, "UDP"), ("mxjob-port", 9091, "TCP")]),
+    "udp-named-mxjob-port": ([{"name": "mxjob-port", "containerPort": 9091, "protocol": "UDP"}],
+                             [("mxjob-port", 9091, "UDP")]),
 }
 
 
 @pytest.mark.parametrize("ports,expected", SERVICE_PORTS.values(), ids=SERVICE_PORTS.keys())
-def test_service_ports_are_unique_by_number_protocol_and_name(ports, expected):
+def test_service_ports_are_unique_by_number_and_name(ports, expected):
     answer = first_sync(with_main(ports=ports))
     service = next(c for c in answer["children"] if c["kind"] == "Service")
     assert [(p["name"], p["port"], p["protocol"]) for p in service["spec"]["ports"]] == expected
     assert all(refusals(c) == [] for c in answer["children"])
+    assert collapsed(service["spec"]["ports"]) == []  # Metacontroller's merge keeps every port
 
 
 STATUS_IGNORED = {

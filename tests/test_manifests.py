@@ -282,6 +282,18 @@ def test_composite_controller_manages_the_jobs_of_its_crd(controller, crd_name):
     assert spec["generateSelector"] is True
 
 
+# Metacontroller's --cache-flush-interval default: a resyncPeriodSeconds at or above it never fires.
+CACHE_FLUSH_SECONDS = 30 * 60
+
+
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_every_controller_resyncs_below_metacontrollers_cache_flush(controller):
+    # After a hooks outage the retry backoff grows to 1,000 s; only a periodic sync bounds how long
+    # a quiet job then waits.
+    period = the(install(), "CompositeController", controller)["spec"].get("resyncPeriodSeconds")
+    assert isinstance(period, int) and 0 < period < CACHE_FLUSH_SECONDS
+
+
 def child_strategies(controller: str) -> dict[tuple[str, str], str]:
     spec = the(install(), "CompositeController", controller)["spec"]
     return {

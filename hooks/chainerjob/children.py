@@ -11,6 +11,7 @@ from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
+from hooks.shared.validation import MAX_INT32
 
 # The default kubectl image (the hooks setting CHAINERJOB_KUBECTL_IMAGE overrides it): Kubernetes'
 # own kubectl image, built on debian-base with coreutils, so `cp` is there; kubectl is /bin/kubectl.
@@ -78,8 +79,21 @@ def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
                      "selector": names.worker_labels(job, ws.name)}}
 
 
-def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | None = None) -> JSON:
-    """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished."""
+# A StatefulSet created before OnDelete has RollingUpdate with a `rollingUpdate` the API server
+# defaulted; the merge cannot remove that field (it was never in the last-applied copy), and the
+# API refuses OnDelete beside it. So such a StatefulSet keeps RollingUpdate with a partition no
+# ordinal reaches, which updates no pod either (pods whose ordinal is at least the partition roll).
+FROZEN_ROLLING_UPDATE: JSON = {"type": "RollingUpdate", "rollingUpdate": {"partition": MAX_INT32}}
+
+
+def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | None = None,
+                    observed: Mapping[str, Any] | None = None) -> JSON:
+    """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished.
+
+    OnDelete: a template edit, or a gang enabled on a live install (which marks every template),
+    must never roll running workers (mpiexec would lose a rank); a pod created later (a replaced
+    worker) takes the template as it is then. `observed` is the StatefulSet as it exists, if it does.
+    """
     labels = names.worker_labels(job, ws.name)
     pod_spec = json_copy(dict(ws.template.get("spec") or {}))
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
@@ -91,9 +105,18 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
             "metadata": _meta(job, names.worker_set(job, ws.name), {**job.labels, **labels}),
             "spec": {"replicas": 0 if done else ws.replicas,
                      "podManagementPolicy": "Parallel",
+                     "updateStrategy": _update_strategy(observed),
                      "serviceName": names.worker_set(job, ws.name),
                      "selector": {"matchLabels": labels},
                      "template": {"metadata": template_meta, "spec": pod_spec}}}
+
+
+def _update_strategy(observed: Mapping[str, Any] | None) -> JSON:
+    spec = observed.get("spec") if observed is not None else None
+    strategy = spec.get("updateStrategy") if isinstance(spec, Mapping) else None
+    if isinstance(strategy, Mapping) and strategy.get("type") == "RollingUpdate":
+        return json_copy(FROZEN_ROLLING_UPDATE)
+    return {"type": "OnDelete"}
 
 
 def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None) -> JSON:

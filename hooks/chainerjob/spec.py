@@ -24,6 +24,7 @@ from hooks.shared.podtemplate import (
     check_container_name,
     check_env,
     check_image,
+    check_merged_lists,
     check_pod_spec,
     check_ports,
     check_template_metadata,
@@ -177,7 +178,7 @@ def _parse_worker_set(key: str, raw: Any, problems: list[str]) -> WorkerSet | No
                         f"got {show(replicas)}")
         replicas = 0
     template = _default_template(raw.get("template"))
-    main = _check_template(path, template, problems)
+    main = _check_template(path, template, problems, merged=True)
     pod_spec = template.get("spec") if template is not None else None
     restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
     if restart not in (None, "", WORKER_RESTART_POLICY):  # "" is unset: the API server defaults it to Always
@@ -202,9 +203,11 @@ def _default_template(raw: Any) -> dict[str, Any] | None:
     return template
 
 
-def _check_template(path: str, template: Mapping[str, Any] | None, problems: list[str]) -> str | None:
+def _check_template(path: str, template: Mapping[str, Any] | None, problems: list[str], *,
+                    merged: bool = False) -> str | None:
     """Check every part of a pod template the hook reads or adds to; return the main container's
-    name (`chainer`, else the first)."""
+    name (`chainer`, else the first). `merged`: the template goes into an InPlace child (a worker
+    StatefulSet), which Metacontroller updates with its list merge."""
     fix = f'add a container (named "{DEFAULT_CONTAINER}") with the training image'
     if template is None:
         problems.append(f"{path}.template: required; {fix}")
@@ -241,6 +244,8 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
         for i, container in enumerate(listed if isinstance(listed, list) else []):
             if isinstance(container, Mapping):
                 _check_container_extras(f"{spath}.{kind}[{i}]", container, problems)
+                if merged:
+                    check_merged_lists(f"{spath}.{kind}[{i}]", container, problems)
     if len(names) != len(containers):
         return None
     return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]

@@ -70,17 +70,26 @@ def validation_failed_status(old_status: Mapping[str, Any], message: str, now: d
 
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[str, Any],
-               ready: Mapping[str, int], master_wanted: bool, now: datetime) -> JSON:
-    """The whole status for this sync; the same observations give the same status, byte for byte."""
+               ready: Mapping[str, int], master_wanted: bool, now: datetime, *, gang: bool = False,
+               podgroup_wait: str | None = None) -> JSON:
+    """The whole status for this sync; the same observations give the same status, byte for byte.
+
+    `gang`: the job is gang scheduled (its master does not wait for the workers); `podgroup_wait`:
+    the message while the master Job or a StatefulSet waits for the job's PodGroup to exist.
+    """
     own = _own_conditions(old_status, now)
     outcome = finished(record)
     own.set("Created", True, "ChainerJobCreated", f"ChainerJob {job.key} was accepted and its children created.")
-    if job.distributed:
-        if master_wanted:
-            own.clear("Waiting", "WorkersReady", f"ChainerJob {job.key}: all {job.workers} workers were "
-                                                  f"ready, so the master was started.")
-        elif outcome is None:
-            own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
+    if podgroup_wait is not None and outcome is None:
+        own.set("Waiting", True, "WaitingForPodGroup", podgroup_wait)
+    elif master_wanted and gang:
+        own.clear("Waiting", "PodGroupCreated", f"ChainerJob {job.key}: its PodGroup exists, so the master "
+                                                f"and the workers were created; the gang starts them together.")
+    elif master_wanted:
+        own.clear("Waiting", "WorkersReady", f"ChainerJob {job.key}: all {job.workers} workers were "
+                                              f"ready, so the master was started.")
+    elif job.distributed and outcome is None:
+        own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
     if outcome is not None:
         _finish(own, job.key, record, outcome)
     elif record.get("active"):

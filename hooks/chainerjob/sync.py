@@ -23,7 +23,7 @@ from hooks.chainerjob.status import (
     validation_failed_status,
 )
 from hooks.shared.answers import invalid_spec_message, keep_children
-from hooks.shared.gang import Gang, read_gang
+from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
@@ -39,12 +39,15 @@ STATEFULSET_KEY = "StatefulSet.apps/v1"
 JOB_KEY = "Job.batch/v1"
 # What the core reads of observed children (the shell decodes only these, and a child whose
 # fields have another type is a malformed request): identity and the last-applied record, a Job's
-# outcome and a StatefulSet's readiness. Status values are copied into ours, so types matter.
+# outcome, a StatefulSet's readiness and update strategy, whether a PodGroup is being deleted.
+# Status values are copied into ours, so types matter.
 OBSERVED_FIELDS: Mapping[str, Any] = {
     "apiVersion": str,
     "kind": str,
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
-                 "annotations": dict[str, str]},
+                 "annotations": dict[str, str], "deletionTimestamp": str},
+    # A StatefulSet's update strategy: one created before OnDelete keeps its type (children.statefulset_for).
+    "spec": {"updateStrategy": {"type": str}},
     "status": {"conditions": [{"type": str, "status": str, "reason": str, "message": str,
                                "lastProbeTime": str, "lastTransitionTime": str}],
                "startTime": str, "completionTime": str, "active": int, "succeeded": int, "failed": int,
@@ -108,19 +111,32 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     master_job = observed[JOB_KEY].get(names.master(job))
     record = master_record(master_job, old_status)
     done = finished(record) is not None
-    ready = {name: _ready_replicas(observed[STATEFULSET_KEY].get(names.worker_set(job, name)))
-             for name in job.worker_sets}
+    statefulsets = observed[STATEFULSET_KEY]
+    ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job, name))) for name in job.worker_sets}
     workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
+    if done:
+        podgroup = None  # only while the job runs: a finished job's PodGroup would keep its queue's share
+    # Under a gang, what makes pods (the master Job, the StatefulSets) is created only once the
+    # PodGroup exists (hooks.shared.gang.new_pods_wait); what exists is kept.
+    gated = new_pods_wait(podgroup, observed[gang.child_key] if gang is not None else {})
     # Once it exists the master is kept (OnDelete, so never changed); it is first created only
     # when every worker can be reached, and never again after the job has finished.
     # Under a gang the master is created at once: waiting for ready workers would deadlock (the
     # gang waits for the master's pod); its rsh agent waits for each worker instead.
-    master_wanted = master_job is not None or (not done and (workers_ready or gang is not None))
-    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image, gang=gang)
-    if podgroup is not None and not done:
-        # Only while the job runs: a finished job's PodGroup would keep its queue's share.
+    master_wanted = master_job is not None or (not done and not gated and (workers_ready or gang is not None))
+    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image, gang=gang,
+                              observed_statefulsets=statefulsets)
+    withheld = gated and not done and (master_job is None or any(
+        c["kind"] == "StatefulSet" and c["metadata"]["name"] not in statefulsets for c in wanted))
+    if gated:
+        wanted = [c for c in wanted if c["kind"] != "StatefulSet" or c["metadata"]["name"] in statefulsets]
+    if podgroup is not None:
         wanted.insert(0, podgroup)
-    return {"status": status_for(job, old_status, record, ready, master_wanted, now), "children": wanted}
+    waiting = podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its master Job and worker StatefulSets") \
+        if withheld and podgroup is not None else None
+    status = status_for(job, old_status, record, ready, master_wanted, now, gang=gang is not None,
+                        podgroup_wait=waiting)
+    return {"status": status, "children": wanted}
 
 
 def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_status: JSON,
@@ -147,14 +163,17 @@ def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_sta
 
 
 def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str,
-                     gang: Gang | None = None) -> list[JSON]:
+                     gang: Gang | None = None, observed_statefulsets: Mapping[str, Any] | None = None) -> list[JSON]:
     """Every child, in a fixed order: launcher RBAC and assets, then per worker set, then the master."""
     wanted: list[JSON] = []
     if job.distributed:
         wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
                    children.assets_for(job, gang=gang)]
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
-        wanted += [children.statefulset_for(job, ws, done=done, gang=gang) for ws in job.worker_sets.values()]
+        observed = observed_statefulsets or {}
+        wanted += [children.statefulset_for(job, ws, done=done, gang=gang,
+                                            observed=observed.get(names.worker_set(job, ws.name)))
+                   for ws in job.worker_sets.values()]
     if with_master:
         wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang))
     return wanted

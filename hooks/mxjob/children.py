@@ -3,11 +3,10 @@ replica index, and the job's PodGroup under gang scheduling."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
 from hooks.mxjob.names import child_name, job_labels, labels_for, selector_for
-from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME, MXJob, ReplicaSpec, SpecError
+from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, ReplicaSpec, SpecError, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
@@ -48,7 +47,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
-                container["ports"] = _ports_with_mxjob_port(container.get("ports"), spec.port)
+                container["ports"] = main_ports(container.get("ports"), spec.port)
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
@@ -88,7 +87,7 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
 def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
     """The headless Service that gives one replica its stable DNS name."""
     main = next(c for c in spec.template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
-    ports = _ports_with_mxjob_port(main.get("ports"), spec.port)
+    ports = main_ports(main.get("ports"), spec.port)
     taken = {p["name"] for p in ports if p.get("name")}
     service_ports = []
     for p in ports:
@@ -121,17 +120,3 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
             "ports": service_ports,
         },
     }
-
-
-def _ports_with_mxjob_port(ports: Any, port: int) -> list:
-    """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
-
-    A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
-    give the Service two ports with one number and protocol, which the API server refuses.
-    """
-    ports = [dict(p) for p in ports or []]
-    if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
-                                              and (p.get("protocol") or "TCP") == "TCP")
-               for p in ports):
-        ports.append({"name": PORT_NAME, "containerPort": port})
-    return ports

@@ -12,6 +12,7 @@ from typing import Any
 
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
+from hooks.shared.merge import collapsed
 from hooks.shared.podtemplate import (
     check_container_name,
     check_env,
@@ -298,21 +299,41 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
 
 
 def _mxjob_port(path: str, ports: Any, problems: list[str]) -> int:
-    """The mxjob-port number, and no two ports the Service would expose with one number+protocol."""
+    """The mxjob-port number, and no two ports of the job's Service with one number.
+
+    Metacontroller merges a Service's ports by `port` alone (hooks.shared.merge), so one number on
+    two protocols (or twice) would give a Service the API server refuses on every later sync.
+    """
     if not isinstance(ports, list):
         return DEFAULT_PORT
-    number, seen = DEFAULT_PORT, set()
-    for port in ports:
-        if not isinstance(port, Mapping) or not is_port_number(port.get("containerPort")):
-            continue  # reported by _check_ports
-        if port.get("name") == PORT_NAME:
-            number = port["containerPort"]
-        key = (port["containerPort"], port.get("protocol") or "TCP")
-        if key in seen:
-            problems.append(f"{path}.ports: port {key[0]}/{key[1]} is listed twice; the job's "
-                            f"Service can expose it only once, so remove one")
-        seen.add(key)
+    if not all(isinstance(p, Mapping) and is_port_number(p.get("containerPort"))
+               and isinstance(p.get("protocol") or "TCP", str) for p in ports):
+        return DEFAULT_PORT  # reported by check_ports
+    number = next((p["containerPort"] for p in ports if p.get("name") == PORT_NAME), DEFAULT_PORT)
+    for index, _, value in collapsed(main_ports(ports, number)):
+        first = next(i for i, p in enumerate(ports) if p["containerPort"] == value)
+        if index < len(ports):
+            problems.append(f"{path}.ports[{index}].containerPort: port {value} is also ports[{first}]; the "
+                            f"job's Service can list a number only once (Metacontroller merges its ports by "
+                            f"number alone, whatever the protocol), so remove one or use another number")
+        else:
+            problems.append(f"{path}.ports[{first}].containerPort: {value} is the number of the {PORT_NAME} "
+                            f"(TCP) the operator adds; name this port {PORT_NAME} or use another number")
     return number
+
+
+def main_ports(ports: Any, port: int) -> list:
+    """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
+
+    A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
+    give the Service two ports with one number, which the API server refuses.
+    """
+    ports = [dict(p) for p in ports or []]
+    if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
+                                              and (p.get("protocol") or "TCP") == "TCP")
+               for p in ports):
+        ports.append({"name": PORT_NAME, "containerPort": port})
+    return ports
 
 
 def _tuner_key(template: Any, label: Any) -> str:

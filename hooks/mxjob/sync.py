@@ -18,7 +18,7 @@ from hooks.mxjob.observed import replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.shared.answers import invalid_spec_message
 from hooks.shared.conditions import Conditions, rfc3339
-from hooks.shared.gang import Gang, read_gang
+from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.request import as_last_applied, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
@@ -83,14 +83,21 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
 
     slots = replica_slots(job)
     plan = decide(job, old_status, view_pods(slots, observed.pods), slots, observed.services, now)
+    # The gang exists while the job may still get pods: a finished job's PodGroup would keep
+    # holding its queue's share, and a suspended job has no pods to group.
+    if job.run_policy.suspend or _finished(plan.status, now):
+        podgroup = None
+    pod_names = plan.pods
+    if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
+        pod_names = [n for n in plan.pods if n in observed.pods]
+        if len(pod_names) < len(plan.pods):
+            _say_pods_wait(plan.status, old_status, job, podgroup, now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
-    children = [pods[slots[n][0]](slots[n][1]) for n in plan.pods]
+    children = [pods[slots[n][0]](slots[n][1]) for n in pod_names]
     children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
-    # The gang exists while the job may still get pods: a finished job's PodGroup would keep
-    # holding its queue's share, and a suspended job has no pods to group.
-    if podgroup is not None and not job.run_policy.suspend and not _finished(plan.status, now):
+    if podgroup is not None:
         children.insert(0, podgroup)
     response: SyncResponse = {"status": plan.status, "children": children}
     if plan.resync_after is not None:
@@ -157,6 +164,18 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
 
 def _finished(status: Mapping[str, Any], now: datetime) -> bool:
     return Conditions(status.get("conditions"), now).terminal() is not None
+
+
+def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, now: datetime) -> None:
+    """The Created condition says that pods wait for the PodGroup (hooks.shared.gang.new_pods_wait).
+
+    Set against the last status, so its times move only when the message really changes and the
+    status stays a fixed point while the job waits; the lifecycle sets it back once pods come.
+    """
+    conds = Conditions(OldStatus(old_status).conditions(), now)
+    conds.set("Created", True, "MXJobCreated", podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
+    created = conds.get("Created")
+    status["conditions"] = [created if c.get("type") == "Created" else c for c in status["conditions"]]
 
 
 def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,

@@ -4,7 +4,8 @@ Turned on by the CompositeController itself, which every sync request carries: a
 child rule of one of the two PodGroup APIs, plus an optional annotation naming the scheduler. So
 the hook has no setting of its own, and the child rules and the answer cannot disagree. This
 module owns reading that, the job's `schedulingPolicy`, the PodGroup builder for both APIs, the
-minimum resources of a gang, and the marks a pod (or pod template) of a gang carries.
+minimum resources of a gang, the marks a pod (or pod template) of a gang carries, and the rule
+that a gang's new pods wait until its PodGroup exists (new_pods_wait).
 """
 from __future__ import annotations
 
@@ -163,7 +164,8 @@ def min_resources(members: Iterable[tuple[str, Mapping[str, Any], int]], min_mem
     """What the first `min_member` pods request together: the gang's minResources, canonical.
 
     `members` lists (field path of the pod template spec, the spec, how many pods use it) in the
-    order the pods are created. A pod counts as the scheduler counts it: the sum of its
+    job's fixed order (replica types, then indexes). The order Metacontroller creates them in is
+    not defined within a kind, so this is an estimate whenever the members differ. A pod counts as the scheduler counts it: the sum of its
     containers, or its largest init container where that is more; a container's limit stands in
     for a request it does not make (a GPU is usually only a limit).
     """
@@ -245,3 +247,32 @@ def mark_pod(gang: Gang, metadata: JSON, pod_spec: JSON, *, group: str, task: st
                                    VOLCANO_GROUP_ANNOTATION: group, VOLCANO_TASK_ANNOTATION: task}
     else:
         metadata["labels"] = {**(metadata.get("labels") or {}), COSCHEDULING_GROUP_LABEL: group}
+
+
+def new_pods_wait(podgroup: Mapping[str, Any] | None, observed_podgroups: Mapping[str, Any]) -> bool:
+    """Whether the job's new pods (or pod-making children) must wait for its PodGroup.
+
+    `podgroup` is the PodGroup the answer holds (None when the job has none: no gang, finished or
+    suspended, so nothing waits). Metacontroller writes a `scheduling.*` child after every core,
+    apps and batch child, so a pod answered together with its PodGroup reaches the scheduler
+    before the group exists and is rejected until it does. So the first answer holds the PodGroup
+    (and the other non-pod children) alone, and its creation triggers the sync that adds the
+    pods. Only creation waits: a child that exists is always kept, even when its PodGroup has
+    gone (the same answer creates the group again). A PodGroup being deleted is no group.
+    """
+    if podgroup is None:
+        return False
+    observed = observed_podgroups.get(podgroup["metadata"]["name"])
+    if not isinstance(observed, Mapping):
+        return True
+    meta = observed.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
+
+
+def podgroup_wait_message(kind: str, key: str, podgroup: Mapping[str, Any], what: str) -> str:
+    """What a status says while `what` (the job's pods, or the children that make them) wait."""
+    group = f"{podgroup['metadata']['namespace']}/{podgroup['metadata']['name']}"
+    return (f"{kind} {key}: {what} are created once its PodGroup {group} ({podgroup['apiVersion']}) "
+            f"exists, so they reach the gang scheduler with their group; Metacontroller creates it "
+            f"after the job's other children. If this lasts, check that the PodGroup CRD is installed "
+            f"and that Metacontroller may create podgroups.")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hooks.shared.merge import collapsed
 from hooks.shared.validation import DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -101,7 +102,10 @@ def check_ports(path: str, ports: Any, problems: list[str]) -> None:
         if port.get("hostPort") is not None and not is_port_number(port["hostPort"]):
             problems.append(f"{here}.hostPort: must be an integer from 1 to 65535")
         protocol = port.get("protocol")
-        if protocol is not None and protocol not in PROTOCOLS:
+        if protocol is not None and not isinstance(protocol, str):
+            problems.append(f"{here}.protocol: must be one of {', '.join(PROTOCOLS)} (a string), "
+                            f"got {type_name(protocol)}")
+        elif protocol is not None and protocol not in PROTOCOLS:
             problems.append(f"{here}.protocol: {show(protocol)} is not one of {', '.join(PROTOCOLS)}")
         name = port.get("name")
         if name is None:
@@ -113,6 +117,22 @@ def check_ports(path: str, ports: Any, problems: list[str]) -> None:
             problems.append(f"{here}.name: {show(name)} names two ports; rename one")
         else:
             names.add(name)
+
+
+def check_merged_lists(path: str, container: Mapping[str, Any], problems: list[str]) -> None:
+    """A container of a template Metacontroller merges (in an InPlace child, hooks.shared.merge): no
+    two ports with one containerPort, whatever their protocols, and no two env entries with one name."""
+    effects = {"ports": "so the StatefulSet could not be updated again (whatever the protocols)",
+               "env": "so later pods would see a changed environment"}
+    for field, effect in effects.items():
+        items = container.get(field)
+        if not isinstance(items, list):
+            continue
+        for index, key, value in collapsed(items):
+            first = next(i for i, item in enumerate(items) if item.get(key) == value)
+            problems.append(f"{path}.{field}[{index}].{key}: {show(value)} is also {field}[{first}]'s; "
+                            f"Metacontroller merges this list by {key} alone, so both entries would become "
+                            f"the last one, {effect}; keep one")
 
 
 def is_port_number(value: Any) -> bool:
