@@ -251,3 +251,25 @@ def test_the_localcluster_checker_finds_a_deliberate_violation(source):
 
 def test_a_relative_import_inside_localcluster_is_not_the_hooks_package():
     assert localcluster_problems("from .hooks_server import HooksServer\n", "localcluster.cluster") == []
+
+
+# --- typing -----------------------------------------------------------------------------------------
+
+# The flags `mypy --strict` turns on that mypy accepts per module (the global ones, warn_unused_configs
+# and warn_redundant_casts, sit in [tool.mypy]).
+STRICT_PER_MODULE = {
+    "disallow_any_generics": True, "disallow_subclassing_any": True, "disallow_untyped_calls": True,
+    "disallow_untyped_defs": True, "disallow_incomplete_defs": True, "check_untyped_defs": True,
+    "disallow_untyped_decorators": True, "warn_unused_ignores": True, "warn_return_any": True,
+    "implicit_reexport": False, "strict_equality": True, "extra_checks": True,
+}
+
+
+def test_make_lint_type_checks_hooks_as_mypy_strict_does():
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert "hooks" in config["packages"]
+    assert config["warn_unused_configs"] is True and config["warn_redundant_casts"] is True
+    [hooks_override] = [o for o in config["overrides"] if "hooks.*" in o["module"]]
+    assert {key: hooks_override.get(key) for key in STRICT_PER_MODULE} == STRICT_PER_MODULE

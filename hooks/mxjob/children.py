@@ -123,13 +123,13 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
     }
 
 
-def _ports_with_mxjob_port(ports: Any, port: int) -> list:
+def _ports_with_mxjob_port(user_ports: Any, port: int) -> list[Any]:
     """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
 
     A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
     give the Service two ports with one number and protocol, which the API server refuses.
     """
-    ports = [dict(p) for p in ports or []]
+    ports = [dict(p) for p in user_ports or []]
     if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
                                               and (p.get("protocol") or "TCP") == "TCP")
                for p in ports):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.shared.errors import SpecError
+from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 from hooks.shared.podtemplate import (
     check_container_name,

@@ -87,7 +87,7 @@ def child_exit(server: object, worker: object) -> None:
         # Imported here so that the master needs prometheus_client only in multiprocess mode.
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined, no-untyped-call]
 
 
 def on_exit(server: object) -> None:

@@ -45,7 +45,7 @@ class SyncMetrics:
             # Each gunicorn worker writes its values to files in this directory; a fresh registry
             # reading all of them gives the same totals whichever worker answers the scrape.
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=multiproc_dir)
+            MultiProcessCollector(registry, path=multiproc_dir)  # type: ignore[no-untyped-call]
         else:
             registry = self.registry
         return generate_latest(registry), CONTENT_TYPE_LATEST
