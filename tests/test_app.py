@@ -387,6 +387,20 @@ def test_probes_and_scrapes_are_not_counted_as_syncs(client):
     assert durations(samples, "MXJob") == durations(samples, "ChainerJob") == 0
 
 
+def test_docs_metrics_names_every_series_and_label_the_app_exports():
+    docs = (REPO / "docs" / "metrics.md").read_text()
+    response = create_app().test_client().get("/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(response.get_data(as_text=True))}
+    # (prometheus_client adds *_created series in a single process only; a cluster never sees them.)
+    exported = {name for name in families if name.startswith("job_hooks_") and not name.endswith("_created")}
+    assert exported == {"job_hooks_syncs", "job_hooks_sync_duration_seconds"}
+    for name in exported:
+        shown = name + "_total" if families[name].type == "counter" else name
+        assert f"`{shown}`" in docs
+        for sample in families[name].samples:
+            assert all(f"`{label}`" in docs for label in sample.labels if label != "le")
+
+
 # --- the kinds table -----------------------------------------------------------------------------
 
 def test_create_app_serves_the_kinds_it_is_given_and_only_those():

@@ -48,7 +48,8 @@ _MAX_LOGGED_STRING = 253
 _JSON = "application/json"
 
 
-# Re-exported: tests and older log configs name it here (gunicorn_conf uses hooks.server.logs).
+# JsonFormatter is re-exported so that a gunicorn config naming hooks.server.app.JsonFormatter keeps
+# working; its home is hooks.server.logs.
 __all__ = ["DEFAULT_MAX_CONTENT_LENGTH", "JsonFormatter", "SyncAnswer", "create_app"]
 
 
