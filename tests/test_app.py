@@ -540,21 +540,26 @@ def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
 
 
 def test_gunicorns_log_config_loads_its_formatter_without_the_app():
-    """gunicorn's master sets up logging from gunicorn_conf; that must not import Flask, the cores or
-    prometheus_client (which picks its multiprocess mode when first imported)."""
+    """gunicorn's master sets up logging from gunicorn_conf; that must not import Flask or the cores
+    (the workers import the app), and prometheus_client, which the master does import, must start in
+    multiprocess mode (it picks its mode when first imported)."""
     script = """
 import json, logging.config, sys
 from hooks.server import gunicorn_conf
 logging.config.dictConfig(gunicorn_conf.logconfig_dict)
 handler = logging.getLogger("gunicorn.error").handlers[0]
+from prometheus_client import values
 print(json.dumps({"formatter": type(handler.formatter).__module__ + "." + type(handler.formatter).__name__,
-                  "loaded": sorted(m for m in sys.modules if m.split(".")[0] in {"flask", "prometheus_client"}
-                                   or m in {"hooks.server.app", "hooks.kinds"})}))
+                  "loaded": sorted(m for m in sys.modules if m.split(".")[0] == "flask"
+                                   or m in {"hooks.server.app", "hooks.kinds", "hooks.mxjob", "hooks.chainerjob"}),
+                  "multiprocess": values.ValueClass.__name__}))
+gunicorn_conf.on_exit(None)
 """
-    env = {"PATH": "/usr/bin:/bin", "PROMETHEUS_MULTIPROC_DIR": str(REPO / ".no-such-dir")}
+    env = {"PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=60, check=True)
-    assert json.loads(result.stdout) == {"formatter": "hooks.server.logs.JsonFormatter", "loaded": []}
+    assert json.loads(result.stdout) == {"formatter": "hooks.server.logs.JsonFormatter", "loaded": [],
+                                         "multiprocess": "MmapedValue"}
 
 
 def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through():

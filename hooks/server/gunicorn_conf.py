@@ -69,6 +69,12 @@ if not os.environ.get(_MULTIPROC_ENV):
     _own_metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
     os.environ[_MULTIPROC_ENV] = _own_metrics_dir
 
+# The master imports prometheus_client now, with the directory set above (so it starts in
+# multiprocess mode), and never later: child_exit runs from gunicorn's SIGCHLD handler, and an import
+# there can be interrupted by the next worker's exit, whose handler then finds prometheus_client
+# half-imported, fails, and the master dies without on_exit (seen when the import was lazy).
+from prometheus_client import multiprocess  # noqa: E402
+
 
 def on_starting(server: object) -> None:
     """Create the metrics directory, and empty it of a previous run's files (they would add up)."""
@@ -84,9 +90,6 @@ def on_starting(server: object) -> None:
 def child_exit(server: object, worker: object) -> None:
     """Drop a dead worker's live-gauge files; its counters stay so that totals never go down."""
     if os.environ.get(_MULTIPROC_ENV):
-        # Imported here so that the master needs prometheus_client only in multiprocess mode.
-        from prometheus_client import multiprocess
-
         multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined, no-untyped-call]
 
 

@@ -1,7 +1,7 @@
 """The hooks server's log format: one JSON object per line, for the app's sync lines and gunicorn's own.
 
 A module of its own, importing only the standard library, so that gunicorn's master can load it from
-`gunicorn_conf.logconfig_dict` without importing the app (Flask, the cores, prometheus_client).
+`gunicorn_conf.logconfig_dict` without importing the app (Flask, the cores).
 """
 
 from __future__ import annotations
