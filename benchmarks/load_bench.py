@@ -37,11 +37,15 @@ FIXED_ANSWER = {"status": {}, "children": []}
 
 def fixed_app() -> Any:
     """The hooks app with the MXJob core replaced by a constant answer: the overhead floor."""
-    import hooks.kinds
+    from dataclasses import replace
+
+    from hooks.kinds import KINDS, MXJOB
     from hooks.server.app import create_app
 
-    hooks.kinds.SYNC["MXJob"] = lambda request, *, now: FIXED_ANSWER
-    return create_app()
+    def fixed(request: Any, *, now: Any) -> Any:
+        return FIXED_ANSWER
+
+    return create_app(kinds=tuple(replace(kind, sync=fixed) if kind is MXJOB else kind for kind in KINDS))
 
 
 def workload(name: str) -> list[bytes]:

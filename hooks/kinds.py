@@ -1,11 +1,14 @@
-"""The job kinds this hooks server serves: each kind's routes, its pure sync entry point and its settings.
+"""The job kinds this hooks server serves: one `Kind` per kind, with its routes, pure sync entry point and settings.
 
-A new kind is one sub-package beside hooks/mxjob and one entry in each table here; the HTTP shell
-serves whatever is listed.
+A new kind is one sub-package beside hooks/mxjob and one entry in `KINDS`; the HTTP shell serves
+whatever table `hooks.server.app.create_app(kinds=...)` is given, this one by default. This module
+is the composition root: the only module outside the shell that imports more than one kind.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from hooks.chainerjob.children import KUBECTL_IMAGE
@@ -19,24 +22,47 @@ from hooks.shared.k8s import SyncResponse
 # settings (below) as keyword arguments in, the answer out.
 SyncFunction = Callable[..., SyncResponse]
 
-# `/sync` is the MXJob route every installed CompositeController already calls.
-ROUTES: dict[str, tuple[str, ...]] = {"MXJob": ("/sync", "/mxjob/sync"), "ChainerJob": ("/chainerjob/sync",)}
 
-# Looked up on every request (not bound at start-up), so a test can stand in for one kind's core.
-SYNC: dict[str, SyncFunction] = {"MXJob": sync_mxjob, "ChainerJob": sync_chainerjob}
+@dataclass(frozen=True)
+class Kind:
+    """One job kind as the shell serves it."""
 
-# Hook settings: kind -> keyword parameter of its sync -> (environment variable, default).
-SETTINGS: dict[str, dict[str, tuple[str, str]]] = {
-    "ChainerJob": {"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE)},
-}
+    # The parent's kind (`MXJob`); also the `kind` label of the shell's metrics and log lines.
+    name: str
+    # The POST routes of its CompositeController's sync hook.
+    routes: tuple[str, ...]
+    sync: SyncFunction
+    # Hook settings: keyword parameter of `sync` -> (environment variable, default).
+    settings: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # The fields of observed children its core reads (see hooks.server.wire): the shell decodes
+    # only these. None: every field.
+    observed_fields: Mapping[str, Any] | None = None
+
+    def settings_from(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """This kind's settings from an environment (the shell passes its own), defaults filled in."""
+        return {param: environ.get(var) or default for param, (var, default) in self.settings.items()}
 
 
-def settings_from(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Each kind's settings from an environment (the shell passes its own), defaults filled in."""
-    return {kind: {param: environ.get(var) or default for param, (var, default) in params.items()}
-            for kind, params in SETTINGS.items()}
+MXJOB = Kind(
+    name="MXJob",
+    # `/sync` is the MXJob route every installed CompositeController already calls.
+    routes=("/sync", "/mxjob/sync"),
+    sync=sync_mxjob,
+    observed_fields=MXJOB_OBSERVED_FIELDS,
+)
 
-# The fields of observed children each kind's core reads (see hooks.server.wire): the shell decodes
-# only these. A kind left out here gets every field.
-OBSERVED_FIELDS: dict[str, Mapping[str, Any]] = {"MXJob": MXJOB_OBSERVED_FIELDS,
-                                                  "ChainerJob": CHAINERJOB_OBSERVED_FIELDS}
+CHAINERJOB = Kind(
+    name="ChainerJob",
+    routes=("/chainerjob/sync",),
+    sync=sync_chainerjob,
+    settings={"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE)},
+    observed_fields=CHAINERJOB_OBSERVED_FIELDS,
+)
+
+KINDS: tuple[Kind, ...] = (MXJOB, CHAINERJOB)
+
+# Read-only views by kind name, for callers that run one kind's core directly (golden tests,
+# benchmarks). A test that needs another core builds its own table for create_app(kinds=...).
+SYNC: Mapping[str, SyncFunction] = MappingProxyType({kind.name: kind.sync for kind in KINDS})
+OBSERVED_FIELDS: Mapping[str, Mapping[str, Any] | None] = MappingProxyType(
+    {kind.name: kind.observed_fields for kind in KINDS})

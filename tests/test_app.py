@@ -1,4 +1,4 @@
-"""The HTTP shell (hooks/app.py) through Flask's test client: status codes, limits, logs, metrics."""
+"""The HTTP shell (hooks/server/app.py) through Flask's test client: status codes, limits, logs, metrics."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ import pathlib
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import hooks.kinds
 import hooks.shared.errors
-from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH, JsonFormatter, create_app
+from hooks.kinds import CHAINERJOB, KINDS, MXJOB, Kind
+from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH, create_app
+from hooks.server.logs import JsonFormatter
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-token-do-not-log"
@@ -75,10 +77,15 @@ def client():
     return create_app().test_client()
 
 
-def fake_core(monkeypatch, **kwargs) -> FakeCore:
+def with_mxjob_core(core) -> tuple[Kind, ...]:
+    """The real kinds table with `core` standing in for the MXJob one."""
+    return tuple(replace(kind, sync=core) if kind is MXJOB else kind for kind in KINDS)
+
+
+def faked(config=None, **kwargs):
+    """A test client whose MXJob core is a FakeCore (made with kwargs), and that core."""
     core = FakeCore(**kwargs)
-    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", core)
-    return core
+    return create_app(config, kinds=with_mxjob_core(core)).test_client(), core
 
 
 def post_json(client, value, **kwargs):
@@ -120,8 +127,8 @@ def metric_samples(client) -> dict[tuple[str, tuple], float]:
         pytest.param("application/json", b'{"a": "\xff"}', "not valid JSON", id="invalid-utf8"),
     ],
 )
-def test_a_body_that_is_not_json_is_a_400_naming_the_problem(monkeypatch, client, content_type, data, expected):
-    core = fake_core(monkeypatch)
+def test_a_body_that_is_not_json_is_a_400_naming_the_problem(content_type, data, expected):
+    client, core = faked()
     response = client.post("/sync", data=data, content_type=content_type)
     assert response.status_code == 400
     assert response.mimetype == "application/json"
@@ -139,16 +146,16 @@ def test_a_body_that_is_not_json_is_a_400_naming_the_problem(monkeypatch, client
         pytest.param("true", "a boolean", id="boolean"),
     ],
 )
-def test_json_that_is_not_an_object_is_a_400(monkeypatch, client, body, type_name):
-    core = fake_core(monkeypatch)
+def test_json_that_is_not_an_object_is_a_400(body, type_name):
+    client, core = faked()
     response = client.post("/sync", data=body, content_type="application/json")
     assert response.status_code == 400
     assert response.get_json() == {"error": f"request body must be a JSON object, got {type_name}"}
     assert core.calls == []
 
 
-def test_a_body_the_core_rejects_is_a_400_with_the_core_message(monkeypatch, client):
-    fake_core(monkeypatch, raises=hooks.shared.errors.InvalidRequest("parent.kind must be MXJob, got 'Deployment'"))
+def test_a_body_the_core_rejects_is_a_400_with_the_core_message():
+    client, _ = faked(raises=hooks.shared.errors.InvalidRequest("parent.kind must be MXJob, got 'Deployment'"))
     response = post_json(client, sync_request())
     assert response.status_code == 400
     assert response.get_json() == {"error": "parent.kind must be MXJob, got 'Deployment'"}
@@ -172,9 +179,8 @@ def test_the_real_core_rejects_a_malformed_body_with_a_400(client, body):
 
 # --- 413: too large ----------------------------------------------------------------------------
 
-def test_a_body_above_the_configured_limit_is_a_413_and_one_below_it_is_served(monkeypatch):
-    core = fake_core(monkeypatch)
-    client = create_app({"MAX_CONTENT_LENGTH": 4096}).test_client()
+def test_a_body_above_the_configured_limit_is_a_413_and_one_below_it_is_served():
+    client, core = faked({"MAX_CONTENT_LENGTH": 4096})
     small = sync_request()
     large = sync_request() | {"padding": "x" * 4096}
     assert len(json.dumps(small)) < 4096
@@ -205,9 +211,9 @@ def test_the_size_limit_comes_from_config_then_env_then_default(monkeypatch, env
 
 # --- 500: a bug in the core is never a 200 -----------------------------------------------------
 
-def test_an_exception_in_the_core_is_a_500_whose_error_id_is_in_the_log(monkeypatch, client, caplog):
+def test_an_exception_in_the_core_is_a_500_whose_error_id_is_in_the_log(caplog):
     caplog.set_level(logging.INFO, logger="hooks.server.app")
-    fake_core(monkeypatch, raises=KeyError("replicaSpecs-internal-detail"))
+    client, _ = faked(raises=KeyError("replicaSpecs-internal-detail"))
     response = post_json(client, sync_request())
 
     assert response.status_code == 500
@@ -223,8 +229,8 @@ def test_an_exception_in_the_core_is_a_500_whose_error_id_is_in_the_log(monkeypa
     assert "KeyError" in line["traceback"] and "replicaSpecs-internal-detail" in line["traceback"]
 
 
-def test_each_internal_error_gets_its_own_id(monkeypatch, client):
-    fake_core(monkeypatch, raises=RuntimeError("boom"))
+def test_each_internal_error_gets_its_own_id():
+    client, _ = faked(raises=RuntimeError("boom"))
     ids = {post_json(client, sync_request()).get_json()["errorId"] for _ in range(5)}
     assert len(ids) == 5
 
@@ -246,9 +252,9 @@ def test_each_internal_error_gets_its_own_id(monkeypatch, client):
         pytest.param({"status": {"startTime": object()}, "children": []}, id="not-json-serialisable"),
     ],
 )
-def test_an_unusable_answer_from_the_core_is_a_500_not_a_200(monkeypatch, client, answer):
+def test_an_unusable_answer_from_the_core_is_a_500_not_a_200(answer):
     # Metacontroller deletes every child missing from a 200 answer: a wrong shape must never pass.
-    fake_core(monkeypatch, answer=answer)
+    client, _ = faked(answer=answer)
     response = post_json(client, sync_request())
     assert response.status_code == 500
     assert response.get_json()["error"] == "internal error"
@@ -257,7 +263,7 @@ def test_an_unusable_answer_from_the_core_is_a_500_not_a_200(monkeypatch, client
 
 # --- 200: pass-through -------------------------------------------------------------------------
 
-def test_the_core_answer_is_passed_through_unchanged_as_compact_json(monkeypatch, client):
+def test_the_core_answer_is_passed_through_unchanged_as_compact_json():
     answer = {
         "status": {"conditions": [{"type": "Created", "status": "True", "message": "MXJob digits is créé"}],
                    "replicaStatuses": {"Worker": {"active": 0}}},
@@ -265,7 +271,7 @@ def test_the_core_answer_is_passed_through_unchanged_as_compact_json(monkeypatch
                      {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "digits-worker-0"}}],
         "resyncAfterSeconds": 12.5,
     }
-    fake_core(monkeypatch, answer=answer)
+    client, _ = faked(answer=answer)
     response = post_json(client, sync_request())
     assert response.status_code == 200
     assert response.mimetype == "application/json"
@@ -273,8 +279,8 @@ def test_the_core_answer_is_passed_through_unchanged_as_compact_json(monkeypatch
     assert b", " not in response.data and b": " not in response.data
 
 
-def test_the_core_gets_the_request_body_and_a_utc_now_in_whole_seconds(monkeypatch, client):
-    core = fake_core(monkeypatch)
+def test_the_core_gets_the_request_body_and_a_utc_now_in_whole_seconds():
+    client, core = faked()
     before = datetime.now(UTC)
     post_json(client, sync_request())
     after = datetime.now(UTC)
@@ -317,9 +323,19 @@ def test_other_http_errors_are_json_too(client, method, path, status):
 
 # --- metrics -----------------------------------------------------------------------------------
 
-def test_metrics_count_each_outcome_and_time_every_sync(monkeypatch):
-    core = fake_core(monkeypatch)
-    client = create_app({"MAX_CONTENT_LENGTH": 4096}).test_client()
+OUTCOMES = ("ok", "bad_request", "error", "too_large")
+
+
+def syncs(samples: dict, kind: str, outcome: str) -> float:
+    return samples[("job_hooks_syncs_total", (("kind", kind), ("outcome", outcome)))]
+
+
+def durations(samples: dict, kind: str, suffix: str = "count") -> float:
+    return samples[(f"job_hooks_sync_duration_seconds_{suffix}", (("kind", kind),))]
+
+
+def test_metrics_count_each_outcome_and_time_every_sync():
+    client, core = faked({"MAX_CONTENT_LENGTH": 4096})
     post_json(client, sync_request())
     post_json(client, sync_request())
     client.post("/sync", data="not json", content_type="text/plain")
@@ -328,26 +344,108 @@ def test_metrics_count_each_outcome_and_time_every_sync(monkeypatch):
     post_json(client, sync_request())
 
     samples = metric_samples(client)
-    count = {outcome: samples[("mxjob_hooks_syncs_total", (("outcome", outcome),))]
-             for outcome in ("ok", "bad_request", "error", "too_large")}
-    assert count == {"ok": 2, "bad_request": 1, "error": 1, "too_large": 1}
-    assert samples[("mxjob_hooks_sync_duration_seconds_count", ())] == 5
-    assert samples[("mxjob_hooks_sync_duration_seconds_sum", ())] > 0
+    assert {outcome: syncs(samples, "MXJob", outcome) for outcome in OUTCOMES} == {
+        "ok": 2, "bad_request": 1, "error": 1, "too_large": 1}
+    assert durations(samples, "MXJob") == 5
+    assert durations(samples, "MXJob", "sum") > 0
+    assert {outcome: syncs(samples, "ChainerJob", outcome) for outcome in OUTCOMES} == dict.fromkeys(OUTCOMES, 0)
+    assert durations(samples, "ChainerJob") == 0
 
 
-def test_each_app_has_its_own_metrics_and_starts_every_outcome_at_zero(monkeypatch):
-    fake_core(monkeypatch)
-    post_json(create_app().test_client(), sync_request())
+def test_each_route_counts_under_its_own_kind():
+    """A ChainerJob sync is counted as a ChainerJob one, whichever route of a kind is called."""
+    mxjob_core, chainerjob_core = FakeCore(), FakeCore(raises=hooks.shared.errors.InvalidRequest("bad"))
+    kinds = (replace(MXJOB, sync=mxjob_core), replace(CHAINERJOB, sync=lambda request, *, now, kubectl_image:
+                                                           chainerjob_core(request, now=now)))
+    client = create_app(kinds=kinds).test_client()
+    for path in ("/sync", "/mxjob/sync", "/chainerjob/sync", "/chainerjob/sync", "/chainerjob/sync"):
+        client.post(path, data=json.dumps(sync_request()), content_type="application/json")
+
+    samples = metric_samples(client)
+    assert (len(mxjob_core.calls), len(chainerjob_core.calls)) == (2, 3)
+    assert (syncs(samples, "MXJob", "ok"), syncs(samples, "MXJob", "bad_request")) == (2, 0)
+    assert (syncs(samples, "ChainerJob", "ok"), syncs(samples, "ChainerJob", "bad_request")) == (0, 3)
+    assert (durations(samples, "MXJob"), durations(samples, "ChainerJob")) == (2, 3)
+    # The old names, which counted every kind as MXJob, are gone (docs/metrics.md gives the rename).
+    assert not [name for name, _ in samples if name.startswith("mxjob_hooks_")]
+
+
+def test_each_app_has_its_own_metrics_and_starts_every_outcome_at_zero():
+    client, _ = faked()
+    post_json(client, sync_request())
     samples = metric_samples(create_app().test_client())
-    for outcome in ("ok", "bad_request", "error", "too_large"):
-        assert samples[("mxjob_hooks_syncs_total", (("outcome", outcome),))] == 0
-    assert samples[("mxjob_hooks_sync_duration_seconds_count", ())] == 0
+    for kind in ("MXJob", "ChainerJob"):
+        for outcome in OUTCOMES:
+            assert syncs(samples, kind, outcome) == 0
+        assert durations(samples, kind) == 0
 
 
 def test_probes_and_scrapes_are_not_counted_as_syncs(client):
     client.get("/healthz")
     client.get("/metrics")
-    assert metric_samples(client)[("mxjob_hooks_sync_duration_seconds_count", ())] == 0
+    samples = metric_samples(client)
+    assert durations(samples, "MXJob") == durations(samples, "ChainerJob") == 0
+
+
+def test_docs_metrics_names_every_series_and_label_the_app_exports():
+    docs = (REPO / "docs" / "metrics.md").read_text()
+    response = create_app().test_client().get("/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(response.get_data(as_text=True))}
+    # (prometheus_client adds *_created series in a single process only; a cluster never sees them.)
+    exported = {name for name in families if name.startswith("job_hooks_") and not name.endswith("_created")}
+    assert exported == {"job_hooks_syncs", "job_hooks_sync_duration_seconds"}
+    for name in exported:
+        shown = name + "_total" if families[name].type == "counter" else name
+        assert f"`{shown}`" in docs
+        for sample in families[name].samples:
+            assert all(f"`{label}`" in docs for label in sample.labels if label != "le")
+
+
+# --- the kinds table -----------------------------------------------------------------------------
+
+def test_create_app_serves_the_kinds_it_is_given_and_only_those():
+    calls = []
+
+    def fake_sync(request, *, now, flavour):
+        calls.append((request, flavour))
+        return {"status": {"phase": "Fine"}, "children": []}
+
+    fake = Kind(name="FakeJob", routes=("/fakejob/sync",), sync=fake_sync,
+                settings={"flavour": ("FAKEJOB_FLAVOUR", "vanilla")})
+    client = create_app(kinds=[fake]).test_client()
+
+    reply = client.post("/fakejob/sync", json={"parent": {"kind": "FakeJob"}})
+    assert reply.status_code == 200 and reply.get_json() == {"status": {"phase": "Fine"}, "children": []}
+    assert calls == [({"parent": {"kind": "FakeJob"}}, "vanilla")]
+    # The real kinds' routes are not served by this app, and its metrics know only its kind.
+    assert client.post("/sync", json=sync_request()).status_code == 404
+    assert client.post("/chainerjob/sync", json=sync_request()).status_code == 404
+    samples = metric_samples(client)
+    assert syncs(samples, "FakeJob", "ok") == 1
+    assert {dict(labels)["kind"] for name, labels in samples if name == "job_hooks_syncs_total"} == {"FakeJob"}
+
+
+def test_a_kinds_setting_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("FAKEJOB_FLAVOUR", "mint")
+    seen = []
+    fake = Kind(name="FakeJob", routes=("/fakejob/sync",),
+                sync=lambda request, *, now, flavour: seen.append(flavour) or {"status": {}, "children": []},
+                settings={"flavour": ("FAKEJOB_FLAVOUR", "vanilla")})
+    assert create_app(kinds=[fake]).test_client().post("/fakejob/sync", json={}).status_code == 200
+    assert seen == ["mint"]
+
+
+@pytest.mark.parametrize(
+    ("kinds", "message"),
+    [
+        pytest.param([MXJOB, replace(CHAINERJOB, name="MXJob")], "two job kinds named 'MXJob'", id="same-name"),
+        pytest.param([MXJOB, replace(CHAINERJOB, routes=("/chainerjob/sync", "/sync"))],
+                     "route '/sync' is served by both MXJob and ChainerJob", id="same-route"),
+    ],
+)
+def test_a_kinds_table_that_serves_a_route_twice_is_refused_at_start(kinds, message):
+    with pytest.raises(ValueError, match=message):
+        create_app(kinds=kinds)
 
 
 # --- the per-sync log line ---------------------------------------------------------------------
@@ -361,10 +459,9 @@ def test_probes_and_scrapes_are_not_counted_as_syncs(client):
         pytest.param({"raises": RuntimeError("boom")}, "error", 500, "error", id="error"),
     ],
 )
-def test_each_sync_logs_one_json_line_with_the_job_and_no_secrets(monkeypatch, client, caplog, core_kwargs,
-                                                                     outcome, status, level):
+def test_each_sync_logs_one_json_line_with_the_job_and_no_secrets(caplog, core_kwargs, outcome, status, level):
     caplog.set_level(logging.INFO, logger="hooks.server.app")
-    fake_core(monkeypatch, **core_kwargs)
+    client, _ = faked(**core_kwargs)
     post_json(client, sync_request())
 
     [line] = logged(caplog)
@@ -397,9 +494,9 @@ def test_a_rejected_body_is_logged_without_job_fields(client, caplog):
         pytest.param({"name": "n" * 10_000}, id="huge-name"),
     ],
 )
-def test_odd_parent_metadata_never_puts_objects_or_huge_strings_in_the_log(monkeypatch, client, caplog, metadata):
+def test_odd_parent_metadata_never_puts_objects_or_huge_strings_in_the_log(caplog, metadata):
     caplog.set_level(logging.INFO, logger="hooks.server.app")
-    fake_core(monkeypatch)
+    client, _ = faked()
     body = sync_request()
     body["parent"]["metadata"] = metadata
     post_json(client, body)
@@ -411,7 +508,7 @@ def test_odd_parent_metadata_never_puts_objects_or_huge_strings_in_the_log(monke
 
 # --- module boundaries -------------------------------------------------------------------------
 
-SHELL_PACKAGE = "hooks.server"
+SHELL_PACKAGES = ("hooks.server", "hooks.cli")
 
 
 def test_the_pure_core_imports_no_web_or_metrics_library():
@@ -419,7 +516,7 @@ def test_the_pure_core_imports_no_web_or_metrics_library():
     script = """
 import importlib, json, pkgutil, sys
 import hooks
-shell = json.loads(sys.argv[1])
+shell = tuple(json.loads(sys.argv[1]))
 pure = sorted(m.name for m in pkgutil.walk_packages(hooks.__path__, "hooks.")
               if not m.name.startswith(shell))
 for name in pure:
@@ -427,7 +524,7 @@ for name in pure:
 banned = sorted(m for m in sys.modules if m.split(".")[0] in {"flask", "werkzeug", "gunicorn", "prometheus_client"})
 print(json.dumps({"pure": pure, "banned": banned}))
 """
-    result = subprocess.run([sys.executable, "-c", script, json.dumps(SHELL_PACKAGE)], cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(SHELL_PACKAGES)], cwd=REPO,
                             capture_output=True, text=True, timeout=60, check=True)
     report = json.loads(result.stdout)
     assert {"hooks.kinds", "hooks.mxjob.sync", "hooks.shared.errors"} <= set(report["pure"])
@@ -439,10 +536,33 @@ def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {m for m in imported if m.split(".")[0] == "hooks"} == {
-        "hooks.kinds", "hooks.shared.errors", "hooks.server.metrics", "hooks.server.wire"}
+        "hooks.kinds", "hooks.shared.errors", "hooks.server.logs", "hooks.server.metrics", "hooks.server.wire"}
 
 
-def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through(monkeypatch):
+def test_gunicorns_log_config_loads_its_formatter_without_the_app():
+    """gunicorn's master sets up logging from gunicorn_conf; that must not import Flask or the cores
+    (the workers import the app), and prometheus_client, which the master does import, must start in
+    multiprocess mode (it picks its mode when first imported)."""
+    script = """
+import json, logging.config, sys
+from hooks.server import gunicorn_conf
+logging.config.dictConfig(gunicorn_conf.logconfig_dict)
+handler = logging.getLogger("gunicorn.error").handlers[0]
+from prometheus_client import values
+print(json.dumps({"formatter": type(handler.formatter).__module__ + "." + type(handler.formatter).__name__,
+                  "loaded": sorted(m for m in sys.modules if m.split(".")[0] == "flask"
+                                   or m in {"hooks.server.app", "hooks.kinds", "hooks.mxjob", "hooks.chainerjob"}),
+                  "multiprocess": values.ValueClass.__name__}))
+gunicorn_conf.on_exit(None)
+"""
+    env = {"PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert json.loads(result.stdout) == {"formatter": "hooks.server.logs.JsonFormatter", "loaded": [],
+                                         "multiprocess": "MmapedValue"}
+
+
+def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through():
     """Its threads serve probes; two syncs at once would only double its peak memory."""
     import threading
     import time
@@ -457,8 +577,7 @@ def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through(monkeypatch
         running.pop()
         return {"status": {}, "children": []}
 
-    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", slow_core)
-    app = create_app()
+    app = create_app(kinds=with_mxjob_core(slow_core))
     body = json.dumps(sync_request())
     codes: list[int] = []
     threads = [threading.Thread(target=lambda: codes.append(app.test_client().post(

@@ -21,8 +21,8 @@ from mcsim import T0
 from ruamel.yaml import YAML
 from test_crd import SCHEMA, broken_rules, pruned_paths, schema_errors
 
+from hooks.cli.mxjob_convert import main
 from hooks.mxjob.convert import convert_document
-from hooks.mxjob.convert_cli import main
 from hooks.mxjob.sync import sync_mxjob
 from localcluster.podenv import resolve_env
 

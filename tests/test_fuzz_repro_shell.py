@@ -17,9 +17,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
 
 import pytest
+from flask import Flask
 
+from hooks.kinds import KINDS, MXJOB
+from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
 
 REPRO = pathlib.Path(__file__).resolve().parent / "fuzz_repro"
@@ -36,14 +41,18 @@ def meta_of(name: str) -> dict:
 
 
 @pytest.fixture
-def core_calls(monkeypatch) -> list:
-    """Records every call of the MXJob core; the tests here expect none."""
-    import hooks.kinds
+def core_calls() -> list:
+    """The requests the MXJob core of a recording_app got; the tests here expect none."""
+    return []
 
-    calls: list = []
-    real = hooks.kinds.SYNC["MXJob"]
-    monkeypatch.setitem(hooks.kinds.SYNC, "MXJob", lambda request, *, now: calls.append(request) or real(request, now=now))
-    return calls
+
+def recording_app(calls: list, config: dict[str, Any] | None = None) -> Flask:
+    """The real app, whose MXJob core records every request in `calls` before answering it."""
+    def core(request: dict, *, now: Any) -> Any:
+        calls.append(request)
+        return sync_mxjob(request, now=now)
+
+    return create_app(config, kinds=tuple(replace(kind, sync=core) if kind is MXJOB else kind for kind in KINDS))
 
 
 @pytest.mark.parametrize(("name", "says"), [
@@ -52,7 +61,7 @@ def core_calls(monkeypatch) -> list:
     ("10-nan-literal.json", "not valid JSON"),
 ], ids=["09-deep-nesting", "09b-deep-nesting-in-template", "10-nan-literal"])
 def test_a_malformed_body_is_a_400_before_the_core_runs(core_calls, name, says):
-    response = create_app().test_client().post("/sync", data=body_of(name), content_type="application/json")
+    response = recording_app(core_calls).test_client().post("/sync", data=body_of(name), content_type="application/json")
     assert response.status_code == 400
     assert says in response.get_json()["error"]
     assert core_calls == []
@@ -60,7 +69,7 @@ def test_a_malformed_body_is_a_400_before_the_core_runs(core_calls, name, says):
 
 def test_nesting_at_the_bound_is_served_and_one_deeper_is_not(core_calls):
     """The bound is exact: 100 levels of objects and arrays are fine, 101 are refused."""
-    client = create_app().test_client()
+    client = recording_app(core_calls).test_client()
 
     def related(depth: int) -> bytes:
         # The request object is level 1 and "related" level 2: depth - 2 arrays more.
@@ -90,7 +99,7 @@ GENERATED_MALFORMED = {
 
 @pytest.mark.parametrize(("name", "says"), GENERATED_MALFORMED.items(), ids=[n[:2] for n in GENERATED_MALFORMED])
 def test_a_generated_malformed_body_is_a_400_before_the_core_runs(core_calls, name, says):
-    response = create_app().test_client().post("/sync", data=body_of(f"generated/{name}"),
+    response = recording_app(core_calls).test_client().post("/sync", data=body_of(f"generated/{name}"),
                                                content_type="application/json")
     assert response.status_code == 400, response.get_data(as_text=True)[:300]
     assert says in response.get_json()["error"]
@@ -106,7 +115,7 @@ def test_a_chunked_body_over_the_limit_is_a_413_in_process(core_calls):
     name = "13-chunked-over-limit.json"
     assert meta_of(name)["chunked"] is True
     body = body_of(name)
-    client = create_app({"MAX_CONTENT_LENGTH": 65536}).test_client()
+    client = recording_app(core_calls, {"MAX_CONTENT_LENGTH": 65536}).test_client()
     # No Content-Length: the body ends where the (chunked) input ends, as gunicorn marks it.
     response = client.post("/sync", input_stream=io.BytesIO(body), content_type="application/json",
                            environ_overrides={"wsgi.input_terminated": True})

@@ -1,8 +1,12 @@
 """Golden tests: a readable sync request in, the exact expected answer out, one folder per case.
 
 Every job kind shares the mechanism: the request's parent kind picks the sync function from
-hooks.kinds. `UPDATE_GOLDEN=1 make test` rewrites every case from the scenarios below
-(request.yaml) and the current code (response.yaml). Read every diff it makes before committing it.
+hooks.kinds. Each folder's request.yaml is an input, committed and never rewritten: a change of the
+code cannot quietly change what it is tested against. `UPDATE_GOLDEN=1 make test` rewrites only the
+expected answers (response.yaml) from the current code; read every diff it makes before committing
+it. The scenarios below are how each request was made: for a new case (a folder without
+request.yaml) the same flag writes its request once; to remake an existing request on purpose,
+delete its request.yaml first.
 """
 from __future__ import annotations
 
@@ -333,26 +337,53 @@ def _dump(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=100)
 
 
-def _write_case(name: str) -> None:
+def _write_request(name: str, folder: Path) -> None:
     sim = CASES[name]()
-    folder = GOLDEN / name
     folder.mkdir(parents=True, exist_ok=True)
     request = {"now": sim.now.isoformat(), **sim.request()}
     (folder / "request.yaml").write_text(_dump(request))
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_golden(name):
-    folder = GOLDEN / name
-    if UPDATE:
-        _write_case(name)
+def check_case(name: str, folder: Path, *, update: bool) -> None:
+    """The case's answer to its request.yaml must equal its response.yaml; with `update`, the answer is
+    written there first (and a missing request.yaml made from the scenario)."""
+    if update and not (folder / "request.yaml").exists():
+        _write_request(name, folder)
     request = yaml.safe_load((folder / "request.yaml").read_text())
     now = datetime.fromisoformat(request.pop("now"))
     answer = SYNC[request["parent"]["kind"]](request, now=now)
-    if UPDATE:
+    if update:
         (folder / "response.yaml").write_text(_dump(answer))
     expected = yaml.safe_load((folder / "response.yaml").read_text())
     assert answer == expected
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name):
+    check_case(name, GOLDEN / name, update=UPDATE)
+
+
+def test_updating_rewrites_the_answer_and_never_the_request(tmp_path):
+    """request.yaml is an input: the update flag leaves its bytes alone, even where the scenario
+    would now make another request, and rewrites response.yaml."""
+    name = "terminal-succeeded"
+    folder = tmp_path / name
+    folder.mkdir()
+    request_text = (GOLDEN / name / "request.yaml").read_text() + "# a committed input, kept byte for byte\n"
+    (folder / "request.yaml").write_text(request_text)
+    (folder / "response.yaml").write_text("status: {}\nchildren: []\n")
+
+    check_case(name, folder, update=True)
+
+    assert (folder / "request.yaml").read_text() == request_text
+    assert (folder / "response.yaml").read_text() == (GOLDEN / name / "response.yaml").read_text()
+
+
+def test_updating_makes_the_request_of_a_new_case_from_its_scenario(tmp_path):
+    name = "first-sync-tune"
+    check_case(name, tmp_path / name, update=True)
+    assert (tmp_path / name / "request.yaml").read_text() == (GOLDEN / name / "request.yaml").read_text()
+    assert (tmp_path / name / "response.yaml").read_text() == (GOLDEN / name / "response.yaml").read_text()
 
 
 def test_every_golden_folder_has_a_case():

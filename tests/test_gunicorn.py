@@ -119,7 +119,7 @@ def ok_count_per_worker(metrics_dir: pathlib.Path, scratch: pathlib.Path) -> dic
         shutil.copy(path, alone / path.name)
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(alone))
-        counts[path.stem] = registry.get_sample_value("mxjob_hooks_syncs_total", {"outcome": "ok"}) or 0.0
+        counts[path.stem] = registry.get_sample_value("job_hooks_syncs_total", {"kind": "MXJob", "outcome": "ok"}) or 0.0
     return counts
 
 
@@ -150,10 +150,10 @@ def test_two_workers_serve_syncs_and_metrics_add_up_across_them(server, tmp_path
     # Whichever worker answers the scrape, it reports the sum over both.
     for _ in range(6):
         samples = scrape(server.port)
-        assert samples[("mxjob_hooks_syncs_total", (("outcome", "ok"),))] == sent["ok"]
-        assert samples[("mxjob_hooks_syncs_total", (("outcome", "bad_request"),))] == sent["bad_request"]
-        assert samples[("mxjob_hooks_syncs_total", (("outcome", "error"),))] == 0
-        assert samples[("mxjob_hooks_sync_duration_seconds_count", ())] == sum(sent.values())
+        assert samples[("job_hooks_syncs_total", (("kind", "MXJob"), ("outcome", "ok")))] == sent["ok"]
+        assert samples[("job_hooks_syncs_total", (("kind", "MXJob"), ("outcome", "bad_request")))] == sent["bad_request"]
+        assert samples[("job_hooks_syncs_total", (("kind", "MXJob"), ("outcome", "error")))] == 0
+        assert samples[("job_hooks_sync_duration_seconds_count", (("kind", "MXJob"),))] == sum(sent.values())
 
 
 def test_the_server_logs_only_json_lines_one_per_sync(server):
@@ -254,7 +254,7 @@ def test_started_by_hand_without_a_metrics_dir_the_workers_still_add_up(tmp_path
             assert call(port, "POST", "/sync", json.dumps(mxjob_request(f"job-{sent}")).encode())[0] == 200
             sent += 1
         for _ in range(4):  # whichever worker answers the scrape, the total is the same
-            assert scrape(port)[("mxjob_hooks_syncs_total", (("outcome", "ok"),))] == sent
+            assert scrape(port)[("job_hooks_syncs_total", (("kind", "MXJob"), ("outcome", "ok")))] == sent
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -115,7 +115,8 @@ def _update_strategy(observed: Mapping[str, Any] | None) -> JSON:
     spec = observed.get("spec") if observed is not None else None
     strategy = spec.get("updateStrategy") if isinstance(spec, Mapping) else None
     if isinstance(strategy, Mapping) and strategy.get("type") == "RollingUpdate":
-        return json_copy(FROZEN_ROLLING_UPDATE)
+        frozen: JSON = json_copy(FROZEN_ROLLING_UPDATE)
+        return frozen
     return {"type": "OnDelete"}
 
 

@@ -7,6 +7,8 @@ are StatefulSet pods, the master pod's hostname is set), so the hostfile is writ
 """
 from __future__ import annotations
 
+from typing import Any
+
 from hooks.chainerjob import names
 from hooks.chainerjob.spec import DEFAULT_CONTAINER, ChainerJob
 
@@ -38,7 +40,7 @@ def launcher_env() -> list[dict[str, str]]:
     ]
 
 
-def with_launcher_env(user_env: list | None) -> list:
+def with_launcher_env(user_env: list[Any] | None) -> list[Any]:
     """The user's entries, less any the operator sets, then the operator's: its values win."""
     ours = launcher_env()
     taken = {e["name"] for e in ours}

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from hooks.mxjob.names import child_name, cluster_config_map_name
 from hooks.mxjob.spec import MXJob
+from hooks.shared.k8s import JSON
 
 CLUSTER_ENV = "MXJOB_CLUSTER"
 CLUSTER_KEY = "cluster"  # the ConfigMap's data key
@@ -64,12 +66,12 @@ def cluster_wiring(job: MXJob) -> ClusterWiring:
                          labels=_compact(labels))
 
 
-def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> list[dict]:
+def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> list[JSON]:
     """Operator env entries of one pod, in the documented order.
 
     MXJOB_CLUSTER comes first: the kubelet expands `$(NAME)` only with entries defined earlier.
     """
-    env: list[dict] = [
+    env: list[JSON] = [
         {"name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": wiring.config_map, "key": CLUSTER_KEY}}},
         {"name": "MX_CONFIG", "value": wiring.mx_config(rtype, index)},
     ]
@@ -88,7 +90,7 @@ def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> lis
     return env
 
 
-def merge_env(operator_env: list[dict], user_env: list) -> list:
+def merge_env(operator_env: list[JSON], user_env: list[Any]) -> list[Any]:
     """Operator entries first, then the user's entries that do not collide with them.
 
     Operator entries win over user entries of the same name. They come first so that user

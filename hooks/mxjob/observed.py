@@ -69,9 +69,8 @@ def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _exit_code(state: Any) -> int | None:
     terminated = state.get("terminated") if isinstance(state, Mapping) else None
-    if isinstance(terminated, Mapping) and isinstance(terminated.get("exitCode"), int):
-        return terminated["exitCode"]
-    return None
+    code = terminated.get("exitCode") if isinstance(terminated, Mapping) else None
+    return code if isinstance(code, int) else None
 
 
 def _int(value: Any) -> int:

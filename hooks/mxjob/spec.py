@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.shared.errors import SpecError
+from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 from hooks.shared.merge import collapsed
 from hooks.shared.podtemplate import (
@@ -322,13 +322,13 @@ def _mxjob_port(path: str, ports: Any, problems: list[str]) -> int:
     return number
 
 
-def main_ports(ports: Any, port: int) -> list:
+def main_ports(user_ports: Any, port: int) -> list[dict[str, Any]]:
     """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
 
     A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
     give the Service two ports with one number, which the API server refuses.
     """
-    ports = [dict(p) for p in ports or []]
+    ports: list[dict[str, Any]] = [dict(p) for p in user_ports or []]
     if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
                                               and (p.get("protocol") or "TCP") == "TCP")
                for p in ports):

@@ -1,29 +1,31 @@
 """The HTTP shell: translates Metacontroller's sync webhook to one call of the pure core and back.
 
 It owns the HTTP status codes, the clock, the request-size limit, the per-sync log line and the
-metrics; it decides nothing about MXJobs. Reading and decoding the body, and what makes a request
-malformed before any core runs, live in `hooks.server.wire`. It imports nothing from the cores but
-the table in `hooks.kinds` and `hooks.shared.errors`.
+metrics; it decides nothing about jobs. Reading and decoding the body, and what makes a request
+malformed before any core runs, live in `hooks.server.wire`. It serves the kinds table it is given
+(`hooks.kinds.KINDS` by default) and imports nothing from the cores but that table and
+`hooks.shared.errors`.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import secrets
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-import hooks.kinds
+from hooks.kinds import KINDS, Kind
+from hooks.server.logs import JsonFormatter
 from hooks.server.metrics import make_metrics
 from hooks.server.wire import MalformedRequest, RequestDecoder, encode, non_finite, read_body
 from hooks.shared.errors import InvalidRequest
@@ -46,8 +48,26 @@ _MAX_LOGGED_STRING = 253
 _JSON = "application/json"
 
 
-def create_app(config: Mapping[str, Any] | None = None) -> Flask:
-    """The hooks server's Flask app (the tutorial's factory)."""
+# JsonFormatter is re-exported so that a gunicorn config naming hooks.server.app.JsonFormatter keeps
+# working; its home is hooks.server.logs.
+__all__ = ["DEFAULT_MAX_CONTENT_LENGTH", "JsonFormatter", "SyncAnswer", "create_app"]
+
+
+@dataclass
+class SyncAnswer:
+    """What the shell sends back for one sync request, and what it logs and counts about it."""
+
+    status: int
+    body: bytes
+    # The log line's fields; "outcome" is always set (one of hooks.server.metrics.OUTCOMES).
+    fields: dict[str, Any]
+    # An unexpected exception (a bug) whose traceback goes into the log line.
+    error: BaseException | None = None
+
+
+def create_app(config: Mapping[str, Any] | None = None, *, kinds: Iterable[Kind] = KINDS) -> Flask:
+    """The hooks server's Flask app (the tutorial's factory), serving one sync route per route of `kinds`."""
+    table = _kinds_by_name(kinds)
     app = Flask(__name__)
     app.config.from_mapping(MAX_CONTENT_LENGTH=DEFAULT_MAX_CONTENT_LENGTH)
     # FLASK_MAX_CONTENT_LENGTH=<bytes> in the Deployment changes the limit without changing the
@@ -55,10 +75,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.config.from_prefixed_env()
     if config is not None:
         app.config.from_mapping(config)
-    metrics = make_metrics()
+    metrics = make_metrics(table)
     # Each kind's hook settings (CHAINERJOB_KUBECTL_IMAGE...), read once: the core never reads env.
-    settings = hooks.kinds.settings_from(os.environ)
-    decoders = {kind: RequestDecoder(hooks.kinds.OBSERVED_FIELDS.get(kind)) for kind in hooks.kinds.ROUTES}
+    settings = {name: kind.settings_from(os.environ) for name, kind in table.items()}
+    decoders = {name: RequestDecoder(kind.observed_fields) for name, kind in table.items()}
 
     # One sync at a time per worker process (its threads are there for probes and scrapes): a sync
     # is CPU-bound under the GIL, so a second one at once would end no sooner and double the
@@ -79,21 +99,20 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            status, payload, fields, exc = _answer_sync(kind, decoders[kind], app.config["MAX_CONTENT_LENGTH"],
-                                                          settings.get(kind, {}))
+            answer = _answer_sync(table[kind], decoders[kind], app.config["MAX_CONTENT_LENGTH"], settings[kind])
         finally:
             if gc_was_enabled:
                 gc.enable()
         seconds = time.perf_counter() - started
-        metrics.observe(fields["outcome"], seconds)
-        fields.update(status=status, duration_ms=round(seconds * 1000, 3))
-        _log_sync(fields, exc)
-        return Response(payload, status=status, mimetype=_JSON)
+        metrics.observe(kind, answer.fields["outcome"], seconds)
+        answer.fields.update(status=answer.status, duration_ms=round(seconds * 1000, 3))
+        _log_sync(answer.fields, answer.error)
+        return Response(answer.body, status=answer.status, mimetype=_JSON)
 
-    for kind, routes in hooks.kinds.ROUTES.items():
-        for route in routes:
+    for name, kind in table.items():
+        for route in kind.routes:
             app.add_url_rule(route, endpoint=f"sync:{route}", view_func=sync_view,
-                             methods=["POST"], defaults={"kind": kind})
+                             methods=["POST"], defaults={"kind": name})
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -119,40 +138,54 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     return app
 
 
-def _answer_sync(kind: str, decoder: RequestDecoder, limit: int | None,
-                 settings: Mapping[str, str]) -> tuple[int, bytes, dict[str, Any], BaseException | None]:
-    """The status, body, log fields and any unexpected exception for the current sync request."""
+def _kinds_by_name(kinds: Iterable[Kind]) -> dict[str, Kind]:
+    """The kinds table by name; two kinds of one name, or one route served twice, is a wiring bug."""
+    table: dict[str, Kind] = {}
+    routes: dict[str, str] = {}
+    for kind in kinds:
+        if kind.name in table:
+            raise ValueError(f"two job kinds named {kind.name!r} in the kinds table")
+        for route in kind.routes:
+            if route in routes:
+                raise ValueError(f"route {route!r} is served by both {routes[route]} and {kind.name}")
+            routes[route] = kind.name
+        table[kind.name] = kind
+    return table
+
+
+def _answer_sync(kind: Kind, decoder: RequestDecoder, limit: int | None, settings: Mapping[str, str]) -> SyncAnswer:
+    """The answer to the current sync request, with its log fields and any unexpected exception."""
+    fields: dict[str, Any] = {"kind": kind.name}
     if not request.is_json:
-        return _bad_request(f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
+        return _bad_request(fields, f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
     try:
         body = decoder.decode(read_body(request.environ, limit))
     except MalformedRequest as exc:
         if exc.status == 413:
-            too_large = {"outcome": "too_large", "error": f"request body larger than {limit} bytes"}
-            return 413, _dumps({"error": str(exc)}), too_large, None
-        return _bad_request(str(exc), exc.status)
+            fields.update(outcome="too_large", error=f"request body larger than {limit} bytes")
+            return SyncAnswer(413, _dumps({"error": str(exc)}), fields)
+        return _bad_request(fields, str(exc), exc.status)
 
-    fields: dict[str, Any] = {"kind": kind, **_job_identity(body)}
+    fields.update(_job_identity(body))
     # The shell reads the clock so the core stays a pure function of its inputs. Second precision:
     # status timestamps are RFC 3339 seconds, and a sub-second "now" would only add noise.
     now = datetime.now(UTC).replace(microsecond=0)
     try:
-        answer = hooks.kinds.SYNC[kind](body, now=now, **settings)
+        answer = kind.sync(body, now=now, **settings)
     except InvalidRequest as exc:
-        fields.update(outcome="bad_request", error=_cut(str(exc), 500))
-        return 400, _dumps({"error": str(exc)}), fields, None
+        return _bad_request(fields, str(exc))
     except Exception as exc:  # a bug in the core: never a 200, or Metacontroller deletes children
         return _internal_error(fields, exc)
 
     problem = _malformed_answer(answer)
     if problem is not None:
-        return _internal_error(fields, RuntimeError(f"the {kind} sync returned an unusable answer: {problem}"))
+        return _internal_error(fields, RuntimeError(f"the {kind.name} sync returned an unusable answer: {problem}"))
     try:
         payload = _dumps(answer)
     except (TypeError, ValueError) as exc:  # not JSON-serialisable, or NaN/Infinity
         return _internal_error(fields, exc)
     fields.update(outcome="ok", children=len(answer["children"]))
-    return 200, payload, fields, None
+    return SyncAnswer(200, payload, fields)
 
 
 def _malformed_answer(answer: object) -> str | None:
@@ -174,16 +207,17 @@ def _malformed_answer(answer: object) -> str | None:
     return None
 
 
-def _bad_request(message: str, status: int = 400) -> tuple[int, bytes, dict[str, Any], None]:
-    """A 4xx answer with its log fields."""
-    return status, _dumps({"error": message}), {"outcome": "bad_request", "error": _cut(message, 500)}, None
+def _bad_request(fields: dict[str, Any], message: str, status: int = 400) -> SyncAnswer:
+    """A 4xx answer naming the problem."""
+    fields.update(outcome="bad_request", error=_cut(message, 500))
+    return SyncAnswer(status, _dumps({"error": message}), fields)
 
 
-def _internal_error(fields: dict[str, Any], exc: BaseException) -> tuple[int, bytes, dict[str, Any], BaseException]:
+def _internal_error(fields: dict[str, Any], exc: BaseException) -> SyncAnswer:
     """A 500 answer whose short id ties the reply to the logged traceback."""
     error_id = secrets.token_hex(4)
     fields.update(outcome="error", errorId=error_id)
-    return 500, _dumps({"error": "internal error", "errorId": error_id}), fields, exc
+    return SyncAnswer(500, _dumps({"error": "internal error", "errorId": error_id}), fields, exc)
 
 
 def _job_identity(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,26 +243,6 @@ def _log_sync(fields: dict[str, Any], exc: BaseException | None) -> None:
     if exc is not None:
         fields["traceback"] = "".join(traceback.format_exception(exc))
     log.log(level, "sync %s", fields["outcome"], extra={"fields": fields})
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and the record's `fields`."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The record as one line of compact JSON."""
-        entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, Mapping):
-            entry.update(fields)
-        if record.exc_info and "traceback" not in entry:
-            entry["traceback"] = self.formatException(record.exc_info)
-        # default=str: a log line must never fail because of an odd value.
-        return json.dumps(entry, separators=(",", ":"), default=str)
 
 
 def _dumps(value: object) -> bytes:

@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+from hooks.server.logs import JsonFormatter
+
 # Listen on every interface on 8080 (the Service maps port 80 to it); PORT lets a platform or a
 # test pick another port without rewriting the command.
 bind = [f"0.0.0.0:{os.environ.get('PORT', '8080')}"]
@@ -44,7 +46,8 @@ loglevel = "info"
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "hooks.server.app.JsonFormatter"}},
+    # The class itself, not its dotted name: a rename fails here at import, not in the master's logging.
+    "formatters": {"json": {"()": JsonFormatter}},
     "handlers": {
         "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"},
     },
@@ -59,12 +62,18 @@ logconfig_dict = {
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Started by hand without PROMETHEUS_MULTIPROC_DIR (outside the image), the server uses a private
 # temporary directory, so /metrics sums every worker instead of showing whichever one answers the
-# scrape; on_exit removes it. This must happen when this file is read: the logging config above
-# makes the master import the app, and prometheus_client picks its mode when it is first imported.
+# scrape; on_exit removes it. This must happen when this file is read, before any process imports
+# the app: prometheus_client picks its mode when it is first imported.
 _own_metrics_dir: str | None = None
 if not os.environ.get(_MULTIPROC_ENV):
     _own_metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
     os.environ[_MULTIPROC_ENV] = _own_metrics_dir
+
+# The master imports prometheus_client now, with the directory set above (so it starts in
+# multiprocess mode), and never later: child_exit runs from gunicorn's SIGCHLD handler, and an import
+# there can be interrupted by the next worker's exit, whose handler then finds prometheus_client
+# half-imported, fails, and the master dies without on_exit (seen when the import was lazy).
+from prometheus_client import multiprocess  # noqa: E402
 
 
 def on_starting(server: object) -> None:
@@ -81,10 +90,7 @@ def on_starting(server: object) -> None:
 def child_exit(server: object, worker: object) -> None:
     """Drop a dead worker's live-gauge files; its counters stay so that totals never go down."""
     if os.environ.get(_MULTIPROC_ENV):
-        # Imported here so that the master needs prometheus_client only in multiprocess mode.
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined]
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined, no-untyped-call]
 
 
 def on_exit(server: object) -> None:

@@ -1,8 +1,14 @@
-"""The hooks server's Prometheus metrics: their names, and their exposition in one or many processes."""
+"""The hooks server's Prometheus metrics: their names, and their exposition in one or many processes.
+
+Every series carries the job kind whose route was called (`kind="MXJob"`, `kind="ChainerJob"`), so
+the names say what is counted and not for which kind (docs/metrics.md, with the rename from the
+old `mxjob_hooks_*` names).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -27,10 +33,10 @@ class SyncMetrics:
     syncs: Counter
     duration: Histogram
 
-    def observe(self, outcome: str, seconds: float) -> None:
-        """Record one sync request."""
-        self.syncs.labels(outcome=outcome).inc()
-        self.duration.observe(seconds)
+    def observe(self, kind: str, outcome: str, seconds: float) -> None:
+        """Record one sync request to `kind`'s route."""
+        self.syncs.labels(kind=kind, outcome=outcome).inc()
+        self.duration.labels(kind=kind).observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition and its content type, summed over every worker in multiprocess mode."""
@@ -39,27 +45,35 @@ class SyncMetrics:
             # Each gunicorn worker writes its values to files in this directory; a fresh registry
             # reading all of them gives the same totals whichever worker answers the scrape.
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=multiproc_dir)
+            MultiProcessCollector(registry, path=multiproc_dir)  # type: ignore[no-untyped-call]
         else:
             registry = self.registry
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def make_metrics() -> SyncMetrics:
-    """New metrics in a registry of their own (so two apps in one process, e.g. tests, never share)."""
+SYNCS = "job_hooks_syncs"  # exposed as job_hooks_syncs_total
+DURATION = "job_hooks_sync_duration_seconds"
+
+
+def make_metrics(kinds: Iterable[str]) -> SyncMetrics:
+    """New metrics for the given job kinds, in a registry of their own (so two apps in one process,
+    e.g. tests, never share)."""
     registry = CollectorRegistry(auto_describe=True)
     syncs = Counter(
-        "mxjob_hooks_syncs",
-        "Sync requests answered, by outcome.",
-        labelnames=("outcome",),
+        SYNCS,
+        "Sync requests answered, by job kind (the route called) and outcome.",
+        labelnames=("kind", "outcome"),
         registry=registry,
     )
-    for outcome in OUTCOMES:
-        syncs.labels(outcome=outcome)
     duration = Histogram(
-        "mxjob_hooks_sync_duration_seconds",
-        "Time to answer a sync request, from reading the body to the serialised answer.",
+        DURATION,
+        "Time to answer a sync request, from reading the body to the serialised answer, by job kind.",
+        labelnames=("kind",),
         buckets=DURATION_BUCKETS,
         registry=registry,
     )
+    for kind in kinds:
+        duration.labels(kind=kind)
+        for outcome in OUTCOMES:
+            syncs.labels(kind=kind, outcome=outcome)
     return SyncMetrics(registry=registry, syncs=syncs, duration=duration)

@@ -100,7 +100,7 @@ class RequestDecoder:
 
     def __init__(self, observed_fields: Mapping[str, Any] | None):
         if observed_fields is None:
-            self._decoder: msgspec.json.Decoder = msgspec.json.Decoder()
+            self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
             self._unbounded: tuple[str, ...] | None = None
         else:
             child = _typed_dict("ObservedChild", observed_fields)

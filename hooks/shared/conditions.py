@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from hooks.shared.k8s import Condition
 
@@ -24,7 +24,7 @@ def parse_rfc3339(text: str) -> datetime:
 class Conditions:
     """An ordered condition list being updated for one sync at one instant."""
 
-    def __init__(self, existing: list | None, now: datetime):
+    def __init__(self, existing: list[Any] | None, now: datetime):
         self._items: list[Condition] = [cast(Condition, dict(c)) for c in existing or [] if isinstance(c, dict)]
         self._now = rfc3339(now)
 

@@ -135,7 +135,7 @@ def _int32(value: Any, path: str, unit: str, problems: list[str]) -> int | None:
     if value > MAX_INT32:
         problems.append(f"{path}: must be at most {MAX_INT32} ({unit}), got {value}")
         return None
-    return value
+    return int(value)  # an int already; int() tells the type checker
 
 
 def _min_resources(raw: Any, path: str, problems: list[str]) -> dict[str, Quantity] | None:

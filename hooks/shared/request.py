@@ -156,7 +156,7 @@ def as_last_applied(key: str, name: str, obj: Mapping[str, Any]) -> JSON:
         except (ValueError, RecursionError):  # RecursionError: nesting too deep to be a real object
             applied = None
         applied_meta = applied.get("metadata") if isinstance(applied, dict) else None
-        if isinstance(applied_meta, dict) and applied_meta.get("name") == name:
+        if isinstance(applied, dict) and isinstance(applied_meta, dict) and applied_meta.get("name") == name:
             return applied
     # No usable record (created by an older Metacontroller?): keep the identity, which is all
     # Metacontroller needs to leave an existing child alone.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from hooks.shared.conditions import STATE_ORDER, parse_rfc3339
 from hooks.shared.validation import MAX_INT32
@@ -46,7 +46,8 @@ class OldStatus:
         value = self.raw.get(key)
         if value is None:
             return None
-        if parse_time(value) is None:
+        # parse_time refuses every non-string; the isinstance check is for the type checker.
+        if not isinstance(value, str) or parse_time(value) is None:
             self.warn(f"status.{key}", "is not an RFC 3339 time with a zone (like 2026-01-01T00:00:00Z)")
             return None
         return value
@@ -120,7 +121,7 @@ def plus_seconds(moment: datetime, seconds: int) -> datetime | None:
         return None
 
 
-def is_counter(value: Any) -> bool:
+def is_counter(value: Any) -> TypeGuard[int]:
     """A non-negative int32, the type of every status counter."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNTER
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 # DNS-1035 label: what Service names (and so every name prefixed by a job's name) must match.
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -12,7 +12,7 @@ MAX_LABEL_LENGTH = 63
 MAX_INT32 = 2**31 - 1  # what the API server accepts in an int32 field (replicas, backoffLimit...)
 
 
-def is_non_negative_int(value: Any, maximum: int | None = None) -> bool:
+def is_non_negative_int(value: Any, maximum: int | None = None) -> TypeGuard[int]:
     """An integer >= 0 (and <= maximum); YAML's true/false are not integers here, whatever Python thinks."""
     return (isinstance(value, int) and not isinstance(value, bool) and value >= 0
             and (maximum is None or value <= maximum))

@@ -102,7 +102,7 @@ def _named(doc: Any) -> str:
     return f" (MXJob {name})" if name else ""
 
 
-def _with_comments_of(original: Any, converted: dict) -> Any:
+def _with_comments_of(original: Any, converted: dict[str, Any]) -> Any:
     """The converted document as a round-trip map that keeps the original's top-level comments."""
     result = CommentedMap(converted)
     if isinstance(original, CommentedMap):
