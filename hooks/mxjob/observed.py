@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.mxjob.names import child_name
+from hooks.mxjob.names import RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
 
 
@@ -22,6 +22,8 @@ class PodView:
     exit_code: int | None
     restarts: int
     last_exit_code: int | None = None  # of the mxnet container's previous run (lastState), if it restarted
+    attempt: int = 0  # how many times the operator had recreated this pod's slot when it created it
+    finished_at: str | None = None  # when the mxnet container terminated (state.terminated.finishedAt)
 
     @property
     def active(self) -> bool:
@@ -56,6 +58,8 @@ def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any])
             terminating=bool(meta.get("deletionTimestamp")),
             exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
             last_exit_code=_exit_code(main.get("lastState")),
+            attempt=_attempt((meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL)),
+            finished_at=_finished_at(main.get("state")),
         )
     return views
 
@@ -72,6 +76,19 @@ def _exit_code(state: Any) -> int | None:
     if isinstance(terminated, Mapping) and isinstance(terminated.get("exitCode"), int):
         return terminated["exitCode"]
     return None
+
+
+def _finished_at(state: Any) -> str | None:
+    terminated = state.get("terminated") if isinstance(state, Mapping) else None
+    value = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _attempt(value: Any) -> int:
+    """The restart-attempt label as written (a decimal counter); anything else reads as 0."""
+    if isinstance(value, str) and value.isdigit() and len(value) <= 9:
+        return int(value)
+    return 0
 
 
 def _int(value: Any) -> int:
