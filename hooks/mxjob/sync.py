@@ -120,12 +120,13 @@ def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],
     labels = job_labels(job.name)
     records: list[JSON] = []
     if not plan.cleaned_up:
-        records += [observed_record_as_desired(observed_config_maps[name]) for name in sorted(observed_restart_records)]
+        records += [observed_record_as_desired(observed_config_maps[name], job.namespace, labels)
+                    for name in sorted(observed_restart_records)]
         records += [record_config_map(name, job.namespace, labels, data)
                     for name, data in sorted(plan.restart_records.items()) if name not in observed_config_maps]
     outcome = observed_config_maps.get(outcome_name(job.name))
     if outcome is not None:
-        records.append(observed_record_as_desired(outcome))
+        records.append(observed_record_as_desired(outcome, job.namespace, labels))
     elif plan.outcome is not None:
         records.append(record_config_map(outcome_name(job.name), job.namespace, labels, plan.outcome))
     return records

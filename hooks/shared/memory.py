@@ -56,15 +56,15 @@ def record_config_map(name: str, namespace: str | None, labels: Mapping[str, str
             "data": {RECORD_KEY: text}}
 
 
-def observed_record_as_desired(observed: Mapping[str, Any]) -> JSON:
-    """An observed record, answered back as it is, so it is never changed (or deleted) by an answer."""
-    meta = observed.get("metadata") or {}
-    out_meta: JSON = {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})}
-    if meta.get("namespace") is not None:
-        out_meta["namespace"] = meta["namespace"]
-    out: JSON = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": out_meta, "immutable": True,
-                 "data": dict(observed.get("data") or {})}
-    return out
+def observed_record_as_desired(observed: Mapping[str, Any], namespace: str | None, labels: Mapping[str, str]) -> JSON:
+    """An observed record answered back with its data as it is, so an answer never changes (or
+    deletes) it; the rest as the builder writes it (Metacontroller adds its own labels, such as
+    controller-uid, which the answer leaves to it, as for every child)."""
+    meta: JSON = {"name": (observed.get("metadata") or {}).get("name"), "labels": dict(labels)}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "immutable": True,
+            "data": dict(observed.get("data") or {})}
 
 
 def read_record(observed: Mapping[str, Any] | None) -> Record | None:
