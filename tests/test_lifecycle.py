@@ -589,3 +589,23 @@ def test_replica_edit_that_got_past_admission_changes_nothing(workers):
     assert {n: p["metadata"]["uid"] for n, p in sim.pods.items()} == before
     assert "changed after the job's pods were created" in sim.status["specError"]
     assert sim.state() == "Running"
+
+
+@pytest.mark.parametrize("policy", ["All", "Running", "None"])
+def test_replica_counts_are_frozen_at_the_end_through_cleanup_and_ttl(policy):
+    # Argo's conditions (written for training-operator) read status.replicaStatuses.Worker.failed
+    # after the job has ended: cleanup and the TTL must not zero them.
+    sim = Sim(mxjob(runPolicy={"cleanPodPolicy": policy, "ttlSecondsAfterFinished": 60}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-worker-1", code=1)
+    step(sim)
+    assert sim.state() == "Failed"
+    frozen = sim.status["replicaStatuses"]
+    # Pods the policy stops are no longer active; under None they keep running, and count.
+    assert frozen["Worker"] == {"active": 1 if policy == "None" else 0, "succeeded": 0, "failed": 1}
+    sim.tick(60)
+    step(sim)
+    assert sim.pods == {} and sim.status["cleanedUpTime"]
+    assert sim.status["replicaStatuses"] == frozen
