@@ -609,3 +609,20 @@ def test_replica_counts_are_frozen_at_the_end_through_cleanup_and_ttl(policy):
     step(sim)
     assert sim.pods == {} and sim.status["cleanedUpTime"]
     assert sim.status["replicaStatuses"] == frozen
+
+
+def test_a_retryable_exit_within_the_success_grace_is_neither_recreated_nor_counted():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0", "mx-worker-0")
+    step(sim)
+    finish_ok(sim, "mx-worker-1", code=137)
+    created = len(sim.created)
+    step(sim)
+    assert sim.state() == "Running" and "restartCount" not in sim.status  # still waiting for the server
+    sim.tick(30)
+    step(sim)
+    assert sim.state() == "Succeeded" and "restartCount" not in sim.status
+    assert [c for c in sim.created[created:] if c.startswith("Pod/") or "-restart-" in c] == []

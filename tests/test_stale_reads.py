@@ -391,6 +391,8 @@ def test_a_chainerjob_master_deleted_after_the_job_finished_is_not_created_again
         world.sync()
         assert terminal(world.written[-1]) == "Complete"
     assert [k for k in world.created[mark:] if k[0] == "Job"] == []
+    # The master Job's counts are kept, as the record has them, with the Job gone.
+    assert (world.written[-1]["succeeded"], world.written[-1]["completionTime"]) == (1, rfc3339(world.now))
     sets = [obj for (kind, _), obj in world.children.items() if kind == "StatefulSet"]
     assert sets and all(s["spec"]["replicas"] == 0 for s in sets)
 

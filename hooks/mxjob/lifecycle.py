@@ -91,7 +91,9 @@ def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
     if job.run_policy.suspend:
         return state.suspend()
     state.start()
-    failures = state.classify_failures()
+    # Once the deciding pods have succeeded nothing is recreated: a pod that fails then is judged
+    # by the success grace, not counted as a restart.
+    failures = NO_FAILURES if state.succeeded() else state.classify_failures()
     deadline = state.deadline()
     if state.succeeded():
         late = state.failed_in_grace()
@@ -128,6 +130,9 @@ class Failures(NamedTuple):
     recreate: list[PodView]
     recorded: frozenset[str]  # pods to recreate whose restart record is observed: safe to delete
     new_records: dict[str, JSON]
+
+
+NO_FAILURES = Failures([], [], frozenset(), {})
 
 
 class _State:
