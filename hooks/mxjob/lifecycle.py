@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
-from hooks.mxjob.observed import PodView
+from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.spec import MXJob
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
@@ -79,11 +79,14 @@ def is_retryable(exit_code: int | None) -> bool:
     return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
 
 
-def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
-           slots: Mapping[str, tuple[str, int]], observed_services: Mapping[str, Any],
-           now: datetime, *, memory: Memory = NO_MEMORY) -> Plan:
-    """The whole lifecycle step for a valid MXJob."""
-    state = _State.load(job, old, pods, now, memory.restarts)
+def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
+           observed_services: Mapping[str, Any], now: datetime, memory: Memory = NO_MEMORY) -> Plan:
+    """The whole lifecycle step for a valid MXJob: a pure function of its arguments.
+
+    The observations are read once, into a _State built in one step (the failures classified,
+    the memories merged); the branches below only choose the transition and build the Plan.
+    """
+    state = _State(job, old_status, pods, now, memory.restarts)
     if memory.outcome is not None:
         return state.finish_recorded(memory.outcome, slots, observed_services)
     if state.conds.terminal():
@@ -91,9 +94,7 @@ def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
     if job.run_policy.suspend:
         return state.suspend()
     state.start()
-    # Once the deciding pods have succeeded nothing is recreated: a pod that fails then is judged
-    # by the success grace, not counted as a restart.
-    failures = NO_FAILURES if state.succeeded() else state.classify_failures()
+    failures = state.failures
     deadline = state.deadline()
     if state.succeeded():
         late = state.failed_in_grace()
@@ -101,7 +102,7 @@ def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
         if late:
             state.conclude("Failed", "MXJobFailed", _fatal_message(job, late, after=state.success_part()))
         elif waiting and grace_left is not None:
-            return state.wait_for(waiting, grace_left, slots, failures)
+            return state.wait_for(waiting, grace_left, slots)
         else:
             state.conclude("Succeeded", "MXJobSucceeded", state.success_message())
     elif failures.fatal:
@@ -116,8 +117,8 @@ def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
                        f"MXJob {job.key} was active longer than activeDeadlineSeconds "
                        f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
     if state.conds.terminal():
-        return state.finish_unrecorded(slots, observed_services, failures)
-    plan = state.run(slots, failures)
+        return state.finish_unrecorded(slots, observed_services)
+    plan = state.run(slots)
     if deadline is not None:
         plan.resync_after = (deadline - now).total_seconds()
     return plan
@@ -130,9 +131,12 @@ class Failures(NamedTuple):
     recreate: list[PodView]
     recorded: frozenset[str]  # pods to recreate whose restart record is observed: safe to delete
     new_records: dict[str, JSON]
+    history: dict[str, RestartRecord]  # the restart history with these failures counted
 
-
-NO_FAILURES = Failures([], [], frozenset(), {})
+    @property
+    def not_counted(self) -> frozenset[str]:
+        """Pods left out of replicaStatuses: being recreated is not a job failure."""
+        return frozenset(p.name for p in self.recreate)
 
 
 class _State:
@@ -150,19 +154,22 @@ class _State:
         self.cleaned_up_time = self.old.time("cleanedUpTime")
         self.old_restart_count = self.old.counter("restartCount") or 0
         self.restarts = restarts
-        self.history = _merge_history(_read_history(self.old), restarts, pods)
-        self.completed = _completed_before(job, self.old)
-        self.not_counted: set[str] = set()  # pods whose counts this answer leaves out
-
-    @classmethod
-    def load(cls, job: MXJob, old: Any, pods: Mapping[str, PodView], now: datetime,
-             restarts: Mapping[str, Mapping[int, Record]]) -> _State:
-        """The state as last written, with this sync's successes folded in."""
-        state = cls(job, old, pods, now, restarts)
+        # The indexes completed as last written, with this sync's successes folded in (also after
+        # the job has finished: workers often exit a moment after the scheduler).
+        completed = _completed_before(job, self.old)
         for pod in pods.values():
             if pod.phase == "Succeeded":
-                state.completed[pod.rtype].add(pod.index)
-        return state
+                completed[pod.rtype].add(pod.index)
+        self.completed = completed
+        # Once the deciding pods have succeeded nothing is recreated: a pod that fails then is
+        # judged by the success grace, not counted as a restart; a finished or suspended job
+        # counts nothing either.
+        history = _merge_history(_read_history(self.old), restarts, pods)
+        if self.was_terminal or job.run_policy.suspend or self.succeeded():
+            self.failures = Failures([], [], frozenset(), {}, history)
+        else:
+            self.failures = _classify_failures(job, pods, history, restarts)
+        self.history = self.failures.history
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -183,48 +190,7 @@ class _State:
         self.conds.set("Suspended", True, "MXJobSuspended", f"MXJob {key} is suspended.")
         for ctype in ("Running", "Restarting"):
             self.conds.clear(ctype, "MXJobSuspended", f"MXJob {key} is suspended.")
-        self.not_counted = set(self.pods)
-        return Plan(status=self.status())
-
-    def classify_failures(self) -> Failures:
-        """Split failed pods into job failures and pods to recreate; count each failure once.
-
-        A failure is counted when it is new to both memories: the status history (by the failed
-        pod's uid) and the restart records (by uid, or by a record numbered past the pod's own
-        attempt). Counting it adds a restart record; the pod is deleted only once that record
-        is observed, so a stale parent can never make the hook forget the restart.
-        """
-        fatal, recreate, recorded, new_records = [], [], set(), {}
-        for pod in self._sorted(self.pods.values()):
-            if pod.phase != "Failed" or pod.terminating:
-                continue
-            policy = self.job.replicas[pod.rtype].restart_policy
-            if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
-                fatal.append(pod)
-                continue
-            recreate.append(pod)
-            records = self.restarts.get(pod.name, {})
-            in_records = any(n > pod.attempt or r.data.get("failedUID") == pod.uid
-                             for n, r in records.items())
-            record: JSON = dict(self.history.get(pod.name, {}))
-            if not in_records and record.get("lastFailedUID") != pod.uid:
-                record["lastFailedUID"] = pod.uid
-                if pod.exit_code is not None:
-                    record["lastExitCode"] = pod.exit_code
-                else:
-                    record.pop("lastExitCode", None)
-                record["recreations"] = max(record.get("recreations", 0), pod.attempt) + 1
-                record["priorContainerRestarts"] = record.get("priorContainerRestarts", 0) + pod.restarts
-                self.history[pod.name] = cast(RestartRecord, record)
-            if in_records:
-                recorded.add(pod.name)
-            else:
-                data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
-                if pod.exit_code is not None:
-                    data["exitCode"] = pod.exit_code
-                new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
-        self.not_counted = {p.name for p in recreate}
-        return Failures(fatal, recreate, frozenset(recorded), new_records)
+        return Plan(status=self.status(not_counted=frozenset(self.pods)))
 
     def conclude(self, ctype: str, reason: str, message: str) -> None:
         """Enter a terminal state: Running and Restarting go False, completionTime is set."""
@@ -233,8 +199,7 @@ class _State:
             self.conds.clear(other, reason, message)
         self.completion_time = rfc3339(self.now)
 
-    def finish_unrecorded(self, slots: Mapping[str, tuple[str, int]], observed_services: Mapping[str, Any],
-                          failures: Failures | None = None) -> Plan:
+    def finish_unrecorded(self, slots: Mapping[str, Slot], observed_services: Mapping[str, Any]) -> Plan:
         """A job that has finished, as far as status says, with no outcome record observed yet.
 
         Nothing is created and nothing is deleted: the answer records the outcome in a child,
@@ -245,13 +210,11 @@ class _State:
             self.completion_time = rfc3339(self.now)
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating]
         status = self.status(frozen=self._frozen_replicas())
-        plan = Plan(status=status, pods=keep, services=[n for n in sorted(observed_services) if n in slots],
-                    finished=True, outcome={k: status[k] for k in OUTCOME_FIELDS if k in status})
-        if failures is not None:
-            plan.restart_records = failures.new_records
-        return plan
+        return Plan(status=status, pods=keep, services=[n for n in sorted(observed_services) if n in slots],
+                    finished=True, outcome={k: status[k] for k in OUTCOME_FIELDS if k in status},
+                    restart_records=self.failures.new_records)
 
-    def finish_recorded(self, outcome: Record, slots: Mapping[str, tuple[str, int]],
+    def finish_recorded(self, outcome: Record, slots: Mapping[str, Slot],
                         observed_services: Mapping[str, Any]) -> Plan:
         """A finished job whose outcome record is observed: the record is the status; cleanPodPolicy,
         then the TTL, decide which children stay. Never a new pod."""
@@ -293,8 +256,7 @@ class _State:
         plan.status = self.status(frozen=frozen)
         return plan
 
-    def wait_for(self, waiting: list[PodView], grace_left: float, slots: Mapping[str, tuple[str, int]],
-                 failures: Failures) -> Plan:
+    def wait_for(self, waiting: list[PodView], grace_left: float, slots: Mapping[str, Slot]) -> Plan:
         """The deciding pods succeeded and others still run: Running stays True, nothing new starts."""
         names = ", ".join(f"{p.rtype} {p.index}" for p in waiting)
         self.conds.set("Running", True, "MXJobRunning",
@@ -302,16 +264,15 @@ class _State:
                        f"{SUCCESS_GRACE_SECONDS} s for the pods still running to end ({names}) "
                        f"before the job is Succeeded.")
         keep = [name for name in slots if name in self.pods]
-        plan = Plan(status=self.status(), pods=keep, services=list(slots), resync_after=grace_left,
-                    restart_records=failures.new_records)
-        return plan
+        return Plan(status=self.status(), pods=keep, services=list(slots), resync_after=grace_left)
 
-    def run(self, slots: Mapping[str, tuple[str, int]], failures: Failures) -> Plan:
+    def run(self, slots: Mapping[str, Slot]) -> Plan:
         """A running job: every slot gets its pod except finished ones gone, and failed ones
         whose restart is recorded in a child (deleted now, created again on a later sync)."""
+        failures = self.failures
         gone = failures.recorded
-        pods = [name for name, (rtype, index) in slots.items()
-                if name not in gone and (name in self.pods or index not in self.completed[rtype])]
+        pods = [name for name, slot in slots.items()
+                if name not in gone and (name in self.pods or slot.index not in self.completed[slot.rtype])]
         # Every pod is rendered with its slot's count, so an answer does not depend on whether the
         # pod exists yet (an existing pod is never updated: OnDelete).
         attempts = {name: self.history[name]["recreations"] for name in pods
@@ -434,13 +395,13 @@ class _State:
         return plus_seconds(parse_rfc3339(self.start_time), seconds)
 
     def _awaiting_recreation(self, gone: set[str],
-                             slots: Mapping[str, tuple[str, int]]) -> list[str]:
+                             slots: Mapping[str, Slot]) -> list[str]:
         waiting = set(gone)
         for name, record in self.history.items():
             pod = self.pods.get(name)
             if pod is None:
                 slot = slots.get(name)
-                if slot is not None and slot[1] not in self.completed[slot[0]]:
+                if slot is not None and slot.index not in self.completed[slot.rtype]:
                     waiting.add(name)
             elif pod.uid == record.get("lastFailedUID") or pod.phase == "Pending":
                 waiting.add(name)
@@ -460,10 +421,11 @@ class _State:
 
     # --- output ------------------------------------------------------------------------------
 
-    def status(self, *, frozen: JSON | None = None) -> JSON:
+    def status(self, *, frozen: JSON | None = None, not_counted: frozenset[str] | None = None) -> JSON:
         """The status to write: the same observations always give the same bytes."""
-        status: JSON = {"conditions": self.conds.ordered(),
-                        "replicaStatuses": frozen if frozen is not None else self._replicas()}
+        replicas = frozen if frozen is not None else self._replicas(
+            self.failures.not_counted if not_counted is None else not_counted)
+        status: JSON = {"conditions": self.conds.ordered(), "replicaStatuses": replicas}
         if self.start_time:
             status["startTime"] = self.start_time
         if self.completion_time:
@@ -491,25 +453,26 @@ class _State:
         """
         if self.was_terminal and (frozen := _frozen_from(self.old)):
             return frozen
-        counts = self._replicas()
+        not_counted = self.failures.not_counted
+        counts = self._replicas(not_counted)
         if self.conds.terminal() == "Failed" and self.job.run_policy.clean_pod_policy != "None":
             for entry in counts.values():
                 entry["active"] = 0  # the policy stops them: the record does not show them running
         if self.conds.terminal() == "Succeeded":
             for rtype, entry in counts.items():
                 running = {p.index for p in self.pods.values()
-                           if p.rtype == rtype and p.active and p.name not in self.not_counted}
+                           if p.rtype == rtype and p.active and p.name not in not_counted}
                 done = self.completed[rtype] | running
                 entry.update({"active": 0, "succeeded": len(done)})
                 if done:
                     entry["completedIndexes"] = _format_indexes(done)
         return counts
 
-    def _replicas(self) -> JSON:
+    def _replicas(self, not_counted: frozenset[str]) -> JSON:
         counts: JSON = {}
         for rtype in self.job.replicas:
             mine = [p for p in self.pods.values()
-                    if p.rtype == rtype and not p.terminating and p.name not in self.not_counted]
+                    if p.rtype == rtype and not p.terminating and p.name not in not_counted]
             entry: JSON = {"active": sum(p.phase == "Running" for p in mine),
                            "succeeded": len(self.completed[rtype]),
                            "failed": sum(p.phase == "Failed" for p in mine)}
@@ -521,6 +484,49 @@ class _State:
     def _sorted(self, pods: Any) -> list[PodView]:
         order = {rtype: n for n, rtype in enumerate(self.job.replicas)}
         return sorted(pods, key=lambda p: (order[p.rtype], p.index))
+
+
+def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[str, RestartRecord],
+                       restarts: Mapping[str, Mapping[int, Record]]) -> Failures:
+    """Split failed pods into job failures and pods to recreate; count each failure once.
+
+    A failure is counted when it is new to both memories: the status history (by the failed
+    pod's uid) and the restart records (by uid, or by a record numbered past the pod's own
+    attempt). Counting it adds a restart record; the pod is deleted only once that record is
+    observed, so a stale parent can never make the hook forget the restart. The history given
+    is not changed: the one with this sync's failures is returned.
+    """
+    order = {rtype: n for n, rtype in enumerate(job.replicas)}
+    counted = dict(history)
+    fatal, recreate, recorded, new_records = [], [], set(), {}
+    for pod in sorted(pods.values(), key=lambda p: (order[p.rtype], p.index)):
+        if pod.phase != "Failed" or pod.terminating:
+            continue
+        policy = job.replicas[pod.rtype].restart_policy
+        if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
+            fatal.append(pod)
+            continue
+        recreate.append(pod)
+        in_records = any(n > pod.attempt or r.data.get("failedUID") == pod.uid
+                         for n, r in restarts.get(pod.name, {}).items())
+        record: JSON = dict(counted.get(pod.name, {}))
+        if not in_records and record.get("lastFailedUID") != pod.uid:
+            record["lastFailedUID"] = pod.uid
+            if pod.exit_code is not None:
+                record["lastExitCode"] = pod.exit_code
+            else:
+                record.pop("lastExitCode", None)
+            record["recreations"] = max(record.get("recreations", 0), pod.attempt) + 1
+            record["priorContainerRestarts"] = record.get("priorContainerRestarts", 0) + pod.restarts
+            counted[pod.name] = cast(RestartRecord, record)
+        if in_records:
+            recorded.add(pod.name)
+        else:
+            data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
+            if pod.exit_code is not None:
+                data["exitCode"] = pod.exit_code
+            new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
+    return Failures(fatal, recreate, frozenset(recorded), new_records, counted)
 
 
 def _merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],

@@ -36,13 +36,21 @@ class PodView:
         return self.phase in ("Succeeded", "Failed")
 
 
-def replica_slots(job: MXJob) -> dict[str, tuple[str, int]]:
-    """Every child name of the job mapped to its (replica type, index), in creation order."""
-    return {child_name(job.name, rtype, i): (rtype, i)
+@dataclass(frozen=True)
+class Slot:
+    """One replica of the job: its type and index (its Pod and Service are named after both)."""
+
+    rtype: str
+    index: int
+
+
+def replica_slots(job: MXJob) -> dict[str, Slot]:
+    """Every child name of the job mapped to its slot, in creation order."""
+    return {child_name(job.name, rtype, i): Slot(rtype, i)
             for rtype, spec in job.replicas.items() for i in range(spec.replicas)}
 
 
-def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any]) -> dict[str, PodView]:
+def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[str, PodView]:
     """Views of the observed pods that belong to a replica slot; strays are left out (deleted)."""
     views = {}
     for name, pod in observed.items():
@@ -53,7 +61,7 @@ def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any])
         status = pod.get("status") or {}
         main = _main_container_status(status)
         views[name] = PodView(
-            name=name, rtype=slot[0], index=slot[1], uid=str(meta.get("uid", "")),
+            name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase=str(status.get("phase") or "Pending"),
             terminating=bool(meta.get("deletionTimestamp")),
             exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),

@@ -94,10 +94,11 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     slots = replica_slots(job)
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts)
-    plan = decide(job, old_status, view_pods(slots, observed.pods), slots, observed.services, now, memory=memory)
+    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
+                  observed_services=observed.services, memory=memory, now=now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
-    children = [pods[slots[n][0]](slots[n][1], plan.attempts.get(n, 0)) for n in plan.pods]
-    children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
+    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0)) for n in plan.pods]
+    children += [service_for(job, job.replicas[slots[n].rtype], slots[n].index) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,
