@@ -626,3 +626,21 @@ def test_a_retryable_exit_within_the_success_grace_is_neither_recreated_nor_coun
     step(sim)
     assert sim.state() == "Succeeded" and "restartCount" not in sim.status
     assert [c for c in sim.created[created:] if c.startswith("Pod/") or "-restart-" in c] == []
+
+
+@pytest.mark.parametrize("text", ["not json", "[1]", '{"conditions": "x"}'])
+def test_an_unreadable_outcome_record_still_means_finished(text):
+    # Only the hook writes it, so a damaged record is a damaged object: the job has an outcome it
+    # cannot read, and a rerun would be the worse mistake.
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    created = len(sim.created)
+    sim.config_maps["mx-outcome"] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": "mx-outcome", "namespace": "ns"}, "data": {"record": text}}
+    sim.gc("mx-worker-0")
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "outcome record that cannot be read" in sim.condition("Failed")["message"]
+    assert len([c for c in sim.created[created:] if c.startswith("Pod/")]) == 0
