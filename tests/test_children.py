@@ -271,3 +271,27 @@ def test_the_size_check_measures_the_mx_config_the_process_sees(key):
     wiring = cluster_wiring(parse_mxjob(parent))
     env = kubelet_env(child(answer, "Pod", "tune-tunerserver-11"), child(answer, "ConfigMap", "tune-cluster"))
     assert wiring.expanded_length("TunerServer", 11) == len(env["MX_CONFIG"])
+
+
+@pytest.mark.parametrize("replicas,mode", [
+    ({"Scheduler": 1, "Server": 2, "Worker": 3}, "MXTrain"),
+    ({"Worker": 2}, "MXTrain"),
+    ({"TunerTracker": 1, "TunerServer": 2, "Tuner": 1}, "MXTune"),
+])
+def test_every_container_of_every_pod_gets_dmlc_use_kubernetes_1(replicas, mode):
+    # Load-bearing, not decoration: with DMLC_USE_KUBERNETES=1 the ps-lite scheduler binds 0.0.0.0.
+    # Without it, it takes its own DMLC_PS_ROOT_URI (its Service name) as a literal bind address
+    # and exits 1 ("van.cc:311 ... bind failed") when that name does not resolve yet, which is
+    # usual on a real cluster: Metacontroller creates Pods before their Services, and a headless
+    # name resolves only once its pod has an IP (docs/lifecycle.md). Every container gets it, as
+    # a sidecar may run the ps-lite role too.
+    parent = mxjob("dmlc", jobMode=mode, replicas=replicas)
+    for spec in parent["spec"]["mxReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"].append({"name": "sidecar", "image": "busybox:1.36"})
+    answer = first_sync(parent)
+    pods = [c for c in answer["children"] if c["kind"] == "Pod"]
+    assert len(pods) == sum(replicas.values())
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            values = [e.get("value") for e in container["env"] if e["name"] == "DMLC_USE_KUBERNETES"]
+            assert values == ["1"], (pod["metadata"]["name"], container["name"])

@@ -198,5 +198,6 @@ def test_reproducer_gets_the_answer_the_rule_says(name):
 
 def test_a_finished_jobs_service_of_no_slot_is_deleted_and_the_rest_kept():
     answer = post((HERE / "03-finished-job-stray-service.json").read_bytes()).get_json()
-    assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"), ("ConfigMap", "j-cluster")]
+    assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"), ("ConfigMap", "j-cluster"),
+                                                                                ("ConfigMap", "j-outcome")]
     assert answer["status"]["conditions"][-1]["type"] == "Succeeded"

@@ -92,7 +92,9 @@ def test_mxjob_pod_to_recreate_waits_for_a_missing_podgroup():
     sim.run()
     sim.sync()
     sim.set_phase("mx-worker-1", "Failed", exit_code=137)
-    sim.sync()  # the failed pod is deleted for recreation
+    sim.sync()  # the restart is recorded (hooks.shared.memory) while the failed pod stays
+    assert "mx-worker-1" in sim.pods
+    sim.sync()  # the record is observed: the failed pod is deleted for recreation
     assert "mx-worker-1" not in sim.pods
     sim.podgroups.clear()
     answer = sim.sync()

@@ -223,9 +223,16 @@ def test_a_lost_completion_time_is_set_so_the_ttl_still_fires():
     sim.sync()
     del sim.parent["status"]["completionTime"]
     sim.tick(10)
+    # The outcome record remembers it...
+    answer = sync_mxjob(sim.request(), now=sim.now)
+    assert answer["status"]["completionTime"] == "2026-11-21T10:00:00Z"
+    assert answer["resyncAfterSeconds"] == 50
+    # ...and without one (a job finished before records existed) the TTL counts from now.
+    del sim.config_maps["mx-outcome"]
     answer = sim.sync()
     assert answer["status"]["completionTime"] == "2026-11-21T10:00:10Z"
-    assert answer["resyncAfterSeconds"] == 60
+    sim.sync()
+    assert sim.last["resyncAfterSeconds"] == 60
 
 
 MALFORMED = {

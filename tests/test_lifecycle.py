@@ -12,12 +12,26 @@ import pytest
 from mcsim import Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
+from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import LAST_APPLIED
 
 
+def new_records(sim: Sim, since: int, kind: str = "-outcome") -> bool:
+    """Whether the syncs since `since` created a memory record (hooks.shared.memory) of that kind."""
+    return any(c.startswith("ConfigMap/") and kind in c for c in sim.created[since:])
+
+
 def step(sim: Sim) -> dict:
-    """Sync once, apply, and check the answer is a fixed point of its own result."""
+    """Sync, apply, and check the answer is a fixed point of its own result.
+
+    An answer that records the job's outcome is followed by one more sync, as the record's creation
+    triggers one: only a sync that observes the record applies cleanPodPolicy.
+    """
+    since = len(sim.created)
     answer = sim.sync()
+    while new_records(sim, since):
+        since = len(sim.created)
+        answer = sim.sync()
     again = sync_mxjob(sim.request(), now=sim.now)
     assert json.dumps(again["status"], sort_keys=True) == json.dumps(answer["status"], sort_keys=True)
     assert json.dumps(again["children"], sort_keys=True) == json.dumps(answer["children"], sort_keys=True)
@@ -25,18 +39,23 @@ def step(sim: Sim) -> dict:
 
 
 def delete_then_recreate(sim: Sim) -> dict:
-    """The one allowed two-step: the failed pod is left out (deleted), then given again."""
-    answer = sim.sync()
-    return answer
+    """The one allowed multi-step: the failure is recorded in a restart record, the failed pod is
+    then left out (deleted) by the sync that sees the record, then given again."""
+    since = len(sim.created)
+    sim.sync()
+    assert new_records(sim, since, "-restart-")  # the pod stays until its restart is recorded
+    return sim.sync()
 
 
 def pods(sim: Sim) -> list[str]:
     return sorted(sim.pods)
 
 
-def finish_ok(sim: Sim, *names: str) -> None:
+def finish_ok(sim: Sim, *names: str, code: int = 0) -> None:
+    """Pods end with `code` now (the kubelet's finishedAt is when the success grace counts from)."""
     for name in names:
-        sim.set_phase(name, "Succeeded", exit_code=0)
+        sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
+        sim.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339(sim.now)
 
 
 def test_normal_success_goes_created_running_succeeded():
@@ -53,19 +72,26 @@ def test_normal_success_goes_created_running_succeeded():
     sim.tick(60)
     finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0")
     step(sim)
-    assert sim.state() == "Succeeded"
-    assert sim.condition("Running")["status"] == "False"
-    assert sim.status["completionTime"] == "2026-11-21T10:01:05Z"
-    # The still-running server gets the success grace to leave on its own...
+    # The still-running server gets the success grace to leave on its own; the job waits, Running.
+    assert sim.state() == "Running" and "completionTime" not in sim.status
+    assert sim.condition("Running")["message"] == (
+        "MXJob ns/mx: Scheduler 0 succeeded; waiting up to 30 s for the pods still running to end "
+        "(Server 0) before the job is Succeeded.")
     assert pods(sim) == ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
     assert sim.last["resyncAfterSeconds"] == 30
     sim.tick(30)
     step(sim)
+    assert sim.state() == "Succeeded"
+    assert sim.condition("Running")["status"] == "False"
+    assert sim.status["completionTime"] == "2026-11-21T10:01:35Z"
     # ...then cleanPodPolicy Running (default) frees it; finished pods stay.
     assert pods(sim) == ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"]
     assert "mx-server-0" not in sim.services
     assert "resyncAfterSeconds" not in sim.last
     assert sim.condition("Created")["lastTransitionTime"] == "2026-11-21T10:00:00Z"
+    # The server stopped after the grace counts as succeeded, as training-operator counts it.
+    assert sim.status["replicaStatuses"]["Server"] == {
+        "active": 0, "succeeded": 1, "failed": 0, "completedIndexes": "0"}
 
 
 @pytest.mark.parametrize("policy", ["Running", "All"])
@@ -76,21 +102,75 @@ def test_pods_that_finish_within_the_success_grace_count_as_succeeded(policy):
     step(sim)
     finish_ok(sim, "mx-scheduler-0")
     step(sim)
-    assert sim.state() == "Succeeded"
+    assert sim.state() == "Running"
     still_running = ["mx-server-0", "mx-worker-0", "mx-worker-1"]
     assert [p for p in still_running if p in sim.pods] == still_running  # kept, not SIGTERMed
     assert sim.status["replicaStatuses"]["Worker"]["active"] == 2
     sim.tick(2)
     finish_ok(sim, "mx-worker-0", "mx-worker-1")
     answer = step(sim)
+    assert sim.state() == "Running"
     assert sim.status["replicaStatuses"]["Worker"] == {
         "active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
     assert answer["resyncAfterSeconds"] == 28  # the end of the grace, for the server still running
-    sim.tick(28)
-    step(sim)
-    expected = ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"] if policy == "Running" else []
+    sim.tick(1)
+    finish_ok(sim, "mx-server-0")
+    step(sim)  # every pod ended with 0 within the grace: Succeeded at once
+    assert sim.state() == "Succeeded" and sim.status["completionTime"] == "2026-11-21T10:00:03Z"
+    expected = ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"] if policy == "Running" else []
     assert pods(sim) == expected and sorted(sim.services) == expected
     assert sim.status["replicaStatuses"]["Worker"]["succeeded"] == 2
+
+
+@pytest.mark.parametrize("code", [1, 2, 139])
+def test_a_worker_failing_within_the_success_grace_fails_the_job(code):
+    # mxnet-operator#38: "worker-0 errored, yet the MXJob was Succeeded".
+    sim = Sim(mxjob())
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0")
+    step(sim)
+    assert sim.state() == "Running"
+    sim.tick(3)
+    finish_ok(sim, "mx-worker-1", code=code)
+    step(sim)
+    assert sim.state() == "Failed" and sim.condition("Succeeded") is None
+    assert sim.condition("Failed")["message"] == (
+        f"MXJob ns/mx failed: Worker 1 (pod mx-worker-1) failed with exit code {code} after "
+        f"Scheduler 0 succeeded; restartPolicy Never does not retry.")
+    assert sim.status["replicaStatuses"]["Worker"]["failed"] == 1
+
+
+@pytest.mark.parametrize("code", [130, 137, 143])
+def test_a_signal_exit_within_the_success_grace_is_teardown_not_failure(code):
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0")
+    step(sim)
+    finish_ok(sim, "mx-server-0", code=code)
+    finish_ok(sim, "mx-worker-0")
+    step(sim)
+    assert sim.state() == "Succeeded"
+
+
+def test_success_policy_all_workers_keeps_its_meaning_with_the_grace():
+    sim = Sim(mxjob(successPolicy="AllWorkers"))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0", "mx-worker-0")
+    step(sim)
+    assert sim.state() == "Running" and "waiting" not in sim.condition("Running")["message"]
+    finish_ok(sim, "mx-worker-1")
+    step(sim)
+    assert sim.state() == "Running"
+    assert "all 2 Worker replicas succeeded; waiting" in sim.condition("Running")["message"]
+    sim.tick(30)
+    step(sim)
+    assert sim.state() == "Succeeded" and pods(sim) == ["mx-scheduler-0", "mx-worker-0", "mx-worker-1"]
 
 
 def test_failure_paths_clean_up_at_once_without_a_grace():
@@ -104,16 +184,18 @@ def test_failure_paths_clean_up_at_once_without_a_grace():
     assert pods(sim) == ["mx-worker-0"] and "resyncAfterSeconds" not in answer
 
 
-def test_the_success_grace_and_the_ttl_resync_at_the_earlier_of_the_two():
+def test_the_ttl_counts_from_the_end_of_the_success_grace():
     sim = Sim(mxjob(runPolicy={"ttlSecondsAfterFinished": 10}))
     step(sim)
     sim.run()
     step(sim)
     finish_ok(sim, "mx-scheduler-0")
+    assert step(sim)["resyncAfterSeconds"] == 30
+    sim.tick(30)
     assert step(sim)["resyncAfterSeconds"] == 10
     sim.tick(10)
     step(sim)
-    assert pods(sim) == [] and sim.status["cleanedUpTime"] == "2026-11-21T10:00:10Z"
+    assert pods(sim) == [] and sim.status["cleanedUpTime"] == "2026-11-21T10:00:40Z"
 
 
 def test_worker_permanent_failure_under_never_fails_the_job():
@@ -153,7 +235,7 @@ def test_retryable_exit_under_exitcode_restarts_then_succeeds():
     step(sim)
     assert sim.state() == "Running"
     assert sim.status["restartCount"] == 1
-    finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0")
+    finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0", "mx-server-0")
     step(sim)
     assert sim.state() == "Succeeded"
 
@@ -204,8 +286,9 @@ def test_stale_cache_counts_the_same_failed_pod_once():
     answer = sync_mxjob(stale, now=sim.now)
     assert answer["status"]["restartCount"] == 1
     assert answer["status"]["restartHistory"] == sim.status["restartHistory"]
-    assert "mx-worker-0" not in {c["metadata"]["name"] for c in answer["children"]
-                                 if c["kind"] == "Pod"}
+    # The same record again (create-once: nothing new), not a second one.
+    assert [c["metadata"]["name"] for c in answer["children"] if "-restart-" in c["metadata"]["name"]] == [
+        "mx-worker-0-restart-1"]
 
 
 def test_in_place_container_restarts_count_toward_backoff_limit():
@@ -278,6 +361,8 @@ def test_suspend_then_resume():
     assert sim.state() == "Running"
     finish_ok(sim, "mx-scheduler-0")
     step(sim)
+    sim.tick(30)  # the others' grace
+    step(sim)
     assert sim.state() == "Succeeded"
 
 
@@ -301,10 +386,11 @@ def test_ttl_deletes_every_child_after_finishing():
     assert sim.state() == "Succeeded"
     assert pods(sim) == ["mx-worker-0"]
     assert answer["resyncAfterSeconds"] == 300
-    assert list(sim.config_maps) == ["mx-cluster"]
+    assert list(sim.config_maps) == ["mx-cluster", "mx-outcome"]
     sim.tick(300)
     step(sim)
-    assert sim.pods == {} and sim.services == {} and sim.config_maps == {}
+    # The outcome record stays: it is what keeps the job from running again.
+    assert sim.pods == {} and sim.services == {} and list(sim.config_maps) == ["mx-outcome"]
     assert sim.status["cleanedUpTime"] == "2026-11-21T10:05:10Z"
     assert sim.state() == "Succeeded"
 
@@ -316,6 +402,8 @@ def test_mxtune_succeeds_when_the_tuner_succeeds():
     step(sim)
     assert sim.state() == "Running"
     finish_ok(sim, "mx-tuner-0")
+    step(sim)
+    sim.tick(30)  # the others' grace
     step(sim)
     assert sim.state() == "Succeeded"
     assert "Tuner 0" in sim.condition("Succeeded")["message"]
@@ -344,6 +432,8 @@ def test_success_policy_all_workers_waits_for_every_worker():
     step(sim)
     assert sim.state() == "Running"
     finish_ok(sim, "mx-worker-1")
+    step(sim)
+    sim.tick(30)  # the others' grace
     step(sim)
     assert sim.state() == "Succeeded"
 
@@ -459,7 +549,7 @@ def test_clean_pod_policy_on_failure(policy, kept):
     assert pods(sim) == kept
     assert sorted(sim.services) == kept
     # The cluster map goes with the last pod: nothing can read it any more.
-    assert list(sim.config_maps) == (["mx-cluster"] if kept else [])
+    assert list(sim.config_maps) == (["mx-cluster"] if kept else []) + ["mx-outcome"]
 
 
 def test_workers_that_finish_after_the_scheduler_are_counted():
@@ -469,11 +559,20 @@ def test_workers_that_finish_after_the_scheduler_are_counted():
     step(sim)
     finish_ok(sim, "mx-scheduler-0")
     step(sim)
-    assert sim.state() == "Succeeded"
+    assert sim.state() == "Running"
     finish_ok(sim, "mx-worker-0", "mx-worker-1")
     step(sim)
+    sim.tick(30)
+    step(sim)
+    assert sim.state() == "Succeeded"
     assert sim.status["replicaStatuses"]["Worker"] == {
         "active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
+    # Frozen from here on: the server, still running under cleanPodPolicy None, counted as succeeded.
+    frozen = sim.status["replicaStatuses"]
+    assert frozen["Server"] == {"active": 0, "succeeded": 1, "failed": 0, "completedIndexes": "0"}
+    finish_ok(sim, "mx-server-0", code=1)
+    step(sim)
+    assert sim.status["replicaStatuses"] == frozen and sim.state() == "Succeeded"
 
 
 @pytest.mark.parametrize("workers", [1, 3], ids=["fewer-workers", "more-workers"])
@@ -490,3 +589,58 @@ def test_replica_edit_that_got_past_admission_changes_nothing(workers):
     assert {n: p["metadata"]["uid"] for n, p in sim.pods.items()} == before
     assert "changed after the job's pods were created" in sim.status["specError"]
     assert sim.state() == "Running"
+
+
+@pytest.mark.parametrize("policy", ["All", "Running", "None"])
+def test_replica_counts_are_frozen_at_the_end_through_cleanup_and_ttl(policy):
+    # Argo's conditions (written for training-operator) read status.replicaStatuses.Worker.failed
+    # after the job has ended: cleanup and the TTL must not zero them.
+    sim = Sim(mxjob(runPolicy={"cleanPodPolicy": policy, "ttlSecondsAfterFinished": 60}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-worker-1", code=1)
+    step(sim)
+    assert sim.state() == "Failed"
+    frozen = sim.status["replicaStatuses"]
+    # Pods the policy stops are no longer active; under None they keep running, and count.
+    assert frozen["Worker"] == {"active": 1 if policy == "None" else 0, "succeeded": 0, "failed": 1}
+    sim.tick(60)
+    step(sim)
+    assert sim.pods == {} and sim.status["cleanedUpTime"]
+    assert sim.status["replicaStatuses"] == frozen
+
+
+def test_a_retryable_exit_within_the_success_grace_is_neither_recreated_nor_counted():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-scheduler-0", "mx-worker-0")
+    step(sim)
+    finish_ok(sim, "mx-worker-1", code=137)
+    created = len(sim.created)
+    step(sim)
+    assert sim.state() == "Running" and "restartCount" not in sim.status  # still waiting for the server
+    sim.tick(30)
+    step(sim)
+    assert sim.state() == "Succeeded" and "restartCount" not in sim.status
+    assert [c for c in sim.created[created:] if c.startswith("Pod/") or "-restart-" in c] == []
+
+
+@pytest.mark.parametrize("text", ["not json", "[1]", '{"conditions": "x"}'])
+def test_an_unreadable_outcome_record_still_means_finished(text):
+    # Only the hook writes it, so a damaged record is a damaged object: the job has an outcome it
+    # cannot read, and a rerun would be the worse mistake.
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    created = len(sim.created)
+    sim.config_maps["mx-outcome"] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": "mx-outcome", "namespace": "ns"}, "data": {"record": text}}
+    sim.gc("mx-worker-0")
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "outcome record that cannot be read" in sim.condition("Failed")["message"]
+    assert len([c for c in sim.created[created:] if c.startswith("Pod/")]) == 0

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from mcsim import Sim, mxjob
 
+from hooks.shared.conditions import rfc3339
+
 TABLE = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\w+)=(True|False) (\w+) \|$")
 
@@ -50,8 +52,26 @@ def row_3():
     return sim, lambda s: s.run()
 
 
+def end(sim: Sim, name: str, code: int = 0) -> None:
+    """A pod ends with `code` now, as the kubelet reports it (finishedAt starts the success grace)."""
+    sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
+    sim.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339(sim.now)
+
+
+def waiting_for_the_others() -> Sim:
+    sim = running()
+    end(sim, "mx-scheduler-0")
+    sim.sync()
+    return sim
+
+
 def row_4():
-    return running(), lambda s: s.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    def all_end(s: Sim) -> None:
+        end(s, "mx-scheduler-0")
+        end(s, "mx-server-0", 143)
+        end(s, "mx-worker-0")
+        end(s, "mx-worker-1")
+    return running(), all_end
 
 
 def row_5():
@@ -69,8 +89,9 @@ def row_7():
 def row_8():
     sim = running(exitcode_job())
     sim.set_phase("mx-worker-1", "Failed", exit_code=130)
-    sim.sync()
-    sim.sync()
+    sim.sync()  # the restart is recorded in a child
+    sim.sync()  # which is seen: the failed pod is deleted
+    sim.sync()  # and created again
     return sim, lambda s: s.run("mx-worker-1")
 
 
@@ -119,15 +140,28 @@ def row_15():
 
 
 def row_16():
-    sim = running()
-    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
-    sim.sync()
-    assert "mx-worker-0" in sim.pods  # still running: kept for the grace
+    return running(), lambda s: end(s, "mx-scheduler-0")
 
-    def worker_finishes(s: Sim) -> None:
-        s.tick(10)
-        s.set_phase("mx-worker-0", "Succeeded", exit_code=0)
-    return sim, worker_finishes
+
+def row_17():
+    return waiting_for_the_others(), lambda s: end(s, "mx-worker-1", 1)
+
+
+def row_18():
+    return waiting_for_the_others(), lambda s: s.tick(30)
+
+
+def row_19():
+    sim = running()
+    before = sim.parent["status"]
+    for name in list(sim.pods):
+        end(sim, name)
+    sim.sync()
+    sim.sync()  # the outcome record is seen
+
+    def stale(s: Sim) -> None:
+        s.parent["status"] = before
+    return sim, stale
 
 
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()

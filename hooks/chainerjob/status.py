@@ -26,13 +26,18 @@ JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "fail
 VALIDATION_REASON = "ChainerJobFailedValidation"
 
 
-def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str, Any]) -> JSON:
+def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str, Any], *,
+                  recorded: Mapping[str, Any] | None = None) -> JSON:
     """The master Job's part of the status: from the observed Job, else as last recorded if it had finished.
 
-    A master deleted after it finished is gone for good (it is not re-created), so its record in
-    the old status is the job's outcome.
+    A master deleted after it finished is gone for good (it is not re-created), so its record is
+    the job's outcome: the outcome record child (`recorded`) when observed, which a stale status
+    cannot undo, else the old status (a job that finished before such records existed).
     """
-    source = (master_job.get("status") or {}) if master_job is not None else old_status
+    if master_job is not None:
+        source = master_job.get("status") or {}
+    else:
+        source = recorded if recorded is not None else old_status
     listed = source.get("conditions")
     conditions: list[JSON] = []
     # Only what reads back unchanged (one condition per type, fields in the shape written): a Job

@@ -25,6 +25,7 @@ from hooks.chainerjob.status import (
 from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
+from hooks.shared.memory import observed_record_as_desired, outcome_name, read_record, record_config_map
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
@@ -52,6 +53,7 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
                                "lastProbeTime": str, "lastTransitionTime": str}],
                "startTime": str, "completionTime": str, "active": int, "succeeded": int, "failed": int,
                "readyReplicas": int},
+    "data": dict[str, str],  # of the outcome record (hooks.shared.memory)
 }
 # One per child rule of the chainerjob-controller CompositeController, in its order.
 CHILD_KEYS = (SERVICE_ACCOUNT_KEY, ROLE_KEY, ROLE_BINDING_KEY, CONFIG_MAP_KEY, SERVICE_KEY, STATEFULSET_KEY,
@@ -109,7 +111,11 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
 
     master_job = observed[JOB_KEY].get(names.master(job))
-    record = master_record(master_job, old_status)
+    # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
+    # the end must not be created again because a stale read shows the status of before the end.
+    observed_outcome = observed[CONFIG_MAP_KEY].get(outcome_name(job.name))
+    recorded = read_record(observed_outcome)
+    record = master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
     done = finished(record) is not None
     statefulsets = observed[STATEFULSET_KEY]
     ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job, name))) for name in job.worker_sets}
@@ -132,6 +138,10 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         wanted = [c for c in wanted if c["kind"] != "StatefulSet" or c["metadata"]["name"] in statefulsets]
     if podgroup is not None:
         wanted.insert(0, podgroup)
+    if observed_outcome is not None:
+        wanted.append(observed_record_as_desired(observed_outcome, job.namespace, names.common_labels(job)))
+    elif done:
+        wanted.append(record_config_map(outcome_name(job.name), job.namespace, names.common_labels(job), record))
     waiting = podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its master Job and worker StatefulSets") \
         if withheld and podgroup is not None else None
     status = status_for(job, old_status, record, ready, master_wanted, now, gang=gang is not None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
-from hooks.mxjob.names import child_name, job_labels, labels_for, selector_for
+from hooks.mxjob.names import RESTART_ATTEMPT_LABEL, child_name, job_labels, labels_for, selector_for
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, ReplicaSpec, SpecError, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
@@ -28,7 +28,7 @@ def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
 
 
 def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
-                gang: Gang | None = None) -> Callable[[int], JSON]:
+                gang: Gang | None = None) -> Callable[[int, int], JSON]:
     """The builder of the desired Pods of one replica type: the template with the operator's
     changes, nothing else. What every pod of the type shares is prepared once."""
     template = spec.template
@@ -40,7 +40,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     # place so that the operator sees the exit code and decides.
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
 
-    def pod(index: int) -> JSON:
+    def pod(index: int, attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
         pod_spec["restartPolicy"] = restart_policy
         operator_env = env_for(job, spec.type, index, wiring=wiring)
@@ -53,6 +53,9 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             "namespace": job.namespace,
             "labels": {**template_labels, **labels_for(job, spec.type, index)},
         }
+        if attempt:
+            # The restart count survives a stale status through the pods themselves.
+            metadata["labels"][RESTART_ATTEMPT_LABEL] = str(attempt)
         if annotations:
             metadata["annotations"] = dict(annotations)
         if gang is not None:

@@ -1,11 +1,14 @@
-"""The job lifecycle: from the old status, the observed pods and the time, the new status and plan.
+"""The job lifecycle: from the old status, the observed children and the time, the new status and plan.
 
-The hook is stateless, so whatever must be remembered across syncs lives in status and is
-recomputed idempotently: completed indexes (so a garbage-collected success is never rerun) and a
-per-pod restart record keyed by the uid of the failed pod (so a stale cache that shows the same
-failed pod twice counts it once). A field of that memory not in the shape written here is
-treated as absent (hooks.shared.status): a lost restartHistory or restartCount counts again only
-what the live pods still show, and lost completedIndexes rerun only indexes whose pods are gone.
+The hook is stateless. What it must remember across syncs is written in status and, because a
+sync often reads a stale parent (docs/lifecycle.md, "Why the outcome is recorded in a child"),
+also in children that stay (hooks.shared.memory): the job's outcome in `<job>-outcome`, each
+recreation of a pod in `<pod>-restart-<n>` and in the restart-attempt label of the new pod. The
+hook takes the larger of the two memories, and deletes a pod only on a sync that sees the record
+that makes the deletion safe: cleanup waits for the outcome record, a failed pod's deletion for
+its restart record. Completed indexes are kept in status and by the succeeded pods themselves,
+which the hook never deletes while the job runs. A field of the status memory not in the shape
+written here is treated as absent (hooks.shared.status).
 The transition table in docs/lifecycle.md is checked against
 this module by tests/test_lifecycle_table.py.
 """
@@ -15,20 +18,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from hooks.mxjob.observed import PodView
+from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.spec import MXJob
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
-from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, plus_seconds
+from hooks.shared.memory import Record, restart_record_name
+from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, parse_time, plus_seconds
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
-# After a success, pods still running get this long to finish on their own before cleanPodPolicy
-# deletes them: ps-lite servers and workers leave a moment after the scheduler, and deleting them
-# at once would record a spurious exit 143. Failures clean up at once.
+# Exits by a signal (SIGINT, SIGKILL, SIGTERM): what a pod stopped at teardown shows. Within the
+# success grace they are not failures.
+TEARDOWN_EXIT_CODES = frozenset({130, 137, 143})
+# When the deciding pods succeed, the other pods still running get this long to end on their own
+# before the job is Succeeded and cleanPodPolicy stops the rest: ps-lite servers and workers leave
+# a moment after the scheduler, and one of them may still fail (mxnet-operator#38).
 SUCCESS_GRACE_SECONDS = 30
 _INDEX = re.compile(r"[0-9]{1,10}")
+# The status fields an outcome record holds: the whole terminal status but what a later sync adds.
+OUTCOME_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "restartCount",
+                  "restartHistory")
+
+
+class Memory(NamedTuple):
+    """What the children remember: the outcome record and the restart records by pod name."""
+
+    outcome: Record | None = None
+    restarts: Mapping[str, Mapping[int, Record]] = {}
+
+
+NO_MEMORY = Memory()
 
 
 @dataclass
@@ -40,6 +60,10 @@ class Plan:
     services: list[str] = field(default_factory=list)
     resync_after: float | None = None
     finished: bool = False  # the job has succeeded or failed: it never gets a new pod
+    attempts: dict[str, int] = field(default_factory=dict)  # restart-attempt label of a pod, when not 0
+    restart_records: dict[str, JSON] = field(default_factory=dict)  # new restart records: name -> data
+    outcome: JSON | None = None  # the outcome record to create (the job has just finished)
+    cleaned_up: bool = False  # the TTL has run: every child but the outcome record goes
 
     @property
     def needs_cluster_map(self) -> bool:
@@ -55,22 +79,34 @@ def is_retryable(exit_code: int | None) -> bool:
     return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
 
 
-def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
-           slots: Mapping[str, tuple[str, int]], observed_services: Mapping[str, Any],
-           now: datetime) -> Plan:
-    """The whole lifecycle step for a valid MXJob."""
-    state = _State.load(job, old, pods, now)
+def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
+           observed_services: Mapping[str, Any], now: datetime, memory: Memory = NO_MEMORY) -> Plan:
+    """The whole lifecycle step for a valid MXJob: a pure function of its arguments.
+
+    The observations are read once, into a _State built in one step (the failures classified,
+    the memories merged); the branches below only choose the transition and build the Plan.
+    """
+    state = _State(job, old_status, pods, now, memory.restarts)
+    if memory.outcome is not None:
+        return state.finish_recorded(memory.outcome, slots, observed_services)
     if state.conds.terminal():
-        return state.finish(slots, observed_services)
+        return state.finish_unrecorded(slots, observed_services)
     if job.run_policy.suspend:
         return state.suspend()
     state.start()
-    fatal, recreate = state.classify_failures()
+    failures = state.failures
     deadline = state.deadline()
     if state.succeeded():
-        state.conclude("Succeeded", "MXJobSucceeded", state.success_message())
-    elif fatal:
-        state.conclude("Failed", "MXJobFailed", _fatal_message(job, fatal))
+        late = state.failed_in_grace()
+        waiting, grace_left = state.still_running_in_grace()
+        if late:
+            state.conclude("Failed", "MXJobFailed", _fatal_message(job, late, after=state.success_part()))
+        elif waiting and grace_left is not None:
+            return state.wait_for(waiting, grace_left, slots)
+        else:
+            state.conclude("Succeeded", "MXJobSucceeded", state.success_message())
+    elif failures.fatal:
+        state.conclude("Failed", "MXJobFailed", _fatal_message(job, failures.fatal))
     elif state.over_backoff_limit():
         state.conclude("Failed", "MXJobFailed",
                        f"MXJob {job.key} has reached the specified backoff limit: "
@@ -81,40 +117,59 @@ def decide(job: MXJob, old: Any, pods: Mapping[str, PodView],
                        f"MXJob {job.key} was active longer than activeDeadlineSeconds "
                        f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
     if state.conds.terminal():
-        return state.finish(slots, observed_services)
-    plan = state.run(slots, recreate)
+        return state.finish_unrecorded(slots, observed_services)
+    plan = state.run(slots)
     if deadline is not None:
         plan.resync_after = (deadline - now).total_seconds()
     return plan
 
 
+class Failures(NamedTuple):
+    """Failed pods of one sync: those that fail the job, those to recreate, and the new records."""
+
+    fatal: list[PodView]
+    recreate: list[PodView]
+    recorded: frozenset[str]  # pods to recreate whose restart record is observed: safe to delete
+    new_records: dict[str, JSON]
+    history: dict[str, RestartRecord]  # the restart history with these failures counted
+
+    @property
+    def not_counted(self) -> frozenset[str]:
+        """Pods left out of replicaStatuses: being recreated is not a job failure."""
+        return frozenset(p.name for p in self.recreate)
+
+
 class _State:
     """The status being rebuilt for one sync."""
 
-    def __init__(self, job: MXJob, old: Any, pods: Mapping[str, PodView],
-                 now: datetime):
+    def __init__(self, job: MXJob, old: Any, pods: Mapping[str, PodView], now: datetime,
+                 restarts: Mapping[str, Mapping[int, Record]]):
         self.job, self.pods, self.now = job, pods, now
         self.old = OldStatus(old)
         self.conds = Conditions(self.old.conditions(), now)
+        self.was_terminal = self.conds.terminal() is not None
+        self.frozen_restart_count: int | None = None  # once the outcome is recorded
         self.start_time = self.old.time("startTime")
         self.completion_time = self.old.time("completionTime")
         self.cleaned_up_time = self.old.time("cleanedUpTime")
         self.old_restart_count = self.old.counter("restartCount") or 0
-        self.history = _read_history(self.old)
-        # Pods this sync's answer deletes; counting them would change status on the next sync.
-        self.leaving: set[str] = set()
-        self.completed = _completed_before(job, self.old)
-
-    @classmethod
-    def load(cls, job: MXJob, old: Any, pods: Mapping[str, PodView],
-             now: datetime) -> _State:
-        """The state as last written, with this sync's successes folded in."""
-        state = cls(job, old, pods, now)
-        # Also after the job has finished: workers often exit a moment after the scheduler.
+        self.restarts = restarts
+        # The indexes completed as last written, with this sync's successes folded in (also after
+        # the job has finished: workers often exit a moment after the scheduler).
+        completed = _completed_before(job, self.old)
         for pod in pods.values():
             if pod.phase == "Succeeded":
-                state.completed[pod.rtype].add(pod.index)
-        return state
+                completed[pod.rtype].add(pod.index)
+        self.completed = completed
+        # Once the deciding pods have succeeded nothing is recreated: a pod that fails then is
+        # judged by the success grace, not counted as a restart; a finished or suspended job
+        # counts nothing either.
+        history = _merge_history(_read_history(self.old), restarts, pods)
+        if self.was_terminal or job.run_policy.suspend or self.succeeded():
+            self.failures = Failures([], [], frozenset(), {}, history)
+        else:
+            self.failures = _classify_failures(job, pods, history, restarts)
+        self.history = self.failures.history
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -129,37 +184,13 @@ class _State:
             self.start_time = rfc3339(self.now)
 
     def suspend(self) -> Plan:
-        """No children at all; startTime is kept so the record of the earlier run stays."""
+        """No pods or services; startTime and the restart records are kept."""
         key = self.job.key
         self.conds.set("Created", True, "MXJobCreated", f"MXJob {key} is created.")
         self.conds.set("Suspended", True, "MXJobSuspended", f"MXJob {key} is suspended.")
         for ctype in ("Running", "Restarting"):
             self.conds.clear(ctype, "MXJobSuspended", f"MXJob {key} is suspended.")
-        self.leaving = set(self.pods)
-        return Plan(status=self.status())
-
-    def classify_failures(self) -> tuple[list[PodView], list[PodView]]:
-        """Split failed pods into job failures and pods to recreate; count recreations once."""
-        fatal, recreate = [], []
-        for pod in self._sorted(self.pods.values()):
-            if pod.phase != "Failed" or pod.terminating:
-                continue
-            policy = self.job.replicas[pod.rtype].restart_policy
-            if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
-                fatal.append(pod)
-                continue
-            recreate.append(pod)
-            record = self.history.setdefault(pod.name, {})
-            if record.get("lastFailedUID") != pod.uid:
-                record["lastFailedUID"] = pod.uid
-                if pod.exit_code is not None:
-                    record["lastExitCode"] = pod.exit_code
-                else:
-                    record.pop("lastExitCode", None)
-                record["recreations"] = record.get("recreations", 0) + 1
-                record["priorContainerRestarts"] = (record.get("priorContainerRestarts", 0)
-                                                    + pod.restarts)
-        return fatal, recreate
+        return Plan(status=self.status(not_counted=frozenset(self.pods)))
 
     def conclude(self, ctype: str, reason: str, message: str) -> None:
         """Enter a terminal state: Running and Restarting go False, completionTime is set."""
@@ -168,53 +199,85 @@ class _State:
             self.conds.clear(other, reason, message)
         self.completion_time = rfc3339(self.now)
 
-    def finish(self, slots: Mapping[str, tuple[str, int]],
-               observed_services: Mapping[str, Any]) -> Plan:
-        """A finished job: never a new pod; the success grace, cleanPodPolicy, then the TTL, decide what stays."""
+    def finish_unrecorded(self, slots: Mapping[str, Slot], observed_services: Mapping[str, Any]) -> Plan:
+        """A job that has finished, as far as status says, with no outcome record observed yet.
+
+        Nothing is created and nothing is deleted: the answer records the outcome in a child,
+        and only a sync that sees that record applies cleanPodPolicy and the TTL. A restart
+        record still being written is kept, so no counted restart is lost either.
+        """
         if self.completion_time is None:  # lost from status: the TTL counts from now
             self.completion_time = rfc3339(self.now)
+        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating]
+        status = self.status(frozen=self._frozen_replicas())
+        return Plan(status=status, pods=keep, services=[n for n in sorted(observed_services) if n in slots],
+                    finished=True, outcome={k: status[k] for k in OUTCOME_FIELDS if k in status},
+                    restart_records=self.failures.new_records)
+
+    def finish_recorded(self, outcome: Record, slots: Mapping[str, Slot],
+                        observed_services: Mapping[str, Any]) -> Plan:
+        """A finished job whose outcome record is observed: the record is the status; cleanPodPolicy,
+        then the TTL, decide which children stay. Never a new pod."""
+        recorded = OldStatus(outcome.data)
+        conds = Conditions(recorded.conditions(), self.now)
+        completion = recorded.time("completionTime") or self.completion_time
+        if outcome.problem is not None or conds.terminal() is None:
+            # Only the hook writes this record, so this is a damaged object: the job has an
+            # outcome, which cannot be read. It stays finished: a rerun is the worse mistake.
+            why = outcome.problem or "it holds no Succeeded or Failed condition"
+            conds = Conditions(self.old.conditions(), parse_rfc3339(completion) if completion else self.now)
+            conds.set("Failed", True, "MXJobFailed",
+                      f"MXJob {self.job.key} has an outcome record that cannot be read ({why}); "
+                      f"the job is treated as finished.")
+            for other in ("Running", "Restarting"):
+                conds.clear(other, "MXJobFailed", "The outcome record cannot be read.")
+            recorded = OldStatus({**self.old.raw, "conditions": conds.ordered()})
+        self.conds = conds
+        self.start_time = recorded.time("startTime")
+        self.completion_time = completion or rfc3339(self.now)
+        self.frozen_restart_count = recorded.counter("restartCount") or 0
+        self.history = _read_history(recorded)
+        frozen = _frozen_from(recorded) or self._frozen_replicas()
         policy = self.job.run_policy.clean_pod_policy
-        grace_left = self._success_grace_left()
-        in_grace = [p for p in self.pods.values() if grace_left is not None and p.active]
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
-            policy == "None" or (policy == "Running" and p.finished) or p in in_grace)]
+            policy == "None" or (policy == "Running" and p.finished))]
         services = sorted(observed_services) if policy == "None" else keep
         # A Service of no slot (left from an earlier layout) is deleted, as a stray pod is.
         services = [name for name in services if name in observed_services and name in slots]
         plan = Plan(status={}, pods=keep, services=services, finished=True)
-        self.leaving = set(self.pods) - set(keep)
-        if in_grace and policy != "None":
-            plan.resync_after = grace_left  # the policy applies to whatever still runs then
         ttl = self.job.run_policy.ttl_seconds_after_finished
-        expiry = None
-        if ttl is not None and self.completion_time:
-            expiry = plus_seconds(parse_rfc3339(self.completion_time), ttl)
+        expiry = plus_seconds(parse_rfc3339(self.completion_time), ttl) if ttl is not None else None
         if expiry is not None:
             if self.now >= expiry:
-                plan.pods, plan.services = [], []
-                self.leaving = set(self.pods)
+                plan.pods, plan.services, plan.cleaned_up = [], [], True
                 self.cleaned_up_time = rfc3339(expiry)
             else:
-                left = (expiry - self.now).total_seconds()
-                plan.resync_after = left if plan.resync_after is None else min(plan.resync_after, left)
-        plan.status = self.status()
+                plan.resync_after = (expiry - self.now).total_seconds()
+        plan.status = self.status(frozen=frozen)
         return plan
 
-    def _success_grace_left(self) -> float | None:
-        """Seconds left of the success grace, or None (not a success, no completionTime, or over)."""
-        if not self.conds.is_true("Succeeded") or not self.completion_time:
-            return None
-        end = parse_rfc3339(self.completion_time) + timedelta(seconds=SUCCESS_GRACE_SECONDS)
-        left = (end - self.now).total_seconds()
-        return left if left > 0 else None
+    def wait_for(self, waiting: list[PodView], grace_left: float, slots: Mapping[str, Slot]) -> Plan:
+        """The deciding pods succeeded and others still run: Running stays True, nothing new starts."""
+        names = ", ".join(f"{p.rtype} {p.index}" for p in waiting)
+        self.conds.set("Running", True, "MXJobRunning",
+                       f"MXJob {self.job.key}: {self.success_part()}; waiting up to "
+                       f"{SUCCESS_GRACE_SECONDS} s for the pods still running to end ({names}) "
+                       f"before the job is Succeeded.")
+        keep = [name for name in slots if name in self.pods]
+        return Plan(status=self.status(), pods=keep, services=list(slots), resync_after=grace_left)
 
-    def run(self, slots: Mapping[str, tuple[str, int]], recreate: list[PodView]) -> Plan:
-        """A running job: every slot gets its pod except finished ones gone and ones to recreate."""
-        gone = {p.name for p in recreate}
-        self.leaving = gone
-        pods = [name for name, (rtype, index) in slots.items()
-                if name not in gone and (name in self.pods or index not in self.completed[rtype])]
-        waiting = self._awaiting_recreation(gone, slots)
+    def run(self, slots: Mapping[str, Slot]) -> Plan:
+        """A running job: every slot gets its pod except finished ones gone, and failed ones
+        whose restart is recorded in a child (deleted now, created again on a later sync)."""
+        failures = self.failures
+        gone = failures.recorded
+        pods = [name for name, slot in slots.items()
+                if name not in gone and (name in self.pods or slot.index not in self.completed[slot.rtype])]
+        # Every pod is rendered with its slot's count, so an answer does not depend on whether the
+        # pod exists yet (an existing pod is never updated: OnDelete).
+        attempts = {name: self.history[name]["recreations"] for name in pods
+                    if self.history.get(name, {}).get("recreations")}
+        waiting = self._awaiting_recreation({p.name for p in failures.recreate}, slots)
         key = self.job.key
         if waiting:
             message = self._restart_message(waiting)
@@ -225,7 +288,8 @@ class _State:
                              f"MXJob {key}: every recreated pod is running again.")
             if self._deciding_pods_run():
                 self.conds.set("Running", True, "MXJobRunning", f"MXJob {key} is running.")
-        return Plan(status=self.status(), pods=pods, services=list(slots))
+        return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
+                    restart_records=failures.new_records)
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -233,13 +297,48 @@ class _State:
         """Every deciding pod (MXJob.deciding_slots) has succeeded."""
         return all(index in self.completed[rtype] for rtype, index in self.job.deciding_slots())
 
-    def success_message(self) -> str:
-        """Names what decided the success."""
+    def success_part(self) -> str:
+        """What decided the success, as a clause."""
         rtype = self.job.deciding_type
         n = self.job.replicas[rtype].replicas
-        done = (f"all {n} Worker replicas succeeded" if rtype == "Worker"
-                else f"{rtype} 0 succeeded")
-        return f"MXJob {self.job.key} successfully completed: {done}."
+        return f"all {n} Worker replicas succeeded" if rtype == "Worker" else f"{rtype} 0 succeeded"
+
+    def success_message(self) -> str:
+        """Names what decided the success."""
+        return f"MXJob {self.job.key} successfully completed: {self.success_part()}."
+
+    def _others(self) -> list[PodView]:
+        deciding = set(self.job.deciding_slots())
+        return [p for p in self._sorted(self.pods.values())
+                if (p.rtype, p.index) not in deciding and not p.terminating]
+
+    def failed_in_grace(self) -> list[PodView]:
+        """Pods other than the deciding ones that ended with a code their policy treats as a
+        failure (a signal exit at teardown is none; neither is an eviction)."""
+        late = []
+        for pod in self._others():
+            policy = self.job.replicas[pod.rtype].restart_policy
+            code = pod.exit_code
+            if pod.phase != "Failed" or code is None or code in TEARDOWN_EXIT_CODES:
+                continue
+            if policy == "Never" or (policy == "ExitCode" and not is_retryable(code)):
+                late.append(pod)
+        return late
+
+    def still_running_in_grace(self) -> tuple[list[PodView], float | None]:
+        """The other pods still running, and the seconds left of the grace (None when it is over).
+
+        The grace counts from when the last deciding pod ended (its container's finishedAt, read
+        from the pod, so a stale status cannot restart it); without that time there is none.
+        """
+        ends = [parse_time(p.finished_at) for p in self.pods.values()
+                if (p.rtype, p.index) in set(self.job.deciding_slots()) and p.phase == "Succeeded"]
+        known = [e for e in ends if e is not None]
+        running = [p for p in self._others() if p.active]
+        if not known:
+            return running, None
+        left = (max(known) + timedelta(seconds=SUCCESS_GRACE_SECONDS) - self.now).total_seconds()
+        return running, (left if left > 0 else None)
 
     def _deciding_pods_run(self) -> bool:
         deciding = self.job.deciding_slots()
@@ -255,16 +354,24 @@ class _State:
         return limit is not None and self.restart_total() > limit
 
     def restart_total(self) -> int:
-        """Every restart so far: earlier pods' (from history) plus the live pods' own.
+        """Every restart so far: earlier pods' (from the merged history) plus the live pods' own.
 
         Never less than the count already written: a pod that goes away (cleaned up, deleted by
-        hand) takes its restartCount with it, and the count must not drop.
+        hand) takes its restartCount with it, and the count must not drop. Once the outcome is
+        recorded, the recorded count.
         """
+        if self.frozen_restart_count is not None:
+            return self.frozen_restart_count
         past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
                    for r in self.history.values())
         live = sum(p.restarts for p in self.pods.values()
-                   if p.uid != self.history.get(p.name, {}).get("lastFailedUID"))
+                   if p.uid != self.history.get(p.name, {}).get("lastFailedUID")
+                   and not self._counted_in_records(p))
         return max(past + live, self.old_restart_count)
+
+    def _counted_in_records(self, pod: PodView) -> bool:
+        return pod.phase == "Failed" and any(n > pod.attempt or r.data.get("failedUID") == pod.uid
+                                             for n, r in self.restarts.get(pod.name, {}).items())
 
     def exit_codes_note(self) -> str:
         """'; last exit codes: pod code, ...' for the pods that restarted, so the cause is in the message."""
@@ -288,13 +395,13 @@ class _State:
         return plus_seconds(parse_rfc3339(self.start_time), seconds)
 
     def _awaiting_recreation(self, gone: set[str],
-                             slots: Mapping[str, tuple[str, int]]) -> list[str]:
+                             slots: Mapping[str, Slot]) -> list[str]:
         waiting = set(gone)
         for name, record in self.history.items():
             pod = self.pods.get(name)
             if pod is None:
                 slot = slots.get(name)
-                if slot is not None and slot[1] not in self.completed[slot[0]]:
+                if slot is not None and slot.index not in self.completed[slot.rtype]:
                     waiting.add(name)
             elif pod.uid == record.get("lastFailedUID") or pod.phase == "Pending":
                 waiting.add(name)
@@ -314,9 +421,11 @@ class _State:
 
     # --- output ------------------------------------------------------------------------------
 
-    def status(self) -> JSON:
+    def status(self, *, frozen: JSON | None = None, not_counted: frozenset[str] | None = None) -> JSON:
         """The status to write: the same observations always give the same bytes."""
-        status: JSON = {"conditions": self.conds.ordered(), "replicaStatuses": self._replicas()}
+        replicas = frozen if frozen is not None else self._replicas(
+            self.failures.not_counted if not_counted is None else not_counted)
+        status: JSON = {"conditions": self.conds.ordered(), "replicaStatuses": replicas}
         if self.start_time:
             status["startTime"] = self.start_time
         if self.completion_time:
@@ -325,7 +434,9 @@ class _State:
         if total:
             status["restartCount"] = total
         if self.history:
-            status["restartHistory"] = {k: self.history[k] for k in sorted(self.history)}
+            # Fields in one order, however the record was read (status or a restart record).
+            status["restartHistory"] = {k: {f: self.history[k][f] for f in RestartRecord.__annotations__  # type: ignore[literal-required]
+                                            if f in self.history[k]} for k in sorted(self.history)}
         if self.cleaned_up_time:
             status["cleanedUpTime"] = self.cleaned_up_time
         warnings = self.old.warnings()
@@ -333,14 +444,38 @@ class _State:
             status[WARNINGS_FIELD] = warnings
         return status
 
-    def _replicas(self) -> JSON:
+    def _frozen_replicas(self) -> JSON:
+        """replicaStatuses as the job ends, kept from then on (Argo's conditions read them).
+
+        Read back from a terminal status when it has them; else counted now. Pods still running
+        that the policy stops count as succeeded on success, as training-operator counts them,
+        and as no longer active on failure.
+        """
+        if self.was_terminal and (frozen := _frozen_from(self.old)):
+            return frozen
+        not_counted = self.failures.not_counted
+        counts = self._replicas(not_counted)
+        if self.conds.terminal() == "Failed" and self.job.run_policy.clean_pod_policy != "None":
+            for entry in counts.values():
+                entry["active"] = 0  # the policy stops them: the record does not show them running
+        if self.conds.terminal() == "Succeeded":
+            for rtype, entry in counts.items():
+                running = {p.index for p in self.pods.values()
+                           if p.rtype == rtype and p.active and p.name not in not_counted}
+                done = self.completed[rtype] | running
+                entry.update({"active": 0, "succeeded": len(done)})
+                if done:
+                    entry["completedIndexes"] = _format_indexes(done)
+        return counts
+
+    def _replicas(self, not_counted: frozenset[str]) -> JSON:
         counts: JSON = {}
         for rtype in self.job.replicas:
             mine = [p for p in self.pods.values()
-                    if p.rtype == rtype and not p.terminating and p.name not in self.leaving]
+                    if p.rtype == rtype and not p.terminating and p.name not in not_counted]
             entry: JSON = {"active": sum(p.phase == "Running" for p in mine),
-                     "succeeded": len(self.completed[rtype]),
-                     "failed": sum(p.phase == "Failed" for p in mine)}
+                           "succeeded": len(self.completed[rtype]),
+                           "failed": sum(p.phase == "Failed" for p in mine)}
             if self.completed[rtype]:
                 entry["completedIndexes"] = _format_indexes(self.completed[rtype])
             counts[rtype] = entry
@@ -351,14 +486,104 @@ class _State:
         return sorted(pods, key=lambda p: (order[p.rtype], p.index))
 
 
-def _fatal_message(job: MXJob, fatal: list[PodView]) -> str:
+def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[str, RestartRecord],
+                       restarts: Mapping[str, Mapping[int, Record]]) -> Failures:
+    """Split failed pods into job failures and pods to recreate; count each failure once.
+
+    A failure is counted when it is new to both memories: the status history (by the failed
+    pod's uid) and the restart records (by uid, or by a record numbered past the pod's own
+    attempt). Counting it adds a restart record; the pod is deleted only once that record is
+    observed, so a stale parent can never make the hook forget the restart. The history given
+    is not changed: the one with this sync's failures is returned.
+    """
+    order = {rtype: n for n, rtype in enumerate(job.replicas)}
+    counted = dict(history)
+    fatal, recreate, recorded, new_records = [], [], set(), {}
+    for pod in sorted(pods.values(), key=lambda p: (order[p.rtype], p.index)):
+        if pod.phase != "Failed" or pod.terminating:
+            continue
+        policy = job.replicas[pod.rtype].restart_policy
+        if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
+            fatal.append(pod)
+            continue
+        recreate.append(pod)
+        in_records = any(n > pod.attempt or r.data.get("failedUID") == pod.uid
+                         for n, r in restarts.get(pod.name, {}).items())
+        record: JSON = dict(counted.get(pod.name, {}))
+        if not in_records and record.get("lastFailedUID") != pod.uid:
+            record["lastFailedUID"] = pod.uid
+            if pod.exit_code is not None:
+                record["lastExitCode"] = pod.exit_code
+            else:
+                record.pop("lastExitCode", None)
+            record["recreations"] = max(record.get("recreations", 0), pod.attempt) + 1
+            record["priorContainerRestarts"] = record.get("priorContainerRestarts", 0) + pod.restarts
+            counted[pod.name] = cast(RestartRecord, record)
+        if in_records:
+            recorded.add(pod.name)
+        else:
+            data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
+            if pod.exit_code is not None:
+                data["exitCode"] = pod.exit_code
+            new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
+    return Failures(fatal, recreate, frozenset(recorded), new_records, counted)
+
+
+def _merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],
+                   pods: Mapping[str, PodView]) -> dict[str, RestartRecord]:
+    """The status history, raised to what the restart records and the pods' attempt labels show.
+
+    A new dict: the history read from status is not changed.
+    """
+    merged = {name: cast(RestartRecord, dict(record)) for name, record in history.items()}
+    for name, records in restarts.items():
+        last = max(records)
+        record = cast(JSON, dict(merged.get(name, {})))
+        if last > record.get("recreations", 0):
+            data = records[last].data
+            record["recreations"] = last
+            if isinstance(data.get("failedUID"), str):
+                record["lastFailedUID"] = data["failedUID"]
+            code = data.get("exitCode")
+            if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31:
+                record["lastExitCode"] = code
+            else:
+                record.pop("lastExitCode", None)
+        prior = sum(r.data["containerRestarts"] for r in records.values()
+                    if is_counter(r.data.get("containerRestarts")))
+        record["priorContainerRestarts"] = max(record.get("priorContainerRestarts", 0), prior)
+        merged[name] = cast(RestartRecord, record)
+    for pod in pods.values():
+        if pod.attempt > merged.get(pod.name, {}).get("recreations", 0):
+            record = cast(JSON, dict(merged.get(pod.name, {})))
+            record["recreations"] = pod.attempt
+            record.setdefault("priorContainerRestarts", 0)
+            merged[pod.name] = cast(RestartRecord, record)
+    return merged
+
+
+def _frozen_from(old: OldStatus) -> JSON:
+    """replicaStatuses read back, each counter kept only in the shape written."""
+    frozen: JSON = {}
+    for rtype, entry in old.object("replicaStatuses").items():
+        if not isinstance(entry, Mapping):
+            continue
+        kept: JSON = {k: entry[k] for k in ("active", "succeeded", "failed") if is_counter(entry.get(k))}
+        if isinstance(entry.get("completedIndexes"), str):
+            kept["completedIndexes"] = entry["completedIndexes"]
+        frozen[str(rtype)] = kept
+    return frozen
+
+
+def _fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
     parts = []
     for pod in fatal:
         policy = job.replicas[pod.rtype].restart_policy
         code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
         why = ("restartPolicy Never does not retry" if policy == "Never"
                else "a permanent error under restartPolicy ExitCode")
-        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}; {why}")
+        when = f" after {after}" if after else ""
+        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}{when}; {why}")
     return f"MXJob {job.key} failed: {'; '.join(parts)}."
 
 

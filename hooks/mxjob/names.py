@@ -12,6 +12,9 @@ JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 LEGACY_GROUP_LABEL = "group-name"
 LEGACY_GROUP = "kubeflow.org"
 LEGACY_JOB_NAME_LABEL = "job-name"
+# On a recreated pod: how many times the operator had recreated its slot when it created it, so
+# the restart count can be read from the children when the status is stale (docs/lifecycle.md).
+RESTART_ATTEMPT_LABEL = "training.kubeflow.org/restart-attempt"
 
 
 def child_name(job_name: str, rtype: str, index: int) -> str:

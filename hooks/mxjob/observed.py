@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.mxjob.names import child_name
+from hooks.mxjob.names import RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
 
 
@@ -22,6 +22,8 @@ class PodView:
     exit_code: int | None
     restarts: int
     last_exit_code: int | None = None  # of the mxnet container's previous run (lastState), if it restarted
+    attempt: int = 0  # how many times the operator had recreated this pod's slot when it created it
+    finished_at: str | None = None  # when the mxnet container terminated (state.terminated.finishedAt)
 
     @property
     def active(self) -> bool:
@@ -34,13 +36,21 @@ class PodView:
         return self.phase in ("Succeeded", "Failed")
 
 
-def replica_slots(job: MXJob) -> dict[str, tuple[str, int]]:
-    """Every child name of the job mapped to its (replica type, index), in creation order."""
-    return {child_name(job.name, rtype, i): (rtype, i)
+@dataclass(frozen=True)
+class Slot:
+    """One replica of the job: its type and index (its Pod and Service are named after both)."""
+
+    rtype: str
+    index: int
+
+
+def replica_slots(job: MXJob) -> dict[str, Slot]:
+    """Every child name of the job mapped to its slot, in creation order."""
+    return {child_name(job.name, rtype, i): Slot(rtype, i)
             for rtype, spec in job.replicas.items() for i in range(spec.replicas)}
 
 
-def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any]) -> dict[str, PodView]:
+def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[str, PodView]:
     """Views of the observed pods that belong to a replica slot; strays are left out (deleted)."""
     views = {}
     for name, pod in observed.items():
@@ -51,11 +61,13 @@ def view_pods(slots: Mapping[str, tuple[str, int]], observed: Mapping[str, Any])
         status = pod.get("status") or {}
         main = _main_container_status(status)
         views[name] = PodView(
-            name=name, rtype=slot[0], index=slot[1], uid=str(meta.get("uid", "")),
+            name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase=str(status.get("phase") or "Pending"),
             terminating=bool(meta.get("deletionTimestamp")),
             exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
             last_exit_code=_exit_code(main.get("lastState")),
+            attempt=_attempt((meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL)),
+            finished_at=_finished_at(main.get("state")),
         )
     return views
 
@@ -71,6 +83,19 @@ def _exit_code(state: Any) -> int | None:
     terminated = state.get("terminated") if isinstance(state, Mapping) else None
     code = terminated.get("exitCode") if isinstance(terminated, Mapping) else None
     return code if isinstance(code, int) else None
+
+
+def _finished_at(state: Any) -> str | None:
+    terminated = state.get("terminated") if isinstance(state, Mapping) else None
+    value = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _attempt(value: Any) -> int:
+    """The restart-attempt label as written (a decimal counter); anything else reads as 0."""
+    if isinstance(value, str) and value.isdigit() and len(value) <= 9:
+        return int(value)
+    return 0
 
 
 def _int(value: Any) -> int:

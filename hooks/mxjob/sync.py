@@ -13,13 +13,22 @@ from typing import Any, NamedTuple
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring
-from hooks.mxjob.lifecycle import decide
+from hooks.mxjob.lifecycle import Memory, Plan, decide
+from hooks.mxjob.names import job_labels
 from hooks.mxjob.observed import replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.shared.answers import invalid_spec_message
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
+from hooks.shared.memory import (
+    observed_record_as_desired,
+    outcome_name,
+    read_record,
+    record_config_map,
+    restart_record_name,
+    restart_records,
+)
 from hooks.shared.request import as_last_applied, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
@@ -40,7 +49,8 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
                  "annotations": dict[str, str], "deletionTimestamp": str},
     "status": {"phase": str,
-               "containerStatuses": [{"name": str, "restartCount": int, "state": {"terminated": {"exitCode": int}},
+               "containerStatuses": [{"name": str, "restartCount": int,
+                                      "state": {"terminated": {"exitCode": int, "finishedAt": str}},
                                       "lastState": {"terminated": {"exitCode": int}}}]},
     "data": dict[str, str],
 }
@@ -82,7 +92,10 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         return _invalid_spec(parent, old_status, observed, err, now)
 
     slots = replica_slots(job)
-    plan = decide(job, old_status, view_pods(slots, observed.pods), slots, observed.services, now)
+    restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
+    memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts)
+    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
+                  observed_services=observed.services, memory=memory, now=now)
     # The gang exists while the job may still get pods: a finished job's PodGroup would keep
     # holding its queue's share, and a suspended job has no pods to group.
     if job.run_policy.suspend or _finished(plan.status, now):
@@ -93,10 +106,12 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         if len(pod_names) < len(plan.pods):
             _say_pods_wait(plan.status, old_status, job, podgroup, now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
-    children = [pods[slots[n][0]](slots[n][1]) for n in pod_names]
-    children += [service_for(job, job.replicas[slots[n][0]], slots[n][1]) for n in plan.services]
+    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0)) for n in pod_names]
+    children += [service_for(job, job.replicas[slots[n].rtype], slots[n].index) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
+    children += _records(job, plan, observed.config_maps,
+                         [restart_record_name(pod, n) for pod, records in restarts.items() for n in records])
     if podgroup is not None:
         children.insert(0, podgroup)
     response: SyncResponse = {"status": plan.status, "children": children}
@@ -104,6 +119,25 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         # Never 0: Metacontroller reads 0 as "no resync"; a due timer should fire at once.
         response["resyncAfterSeconds"] = max(plan.resync_after, 0.001)
     return response
+
+
+def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],
+             observed_restart_records: list[str]) -> list[JSON]:
+    """The job's memory in children (hooks.shared.memory): observed records answered back as they
+    are, new ones created. Restart records go at the TTL, with every child but the outcome."""
+    labels = job_labels(job.name)
+    records: list[JSON] = []
+    if not plan.cleaned_up:
+        records += [observed_record_as_desired(observed_config_maps[name], job.namespace, labels)
+                    for name in sorted(observed_restart_records)]
+        records += [record_config_map(name, job.namespace, labels, data)
+                    for name, data in sorted(plan.restart_records.items()) if name not in observed_config_maps]
+    outcome = observed_config_maps.get(outcome_name(job.name))
+    if outcome is not None:
+        records.append(observed_record_as_desired(outcome, job.namespace, labels))
+    elif plan.outcome is not None:
+        records.append(record_config_map(outcome_name(job.name), job.namespace, labels, plan.outcome))
+    return records
 
 
 def size_problems(job: MXJob, wiring: ClusterWiring) -> list[str]:

@@ -1,0 +1,102 @@
+"""What a job's hook remembers in its children, so that a stale parent cannot make it forget.
+
+Real Metacontroller reads the parent and the children from separate caches and writes the status
+after the children: a sync often sees the status of one sync earlier with the children of now
+(docs/lifecycle.md, "Why the outcome is recorded in a child"). So the hook never acts
+irreversibly on memory kept only in status: it first writes the fact into a child, and takes a
+destructive step (deleting pods) only on a later sync that observes that child.
+
+The records are ConfigMaps created once and never changed (`immutable: true`, the CompositeController
+rule OnDelete or an unchanged InPlace object): a create is the one write that either happens
+whole or not at all, and an immutable record cannot be edited into something else. One record
+holds a JSON object under one key. This module owns their shape; each kind decides what goes in.
+- `<job>-outcome`: the job's outcome, the whole terminal status as the hook wrote it. Once it is
+  observed the job is terminal, whatever the status says, and the status is the record's.
+- `<pod>-restart-<n>`: the n-th recreation of one pod (MXJob), with what the failure showed.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from hooks.shared.k8s import JSON
+
+RECORD_KEY = "record"
+OUTCOME_SUFFIX = "-outcome"
+RESTART_INFIX = "-restart-"
+MAX_RECORD_TEXT = 512 * 1024  # far below a ConfigMap's 1 MiB; a record of ours is a few KB
+
+
+class Record(NamedTuple):
+    """An observed record: its JSON object, or why it cannot be read (then `data` is empty)."""
+
+    data: Mapping[str, Any]
+    problem: str | None = None
+
+
+def outcome_name(job_name: str) -> str:
+    """`<job>-outcome`: no pod or other ConfigMap of a job ends so (theirs end in an index or a fixed word)."""
+    return job_name + OUTCOME_SUFFIX
+
+
+def restart_record_name(pod_name: str, attempt: int) -> str:
+    """`<pod>-restart-<attempt>`: the record of the attempt-th recreation of that pod."""
+    return f"{pod_name}{RESTART_INFIX}{attempt}"
+
+
+def record_config_map(name: str, namespace: str | None, labels: Mapping[str, str], data: Mapping[str, Any]) -> JSON:
+    """A record ConfigMap: the compact JSON of `data`, keys in the order given (the order the hook
+    writes them, so the status read back from a record has the bytes it was written with)."""
+    meta: JSON = {"name": name, "labels": dict(labels)}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    text = json.dumps(data, separators=(",", ":"))
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "immutable": True,
+            "data": {RECORD_KEY: text}}
+
+
+def observed_record_as_desired(observed: Mapping[str, Any], namespace: str | None, labels: Mapping[str, str]) -> JSON:
+    """An observed record answered back with its data as it is, so an answer never changes (or
+    deletes) it; the rest as the builder writes it (Metacontroller adds its own labels, such as
+    controller-uid, which the answer leaves to it, as for every child)."""
+    meta: JSON = {"name": (observed.get("metadata") or {}).get("name"), "labels": dict(labels)}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "immutable": True,
+            "data": dict(observed.get("data") or {})}
+
+
+def read_record(observed: Mapping[str, Any] | None) -> Record | None:
+    """The record in an observed ConfigMap; None when there is none."""
+    if observed is None:
+        return None
+    data = observed.get("data")
+    text = data.get(RECORD_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(text, str) or len(text) > MAX_RECORD_TEXT:
+        return Record({}, f"ConfigMap {_name(observed)} has no data.{RECORD_KEY} the hook can read")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return Record({}, f"ConfigMap {_name(observed)} data.{RECORD_KEY} is not JSON")
+    if not isinstance(value, dict):
+        return Record({}, f"ConfigMap {_name(observed)} data.{RECORD_KEY} is not a JSON object")
+    return Record(value)
+
+
+def restart_records(config_maps: Mapping[str, Any]) -> dict[str, dict[int, Record]]:
+    """Every observed restart record, by pod name, then by attempt number."""
+    found: dict[str, dict[int, Record]] = {}
+    for name, obj in config_maps.items():
+        pod, infix, tail = name.rpartition(RESTART_INFIX)
+        if not (infix and pod and tail.isdigit() and len(tail) <= 9 and tail[0] != "0"):
+            continue
+        record = read_record(obj)
+        if record is not None:
+            found.setdefault(pod, {})[int(tail)] = record
+    return found
+
+
+def _name(observed: Mapping[str, Any]) -> str:
+    meta = observed.get("metadata")
+    return str(meta.get("name")) if isinstance(meta, Mapping) else "?"
