@@ -200,6 +200,14 @@ def test_sdk_waits_for_the_terminal_conditions(state, job):
             wait({"Succeeded", "Failed"})
 
 
+def test_sdk_cannot_wait_for_suspended_and_selects_no_mxtune_type_as_the_page_says():
+    client = sdk_client(crd_defaults(dict(LIFECYCLE)["Suspended"]))
+    with pytest.raises(ValueError):
+        client.wait_for_job_conditions(name="mx", namespace="ns", expected_conditions={"Suspended"})
+    with pytest.raises(ValueError):
+        client.get_job_pod_names(name="mx", namespace="ns", replica_type="tuner")
+
+
 def test_sdk_reads_a_job_stored_without_run_policy_thanks_to_the_crd_default():
     job = copy.deepcopy(LIFECYCLE[1][1])
     job["spec"].pop("runPolicy", None)
@@ -387,6 +395,15 @@ def test_a_queued_job_with_a_key_kueue_would_not_count_runs_no_pod(key):
     # Without a queue the key is accepted as before (case-insensitive).
     del job["metadata"]["labels"]
     assert len([c for c in Sim(job).sync()["children"] if c["kind"] == "Pod"]) == 6
+
+
+def test_the_deprecated_queue_annotation_queues_the_job_too():
+    job = _queued_job()
+    job["metadata"]["annotations"] = job["metadata"].pop("labels")
+    job["spec"]["mxReplicaSpecs"]["server"] = job["spec"]["mxReplicaSpecs"].pop("Server")
+    answer = Sim(job).sync()
+    assert answer["children"] == []
+    assert "spec.mxReplicaSpecs.server: a job queued in Kueue" in answer["status"]["conditions"][-1]["message"]
 
 
 def test_kueue_admission_is_accepted_and_the_pods_carry_what_it_wrote():
