@@ -250,8 +250,12 @@ def _keys_anywhere(node: Any, key: str) -> list[str]:
     return []
 
 
-def test_schema_declares_no_defaults_because_the_hook_applies_them():
-    assert _keys_anywhere(SCHEMA, "default") == []
+def test_schema_declares_only_the_defaults_clients_need_and_the_hook_assumes():
+    # The hook applies defaults; the schema declares just two, for clients that read stored
+    # objects (docs/ecosystem.md): the training SDK needs runPolicy, Kueue needs jobMode.
+    assert _keys_anywhere(SCHEMA, "default") == ["default", "default"]
+    assert SPEC_SCHEMA["properties"]["runPolicy"]["default"] == {}
+    assert SPEC_SCHEMA["properties"]["jobMode"]["default"] == "MXTrain"
 
 
 def _untyped_nodes(schema: dict, path: str = "") -> list[str]:
@@ -291,6 +295,11 @@ def test_iterating_rules_run_over_a_bounded_map():
     for rule in RULES:
         if any(macro in rule.source for macro in (".all(", ".exists(", ".filter(")):
             assert rule.path in {("spec",), ("spec", "mxReplicaSpecs")}, rule
+    # The suspended-edit rule also looks at the keys of each template, its metadata and its spec.
+    template = replica_specs["additionalProperties"]["properties"]["template"]
+    assert template["maxProperties"] == 4
+    assert template["properties"]["metadata"]["maxProperties"] == 32
+    assert template["properties"]["spec"]["maxProperties"] == 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -623,10 +632,67 @@ def _rename_key(o):
 
 
 IMMUTABLE_SPECS = "spec.mxReplicaSpecs is immutable"
+IMMUTABLE_LAYOUT = "the replica types and their replicas are immutable"
 IMMUTABLE_MODE = "spec.jobMode is immutable"
 
+
+def _suspended(obj: dict, value: bool = True) -> dict:
+    return _edit(obj, lambda o: o["spec"].setdefault("runPolicy", {}).update(suspend=value))
+
+
+# What Kueue v0.5-v0.10 writes into every replica template when it admits a job (RunWithPodSetsInfo),
+# here with topology-aware scheduling: labels, an annotation, nodeSelector, tolerations and a gate.
+KUEUE_INFO = {
+    "labels": {"kueue.x-k8s.io/podset": "worker", "kueue.x-k8s.io/tas": "true"},
+    "annotations": {"kueue.x-k8s.io/workload": "mxjob-x-abcde"},
+    "nodeSelector": {"instance-type": "on-demand"},
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+}
+
+
+def _kueue_injects(o: dict) -> None:
+    for spec in o["spec"]["mxReplicaSpecs"].values():
+        meta = spec["template"].setdefault("metadata", {})
+        meta.setdefault("labels", {}).update(KUEUE_INFO["labels"])
+        meta.setdefault("annotations", {}).update(KUEUE_INFO["annotations"])
+        pod = spec["template"]["spec"]
+        pod["nodeSelector"] = dict(KUEUE_INFO["nodeSelector"])
+        pod["tolerations"] = list(KUEUE_INFO["tolerations"])
+        pod["schedulingGates"] = list(KUEUE_INFO["schedulingGates"])
+
+
+SUSPENDED = _suspended(BASE)
+ADMITTED = _edit(_suspended(BASE, False), _kueue_injects)  # Kueue's admission: one update
+
+KUEUE_UPDATE_ACCEPTS = {
+    "kueue-admits-suspended-job-with-template-fields": (SUSPENDED, ADMITTED),
+    "kueue-evicts-and-restores-templates": (ADMITTED, SUSPENDED),
+    "suspended-job-template-fields-edited": (SUSPENDED, _edit(SUSPENDED, _kueue_injects)),
+}
+
+
+@pytest.mark.parametrize("old,new", KUEUE_UPDATE_ACCEPTS.values(), ids=KUEUE_UPDATE_ACCEPTS.keys())
+def test_update_accepted_for_kueue(old, new):
+    assert old != new and schema_errors(new) == []
+    assert broken_rules(new, old=old) == []
+
+
 UPDATE_REJECTS = {
-    "worker-replicas-changed": (BASE, _edit(BASE, _set_replicas), [IMMUTABLE_SPECS]),
+    "worker-replicas-changed": (BASE, _edit(BASE, _set_replicas), [IMMUTABLE_SPECS, IMMUTABLE_LAYOUT]),
+    "template-fields-of-a-running-job": (BASE, _edit(BASE, _kueue_injects), [IMMUTABLE_SPECS]),
+    "image-changed-while-suspended": (SUSPENDED, _edit(SUSPENDED, _set_image), [IMMUTABLE_SPECS]),
+    "image-changed-on-admission": (SUSPENDED, _edit(ADMITTED, _set_image), [IMMUTABLE_SPECS]),
+    "replicas-changed-while-suspended": (SUSPENDED, _edit(SUSPENDED, _set_replicas), [IMMUTABLE_LAYOUT]),
+    "restart-policy-changed-while-suspended": (SUSPENDED, _edit(SUSPENDED, _set_restart_policy),
+                                               [IMMUTABLE_SPECS]),
+    "template-top-level-key-added-while-suspended": (
+        SUSPENDED, _edit(SUSPENDED, lambda o: o["spec"]["mxReplicaSpecs"]["Worker"]["template"].update(x={})),
+        [IMMUTABLE_SPECS]),
+    "metadata-name-set-while-suspended": (
+        SUSPENDED, _edit(SUSPENDED, lambda o: o["spec"]["mxReplicaSpecs"]["Worker"]["template"].update(
+            metadata={"name": "n"})), [IMMUTABLE_SPECS]),
+    "key-respelled-while-suspended": (SUSPENDED, _edit(SUSPENDED, _rename_key), [IMMUTABLE_LAYOUT]),
     "image-changed-inside-free-form-template": (
         BASE,
         _edit(BASE, _set_image),
@@ -634,8 +700,8 @@ UPDATE_REJECTS = {
     ),
     "env-added-inside-free-form-template": (BASE, _edit(BASE, _add_env), [IMMUTABLE_SPECS]),
     "restart-policy-changed": (BASE, _edit(BASE, _set_restart_policy), [IMMUTABLE_SPECS]),
-    "key-respelled": (BASE, _edit(BASE, _rename_key), [IMMUTABLE_SPECS]),
-    "train-to-tune": (BASE, BASE_TUNE, [IMMUTABLE_SPECS, IMMUTABLE_MODE]),
+    "key-respelled": (BASE, _edit(BASE, _rename_key), [IMMUTABLE_SPECS, IMMUTABLE_LAYOUT]),
+    "train-to-tune": (BASE, BASE_TUNE, [IMMUTABLE_SPECS, IMMUTABLE_LAYOUT, IMMUTABLE_MODE]),
     "default-mode-to-tune": (
         BASE_NO_MODE,
         _edit(BASE_NO_MODE, lambda o: o["spec"].update(jobMode="MXTune")),

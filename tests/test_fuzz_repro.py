@@ -80,26 +80,23 @@ EXPECTED = {
     "generated/39-5xx-child-object-wrong-shape-500-attributeerror-hooks-observ": BAD_REQUEST,
     "generated/40-5xx-500-attributeerror-hooks-conditions-py-20-parse-rfc3339": VALID,
     "generated/41-5xx-500-typeerror-hooks-children-py-68-listcomp": FAILED_VALIDATION,
-    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
-    # the cluster ConfigMap), so it is not checked: a valid answer.
-    "generated/42-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    # A wrong shape in an observed pod's env, which the layout guard reads (DMLC_NUM_*): malformed.
+    "generated/42-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
     "generated/43-5xx-500-typeerror-hooks-children-py-29-pod-for": FAILED_VALIDATION,
     "generated/44-accepted-invalid-spec-pod-label-invalid": FAILED_VALIDATION,
     "generated/45-accepted-invalid-spec-pod-port-name-invalid": FAILED_VALIDATION,
     "generated/46-accepted-invalid-spec-pod-port-protocol-invalid": FAILED_VALIDATION,
     "generated/47-5xx-500-overflowerror-hooks-lifecycle-py-253-deadline": VALID,
     "generated/48-accepted-invalid-spec-pod-env-value-not-string": FAILED_VALIDATION,
-    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
-    # the cluster ConfigMap), so it is not checked: a valid answer.
-    "generated/49-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    # A wrong shape in an observed pod's env, which the layout guard reads (DMLC_NUM_*): malformed.
+    "generated/49-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
     "generated/50-5xx-500-keyerror-hooks-children-py-42-listcomp": FAILED_VALIDATION,
     "generated/51-5xx-500-typeerror-hooks-lifecycle-py-59-decide": VALID,
     "generated/52-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
     "generated/53-5xx-500-typeerror-hooks-sync-py-75-genexpr": FAILED_VALIDATION,
     "generated/54-5xx-500-keyerror-hooks-children-py-41-listcomp": FAILED_VALIDATION,
-    # A wrong shape in an observed pod's spec, which the core no longer reads (the layout guard reads
-    # the cluster ConfigMap), so it is not checked: a valid answer.
-    "generated/55-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": VALID,
+    # A wrong shape in an observed pod's env, which the layout guard reads (DMLC_NUM_*): malformed.
+    "generated/55-5xx-child-object-wrong-shape-500-attributeerror-hooks-sync-p": BAD_REQUEST,
     "generated/56-accepted-invalid-spec-pod-container-name-invalid": FAILED_VALIDATION,
     "generated/57-accepted-invalid-spec-pod-port-not-object": FAILED_VALIDATION,
     "generated/58-5xx-child-object-wrong-shape-500-typeerror-hooks-observed-py": BAD_REQUEST,
@@ -114,6 +111,13 @@ EXPECTED = {
     # A port protocol that is a list (or an object) crashed the Service port check with a 500.
     "turn3/01-port-protocol-list-500": FAILED_VALIDATION,
     "turn3/01b-port-protocol-list-500-on-running-job": SPEC_ERROR,
+    # Turn 3: a layout edit (2 workers to 1) while pods run is refused whatever the request shows of
+    # the job having started, not only when the cluster ConfigMap is observed: every child kept.
+    "turn3/02-layout-edit-configmap-deleted-drops-running-pod": SPEC_ERROR,
+    "turn3/02a-layout-edit-configmap-observed-control": SPEC_ERROR,
+    "turn3/02b-layout-edit-no-configmap-rule-drops-running-pod": SPEC_ERROR,
+    "turn3/02c-layout-edit-configmap-terminating-drops-running-pod": SPEC_ERROR,
+    "turn3/02d-upgrade-refused-edit-applied-drops-running-pod": SPEC_ERROR,
 }
 
 # A status field the hook did not write in its own shape: ignored, and named in statusWarnings.

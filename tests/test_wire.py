@@ -92,7 +92,12 @@ def test_the_selective_decode_leaves_out_what_the_core_never_reads():
     sim.run()
     decoded = DECODER.decode(json.dumps(sim.request()).encode())
     pod = decoded["children"]["Pod.v1"]["mx-worker-0"]
-    assert "spec" not in pod and set(pod) == {"apiVersion", "kind", "metadata", "status"}
+    assert set(pod) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    # Of the pod spec, only the containers' names and plain env values (the layout guard's DMLC_NUM_*).
+    container = pod["spec"]["containers"][0]
+    assert set(pod["spec"]) == {"containers"} and set(container) == {"name", "env"}
+    assert {"name": "DMLC_NUM_WORKER", "value": "2"} in container["env"]
+    assert all(set(e) <= {"name", "value"} for e in container["env"])
     assert decoded["parent"] == sim.parent  # the parent is decoded whole
 
 

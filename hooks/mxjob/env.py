@@ -81,13 +81,17 @@ def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> lis
     if scheduler is not None and scheduler.replicas > 0:
         env.append({"name": "DMLC_PS_ROOT_PORT", "value": str(scheduler.port)})
         env.append({"name": "DMLC_PS_ROOT_URI", "value": child_name(job.name, "Scheduler", 0)})
-    env.append({"name": "DMLC_NUM_SERVER", "value": str(_count(job, "Server"))})
-    env.append({"name": "DMLC_NUM_WORKER", "value": str(_count(job, "Worker"))})
+    env.extend({"name": name, "value": value} for name, value in layout_env(job).items())
     env.append({"name": "DMLC_ROLE", "value": rtype.lower()})
     env.append({"name": "DMLC_USE_KUBERNETES", "value": "1"})
     if rtype == "Worker":
         env.append({"name": "DMLC_WORKER_ID", "value": str(index)})
     return env
+
+
+def layout_env(job: MXJob) -> dict[str, str]:
+    """The env entries that carry the job's replica counts, by name (the layout guard reads them back)."""
+    return {"DMLC_NUM_SERVER": str(_count(job, "Server")), "DMLC_NUM_WORKER": str(_count(job, "Worker"))}
 
 
 def merge_env(operator_env: list[JSON], user_env: list[Any]) -> list[Any]:

@@ -33,6 +33,9 @@ RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 SUCCESS_POLICIES = ("", "AllWorkers")
 
+# Kueue (v0.5-v0.10) queues a job carrying this label (or, deprecated, this annotation) and
+# reserves quota for the replica keys it finds spelt exactly as REPLICA_TYPES.
+KUEUE_QUEUE_KEY = "kueue.x-k8s.io/queue-name"
 MAIN_CONTAINER = "mxnet"
 PORT_NAME = "mxjob-port"
 DEFAULT_PORT = 9091
@@ -150,6 +153,7 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
         problems.append(f"spec.successPolicy: {show(success_policy)} is not one of \"\", AllWorkers")
     run_policy = _parse_run_policy(spec, problems, gang=gang)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
+    _check_queued_keys(meta, replicas, problems)
     if job_mode in JOB_MODES:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
@@ -227,6 +231,23 @@ def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec
         if spec is not None:
             parsed[rtype] = spec
     return {t: parsed[t] for t in REPLICA_TYPES if t in parsed}
+
+
+def _check_queued_keys(meta: Mapping[str, Any], replicas: Mapping[str, ReplicaSpec],
+                       problems: list[str]) -> None:
+    """A job queued in Kueue must spell its replica keys exactly: Kueue counts no other key.
+
+    Kueue looks replica keys up verbatim, so the pods of a `worker` key would run outside the
+    quota its queue reserved. Without a queue the keys stay case-insensitive, as always.
+    """
+    queued = any(isinstance(m, Mapping) and KUEUE_QUEUE_KEY in m
+                 for m in (meta.get("labels"), meta.get("annotations")))
+    if not queued:
+        return
+    for rtype, spec in replicas.items():
+        if spec.path != f"spec.mxReplicaSpecs.{rtype}":
+            problems.append(f"{spec.path}: a job queued in Kueue (label {KUEUE_QUEUE_KEY}) must "
+                            f"spell its replica types exactly, as Kueue counts them; rename it to {rtype}")
 
 
 def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) -> ReplicaSpec | None:

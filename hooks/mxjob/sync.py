@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
-from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
 from hooks.mxjob.lifecycle import Memory, Plan, decide
 from hooks.mxjob.names import job_labels
-from hooks.mxjob.observed import replica_slots, view_pods
+from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.shared.answers import invalid_spec_message
 from hooks.shared.conditions import Conditions, rfc3339
@@ -48,6 +48,8 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "kind": str,
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
                  "annotations": dict[str, str], "deletionTimestamp": str},
+    # The layout guard reads the DMLC_NUM_* entries of live pods (changed_since_created).
+    "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}]}]},
     "status": {"phase": str,
                "containerStatuses": [{"name": str, "restartCount": int,
                                       "state": {"terminated": {"exitCode": int, "finishedAt": str}},
@@ -84,14 +86,14 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     try:
         job = parse_mxjob(parent, gang=gang is not None)
         wiring = cluster_wiring(job)
-        problems = size_problems(job, wiring) or changed_since_created(wiring, observed.config_maps)
+        slots = replica_slots(job)
+        problems = size_problems(job, wiring) or changed_since_created(job, wiring, slots, observed)
         if problems:
             raise SpecError(problems)
         podgroup = podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
         return _invalid_spec(parent, old_status, observed, err, now)
 
-    slots = replica_slots(job)
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts)
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
@@ -160,22 +162,47 @@ def size_problems(job: MXJob, wiring: ClusterWiring) -> list[str]:
             f"replicas (fewer with a longer job name)"]
 
 
-def changed_since_created(wiring: ClusterWiring, observed_config_maps: Mapping[str, Any]) -> list[str]:
+def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot],
+                          observed: Observed) -> list[str]:
     """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
 
-    The job's ConfigMap holds the cluster map its pods were built for, so comparing it with the
-    one the spec gives now tells whether the layout changed. Acting on a changed layout would
-    delete pods (fewer replicas) or mix two cluster layouts (more).
+    Acting on a changed layout would delete pods (fewer replicas) or mix two cluster layouts
+    (more), so any sign in the request that the job was started with another layout refuses it:
+    - the observed `<job>-cluster` ConfigMap holds another cluster map than the spec gives now;
+    - a live pod (not terminating) has a name outside the new layout;
+    - a live pod's DMLC_NUM_SERVER or DMLC_NUM_WORKER differs from the new counts.
+    The pods are checked too because the ConfigMap is not always observed while pods run: deleted
+    by hand, terminating, a CompositeController without the ConfigMap child rule, or a job
+    created before the ConfigMap existed.
     """
-    observed = observed_config_maps.get(wiring.config_map)
+    if _config_map_differs(wiring, observed.config_maps) or _pods_differ(job, slots, observed.pods):
+        return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
+                "has the replica layout built in); restore the previous mxReplicaSpecs "
+                "and jobMode, or delete the MXJob and create it again"]
+    return []
+
+
+def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:
+    observed = config_maps.get(wiring.config_map)
     if not isinstance(observed, Mapping) or (observed.get("metadata") or {}).get("deletionTimestamp"):
-        return []
+        return False
     data = observed.get("data")
-    if isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster:
-        return []
-    return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
-            "has the replica layout built in); restore the previous mxReplicaSpecs "
-            "and jobMode, or delete the MXJob and create it again"]
+    return not (isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster)
+
+
+def _pods_differ(job: MXJob, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
+    counts = layout_env(job)
+    for name, pod in pods.items():
+        if not isinstance(pod, Mapping) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # on its way out: deleting it again changes nothing
+        if name not in slots:
+            return True
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for entry in (container.get("env") or []) if isinstance(container, Mapping) else []:
+                if (isinstance(entry, Mapping) and entry.get("name") in counts
+                        and "value" in entry and entry["value"] != counts[entry["name"]]):
+                    return True
+    return False
 
 
 def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:

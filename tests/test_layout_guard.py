@@ -1,0 +1,81 @@
+"""The layout guard: an edit of mxReplicaSpecs or jobMode that got past admission never touches a started job.
+
+The request shows that a job has started through its cluster ConfigMap, and also through its live
+pods: a pod outside the new layout, or one whose DMLC_NUM_* entries give other counts. Either is
+enough, so a job whose ConfigMap is not observed (deleted, terminating, no child rule, or older
+than the ConfigMap) is protected too (tests/fuzz_repro/turn3/02* are the reproducers).
+"""
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+from hooks.mxjob.sync import sync_mxjob
+
+NOW = datetime(2026, 3, 1, 12, 5, tzinfo=UTC)
+
+
+def _job(workers: int) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+            "metadata": {"name": "j", "namespace": "default", "uid": "u"},
+            "spec": {"mxReplicaSpecs": {"Worker": {"replicas": workers, "template": {"spec": {
+                "containers": [{"name": "mxnet", "image": "mxnet/python:1.9.1"}]}}}}},
+            "status": {"startTime": "2026-03-01T12:00:00Z"}}
+
+
+def _started(workers: int) -> dict:
+    """The request of a job with `workers` running pods, as its own first answer made them."""
+    request = {"parent": _job(workers), "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}}}
+    for child in sync_mxjob(request, now=NOW)["children"]:
+        key = f"{child['kind']}.v1"
+        observed = copy.deepcopy(child)
+        observed["metadata"]["uid"] = f"uid-{child['metadata']['name']}"
+        if child["kind"] == "Pod":
+            observed["status"] = {"phase": "Running"}
+        request["children"][key][child["metadata"]["name"]] = observed
+    return request
+
+
+def _edited(request: dict, workers: int, *, drop_config_map: bool) -> dict:
+    edited = copy.deepcopy(request)
+    edited["parent"]["spec"]["mxReplicaSpecs"]["Worker"]["replicas"] = workers
+    if drop_config_map:
+        edited["children"]["ConfigMap.v1"] = {}
+    return edited
+
+
+def _kept_everything(request: dict) -> bool:
+    answer = sync_mxjob(request, now=NOW)
+    observed = {(k.split(".")[0], n) for k, objs in request["children"].items() for n in objs}
+    return ("changed after the job's pods were created" in answer["status"].get("specError", "")
+            and {(c["kind"], c["metadata"]["name"]) for c in answer["children"]} == observed)
+
+
+def test_more_workers_without_an_observed_config_map_is_refused_by_the_pods_counts():
+    # Every running pod keeps its name in the new layout; only its DMLC_NUM_WORKER tells.
+    assert _kept_everything(_edited(_started(1), 2, drop_config_map=True))
+
+
+def test_fewer_workers_without_an_observed_config_map_is_refused_by_a_pod_outside_the_layout():
+    assert _kept_everything(_edited(_started(2), 1, drop_config_map=True))
+
+
+def test_the_observed_config_map_alone_still_refuses_an_edit():
+    request = _edited(_started(1), 2, drop_config_map=False)
+    request["children"]["Pod.v1"] = {}
+    assert _kept_everything(request)
+
+
+def test_terminating_pods_outside_the_layout_do_not_count():
+    request = _edited(_started(2), 1, drop_config_map=True)
+    request["children"]["Pod.v1"]["j-worker-1"]["metadata"]["deletionTimestamp"] = "2026-03-01T12:04:00Z"
+    request["children"]["Pod.v1"]["j-worker-0"]["spec"]["containers"][0]["env"] = []
+    answer = sync_mxjob(request, now=NOW)
+    assert "specError" not in answer["status"]
+
+
+def test_an_unchanged_job_is_not_refused():
+    request = _started(2)
+    assert "specError" not in sync_mxjob(request, now=NOW)["status"]
+    request["children"]["ConfigMap.v1"] = {}
+    assert "specError" not in sync_mxjob(request, now=NOW)["status"]
