@@ -27,6 +27,7 @@ import yaml
 from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
 from .crds import served_kinds
+from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
-                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log")
+                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=args.client_qps,
+                                       client_burst=args.client_burst, stale=args.stale_reads)
                 signals.cluster = cluster
                 try:
                     cluster.submit(job)  # empties the job's folder: only under the lock
@@ -414,6 +416,13 @@ def parser() -> argparse.ArgumentParser:
     run_parser = sub.add_parser("run", help="run one MXJob or ChainerJob to the end; exit 0 only if it succeeded")
     run_parser.add_argument("file", help="a YAML file holding one MXJob or ChainerJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
+    run_parser.add_argument("--client-qps", type=_positive_float, default=CLIENT_QPS,
+                            help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
+    run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,
+                            help=f"requests allowed at once before the rate applies (its --client-go-burst; default {CLIENT_BURST})")
+    run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
+                            help="serve the sync hook a parent one status write behind its children, or the reverse, "
+                                 "as Metacontroller's informer caches can (default: fresh reads)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
     logs_parser.add_argument("pod")
@@ -421,6 +430,20 @@ def parser() -> argparse.ArgumentParser:
     logs_parser.add_argument("-n", "--namespace", default="default", help="the job's namespace (default: default)")
     logs_parser.add_argument("-f", "--follow", action="store_true", help="keep printing while the job's `run` goes on")
     return top
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
 from .kubelet import RESTART_BACKOFF, ProcessKubelet
-from .metacontroller import MetacontrollerStandIn
+from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .statefulset import StatefulSetController
 from .store import Store, StoreError
 from .types import KubeObject
@@ -86,14 +86,15 @@ class LocalCluster:
         config: ControllerConfig | None = None,
         configs: list[ControllerConfig] | None = None,
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
-        sync_backoff: tuple[float, float] = (0.05, 5.0),
+        time_scale: float = 1.0,
+        client_qps: float = CLIENT_QPS,
+        client_burst: int = CLIENT_BURST,
+        stale: Stale | None = None,
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
     ):
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
-        # The MXJob controller's configuration stays `config` (what older callers and tests read).
-        self.config = next((c for c in self.configs if c.parent_kind == "MXJob"), self.configs[0])
         self.store = Store()
         self.dns = ClusterDNS(self._service_names)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
@@ -104,13 +105,10 @@ class LocalCluster:
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy
-        self._sync_backoff, self._hot_loop_syncs = sync_backoff, hot_loop_syncs
+        # One Metacontroller process: one client throttle for every controller's API calls.
+        self.throttle = ClientThrottle(client_qps, client_burst)
+        self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self.controllers: dict[str, MetacontrollerStandIn] = {}
-
-    @property
-    def controller(self) -> MetacontrollerStandIn | None:
-        """The stand-in of `config` (the MXJob controller when there is one)."""
-        return self.controllers.get(self.config.parent_kind)
 
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
@@ -134,8 +132,8 @@ class LocalCluster:
                 backend = self.proxy.url
             for config in self.configs:
                 self.controllers[config.parent_kind] = MetacontrollerStandIn(
-                    self.store, config, backend, backoff=self._sync_backoff, hot_loop_syncs=self._hot_loop_syncs
-                )
+                    self.store, config, backend, time_scale=self._time_scale, throttle=self.throttle, stale=self._stale,
+                    hot_loop_syncs=self._hot_loop_syncs)
             for controller in self.controllers.values():
                 controller.start()
             self.jobs.start()

@@ -51,7 +51,7 @@ def gang_controller(tmp_path: Path, component: str, controller: str = "mxjob-con
 @contextmanager
 def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", config=config, sync_backoff=(0.05, 0.4)) as cluster:
+    with LocalCluster(tmp_path / "state", config=config) as cluster:
         yield cluster
 
 
