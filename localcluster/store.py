@@ -78,7 +78,10 @@ def _validate(obj: KubeObject) -> None:
 class Store:
     """Objects keyed by (apiVersion, kind, namespace, name), with watches."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, new_uid: Callable[[], str] | None = None, now: Callable[[], str] = now_rfc3339) -> None:
+        """`new_uid` and `now` give uids and timestamps (scenario tests pass reproducible ones)."""
+        self._new_uid = new_uid or (lambda: str(uuid.uuid4()))
+        self._now = now
         self._objects: dict[Key, KubeObject] = {}
         self._lock = threading.RLock()
         self._versions = itertools.count(1)
@@ -166,11 +169,11 @@ class Store:
             if key in self._objects:
                 raise StoreError(409, "AlreadyExists", f"{key[1]} {key[3]!r} already exists")
             if not (restore and meta.get("uid")):
-                meta["uid"] = str(uuid.uuid4())
+                meta["uid"] = self._new_uid()
             if not (restore and meta.get("generation")):
                 meta["generation"] = 1
             if not (restore and meta.get("creationTimestamp")):
-                meta["creationTimestamp"] = now_rfc3339()
+                meta["creationTimestamp"] = self._now()
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
             self._bump(obj)
@@ -235,7 +238,7 @@ class Store:
             if kind == "Pod" and api_version == "v1" and stored.get("spec", {}).get("nodeName"):
                 # The kubelet owns the end of a bound Pod: it stops the containers, then removes it.
                 grace = stored.get("spec", {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-                stored["metadata"]["deletionTimestamp"] = now_rfc3339()
+                stored["metadata"]["deletionTimestamp"] = self._now()
                 stored["metadata"]["deletionGracePeriodSeconds"] = grace
                 self._bump(stored)
                 self._notify(MODIFIED, stored)

@@ -423,7 +423,7 @@ def test_an_edited_cluster_config_map_is_reported_not_acted_on():
     step(sim)
     sim.run()
     step(sim)
-    sim.config_maps["mx-cluster"]["data"]["cluster"] = '{"worker":[]}'
+    sim.change("v1", "ConfigMap", "mx-cluster", lambda cm: cm["data"].update(cluster='{"worker":[]}'))
     answer = step(sim)
     assert "changed after the job's pods were created" in sim.status["specError"]
     assert sorted(c["metadata"]["name"] for c in answer["children"] if c["kind"] == "Pod") == pods(sim)
