@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,13 +91,18 @@ class LocalCluster:
         client_qps: float = CLIENT_QPS,
         client_burst: int = CLIENT_BURST,
         stale: Stale | None = None,
+        strict_dns: bool = True,
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
     ):
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
         self.store = Store()
-        self.dns = ClusterDNS(self._service_names)
+        self.dns = ClusterDNS(self.store, strict=strict_dns)
+        if strict_dns and not self.dns.strict:
+            print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
+                  "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
+                  "(docs/localcluster.md, 'DNS').", file=sys.stderr)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
                                       gate=GangGate(self.store))
         self.jobs = JobController(self.store)
@@ -113,9 +119,6 @@ class LocalCluster:
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
         return self.controllers.get((job or {}).get("kind", "")) if job else None
-
-    def _service_names(self, namespace: str) -> set[str]:
-        return {svc["metadata"]["name"] for svc in self.store.list("v1", "Service", namespace)}
 
     # --- lifecycle -------------------------------------------------------------------------------
 
