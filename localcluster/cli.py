@@ -272,8 +272,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
-                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=args.client_qps,
-                                       client_burst=args.client_burst, stale=args.stale_reads)
+                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=getattr(args, "client_qps", CLIENT_QPS),
+                                       client_burst=getattr(args, "client_burst", CLIENT_BURST),
+                                       stale=getattr(args, "stale_reads", None))
                 signals.cluster = cluster
                 try:
                     cluster.submit(job)  # empties the job's folder: only under the lock

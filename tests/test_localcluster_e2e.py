@@ -162,9 +162,13 @@ def test_each_process_sees_the_cluster_map_from_the_config_map_expanded_into_mx_
         lines = dict(line.split("=", 1) for line in cluster.log_path(f"wired-worker-{index}").read_text().splitlines()
                      if line.startswith(("MX_CONFIG=", "MXJOB_CLUSTER=")))
         config = json.loads(lines["MX_CONFIG"])
-        # Expanded by the kubelet from the ConfigMap, then pointed at loopback by the DNS stand-in.
+        # Expanded by the kubelet from the ConfigMap; the names stay and resolve through the pod's hosts
+        # file (strict DNS), or are pointed at loopback where strict names cannot run. Ports are mapped in both.
         assert config["cluster"] == json.loads(lines["MXJOB_CLUSTER"])
-        assert [entry["url"] for entry in config["cluster"]["worker"]] == ["127.0.0.1", "127.0.0.1"]
+        hosts = ["wired-worker-0", "wired-worker-1"] if cluster.dns.strict else ["127.0.0.1", "127.0.0.1"]
+        assert [entry["url"] for entry in config["cluster"]["worker"]] == hosts
+        assert [entry["port"] for entry in config["cluster"]["worker"]] == [
+            cluster.dns.local_port("default", f"wired-worker-{i}", 9091) for i in (0, 1)]
         assert config["task"] == {"index": index, "type": "worker"} and config["labels"] == {"worker": ""}
 
 
@@ -212,7 +216,8 @@ def test_suspend_removes_pods_and_resume_runs_to_success(cluster: LocalCluster):
     cluster.wait_for(lambda: len(cluster.pods("susp")) == 2, 20, what="pods created")
     cluster.update_job("susp", lambda job: job["spec"]["runPolicy"].__setitem__("suspend", True))
     cluster.wait_for(lambda: not cluster.pods("susp") and not cluster.children("susp", "Service"), 15, what="pods and services gone")
-    job = cluster.get_job("susp")
+    # Metacontroller writes the status after the children, one write at a time.
+    job = cluster.wait_for(lambda: (j := cluster.get_job("susp")) and condition(j, "Suspended") and j, 10, what="Suspended")
     assert condition(job, "Suspended")["status"] == "True" and not finished(job)
     time.sleep(1.5)  # stays suspended: nothing comes back by itself
     assert not cluster.pods("susp")
