@@ -272,7 +272,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
-                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=getattr(args, "client_qps", CLIENT_QPS),
+                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log",
+                                       client_qps=getattr(args, "client_qps", CLIENT_QPS),
                                        client_burst=getattr(args, "client_burst", CLIENT_BURST),
                                        stale=getattr(args, "stale_reads", None))
                 signals.cluster = cluster
