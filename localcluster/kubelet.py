@@ -618,18 +618,23 @@ class PodWorker(threading.Thread):
                 argv[0] = sys.executable
             elif os.sep not in argv[0]:
                 argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
-            if self.kubelet.dns.strict:
-                argv = self.kubelet.dns.wrap(argv, self.hosts_file)
-            try:
-                with self._lock:
-                    run.process = subprocess.Popen(
-                        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
-                        start_new_session=True,  # its own process group: signals reach its children too
-                    )
-            except OSError as err:
-                error = f"failed to start container process: {err}"
+            strict = self.kubelet.dns.strict
+            program = workdir / argv[0]  # an absolute argv[0] stays itself; a relative one runs from workdir
+            if strict and not (program.is_file() and os.access(program, os.X_OK)):
+                # The namespace wrapper would start and then fail; a command that cannot start is a StartError.
+                error = f"failed to start container process: [Errno 2] No such file or directory: {argv[0]!r}"
             else:
-                self._publish(run, env, workdir)
+                try:
+                    with self._lock:
+                        run.process = subprocess.Popen(
+                            self.kubelet.dns.wrap(argv, self.hosts_file) if strict else argv,
+                            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
+                            start_new_session=True,  # its own process group: signals reach its children too
+                        )
+                except OSError as err:
+                    error = f"failed to start container process: {err}"
+                else:
+                    self._publish(run, env, workdir)
         if error is not None:
             run.log.write(f"=== localcluster: {error}\n")
             run.process = None

@@ -515,7 +515,6 @@ class MetacontrollerStandIn(Emulation):
         # A faster clock for tests: every delay of Metacontroller's own (retries, resync ticks) divided by it.
         self.backoff, self.time_scale = backoff, time_scale
         self.hot_loop_syncs, self.hot_loop_window = hot_loop_syncs, hot_loop_window
-        self.syncs: list[tuple[float, str]] = []  # (monotonic time, uid) of every hook call, for `run` diagnostics
         self._queue: DelayQueue[str] = DelayQueue()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"metacontroller-{i}", daemon=True) for i in range(workers)]
@@ -591,7 +590,6 @@ class MetacontrollerStandIn(Emulation):
         state = self._states.get(uid)
         if state is None or state.hot_loop:
             return
-        self.syncs.append((time.monotonic(), uid))
         try:
             outcome = self.sync(uid)
         except SyncError as err:
