@@ -28,6 +28,7 @@ from .cluster import LocalCluster, check_dns_label, condition, finished, job_sta
 from .config import PARENT_KINDS
 from .crds import served_kinds
 from .fieldvalidation import pruned_job, unknown_fields_of
+from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -355,7 +356,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
-                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log")
+                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log",
+                                       client_qps=getattr(args, "client_qps", CLIENT_QPS),
+                                       client_burst=getattr(args, "client_burst", CLIENT_BURST),
+                                       stale=getattr(args, "stale_reads", None))
                 signals.cluster = cluster
                 try:
                     cluster.submit(job)  # empties the job's folder: only under the lock
@@ -519,6 +523,13 @@ def parser() -> argparse.ArgumentParser:
                                  "strict (or true) refuses the job (exit 2), ignore (or false) says nothing")
     run_parser.add_argument("--report-every", type=float, default=REPORT_EVERY_SECONDS, metavar="SECONDS",
                             help="while the job runs, note every pod's state and log errors this often (default 60)")
+    run_parser.add_argument("--client-qps", type=_positive_float, default=CLIENT_QPS,
+                            help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
+    run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,
+                            help=f"requests allowed at once before the rate applies (its --client-go-burst; default {CLIENT_BURST})")
+    run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
+                            help="serve the sync hook a parent one status write behind its children, or the reverse, "
+                                 "as Metacontroller's informer caches can (default: fresh reads)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
     logs_parser.add_argument("pod")
@@ -529,6 +540,20 @@ def parser() -> argparse.ArgumentParser:
     for subparser in (run_parser, logs_parser):
         subparser.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
     return top
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
 from .kubelet import RESTART_BACKOFF, ProcessKubelet
-from .metacontroller import MetacontrollerStandIn
+from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .statefulset import StatefulSetController
 from .store import Store, StoreError
 from .types import KubeObject
@@ -86,16 +87,22 @@ class LocalCluster:
         config: ControllerConfig | None = None,
         configs: list[ControllerConfig] | None = None,
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
-        sync_backoff: tuple[float, float] = (0.05, 5.0),
+        time_scale: float = 1.0,
+        client_qps: float = CLIENT_QPS,
+        client_burst: int = CLIENT_BURST,
+        stale: Stale | None = None,
+        strict_dns: bool = True,
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
     ):
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
-        # The MXJob controller's configuration stays `config` (what older callers and tests read).
-        self.config = next((c for c in self.configs if c.parent_kind == "MXJob"), self.configs[0])
         self.store = Store()
-        self.dns = ClusterDNS(self._service_names)
+        self.dns = ClusterDNS(self.store, strict=strict_dns)
+        if strict_dns and not self.dns.strict:
+            print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
+                  "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
+                  "(docs/localcluster.md, 'DNS').", file=sys.stderr)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
                                       gate=GangGate(self.store))
         self.jobs = JobController(self.store)
@@ -104,20 +111,14 @@ class LocalCluster:
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy
-        self._sync_backoff, self._hot_loop_syncs = sync_backoff, hot_loop_syncs
+        # One Metacontroller process: one client throttle for every controller's API calls.
+        self.throttle = ClientThrottle(client_qps, client_burst)
+        self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self.controllers: dict[str, MetacontrollerStandIn] = {}
-
-    @property
-    def controller(self) -> MetacontrollerStandIn | None:
-        """The stand-in of `config` (the MXJob controller when there is one)."""
-        return self.controllers.get(self.config.parent_kind)
 
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
         return self.controllers.get((job or {}).get("kind", "")) if job else None
-
-    def _service_names(self, namespace: str) -> set[str]:
-        return {svc["metadata"]["name"] for svc in self.store.list("v1", "Service", namespace)}
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -134,8 +135,8 @@ class LocalCluster:
                 backend = self.proxy.url
             for config in self.configs:
                 self.controllers[config.parent_kind] = MetacontrollerStandIn(
-                    self.store, config, backend, backoff=self._sync_backoff, hot_loop_syncs=self._hot_loop_syncs
-                )
+                    self.store, config, backend, time_scale=self._time_scale, throttle=self.throttle, stale=self._stale,
+                    hot_loop_syncs=self._hot_loop_syncs)
             for controller in self.controllers.values():
                 controller.start()
             self.jobs.start()

@@ -2,12 +2,14 @@
 
 Emulated: one pod at a time (parallelism and completions 1, the only shape the operators create),
 pods named `<job>-<5 random chars>` with the Job's labels, a scaled-down exponential delay before
-replacing a failed pod, `backoffLimit` (failed pods, plus container restarts under OnFailure) ending
-in Failed/BackoffLimitExceeded, `activeDeadlineSeconds` from startTime ending in
-Failed/DeadlineExceeded, Complete once a pod succeeds, and status
-active/ready/succeeded/failed/startTime/completionTime. Active pods are deleted when the Job fails.
-Not emulated: parallelism/completions above 1, indexed Jobs, suspend, pod failure policies,
-ttlSecondsAfterFinished, and the newer SuccessCriteriaMet/FailureTarget interim conditions.
+replacing a failed pod, `backoffLimit` (failed pods beyond it; under OnFailure, container restarts
+of the active pods reaching it, counted apart, as pastBackoffLimitOnFailure does) ending in
+BackoffLimitExceeded, `activeDeadlineSeconds` from startTime ending in DeadlineExceeded, success
+once a pod succeeds, and status active/ready/succeeded/failed/startTime/completionTime. As recent
+Kubernetes (delayTerminalCondition): the decided outcome is posted first as the interim condition
+SuccessCriteriaMet or FailureTarget, active pods are deleted, and Complete or Failed follows only
+once no pod is left running or terminating. Not emulated: parallelism/completions above 1, indexed
+Jobs, suspend, pod failure policies, ttlSecondsAfterFinished, status.terminating.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from .store import Store, StoreError, now_rfc3339
 from .types import KubeObject
 
 DEFAULT_BACKOFF_LIMIT = 6
+# The interim condition a recent Job posts when its outcome is decided, and the final one it posts once its pods are gone.
+INTERIM = {"SuccessCriteriaMet": "Complete", "FailureTarget": "Failed"}
+FINAL = tuple(INTERIM.values())
 # Kubernetes waits 10 s doubling to 6 min before replacing a failed pod; scaled down like the kubelet's.
 POD_BACKOFF = (0.5, 4.0)
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # what the API server's generateName draws from
@@ -36,6 +41,17 @@ def generated_name(prefix: str) -> str:
 def _seconds_since(timestamp: str) -> float:
     started = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     return (datetime.now(UTC) - started).total_seconds()
+
+
+def _past_backoff_limit_on_failure(spec: dict, active: list[KubeObject]) -> bool:
+    """job_controller.go pastBackoffLimitOnFailure: under OnFailure, the container restarts of the running and
+    pending pods reach backoffLimit (any restart when the limit is 0); failed pods are counted separately."""
+    if spec.get("template", {}).get("spec", {}).get("restartPolicy") != "OnFailure":
+        return False
+    restarts = sum(cs.get("restartCount", 0) for p in active if p.get("status", {}).get("phase") in ("Running", "Pending")
+                   for cs in p.get("status", {}).get("initContainerStatuses", []) + p.get("status", {}).get("containerStatuses", []))
+    limit = spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    return restarts > 0 if limit == 0 else restarts >= limit
 
 
 def _condition(type_: str, reason: str, message: str) -> dict:
@@ -75,25 +91,20 @@ class JobController(Reconciler):
         active = [p for p in pods if p["metadata"]["uid"] not in counted and not self.terminating(p)]
         succeeded = sum(1 for phase in counted.values() if phase == "Succeeded")
         failed = sum(1 for phase in counted.values() if phase == "Failed")
-        done = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions", []))
+        conditions = status.setdefault("conditions", [])
+        final = any(c.get("type") in FINAL and c.get("status") == "True" for c in conditions)
+        target = next((c for c in conditions if c.get("type") in INTERIM and c.get("status") == "True"), None)
         status.setdefault("startTime", now_rfc3339())
         again: float | None = None
-        ending: dict | None = None
-        if not done:
-            restarts = 0
-            if spec.get("template", {}).get("spec", {}).get("restartPolicy") == "OnFailure":
-                restarts = sum(cs.get("restartCount", 0) for p in active for cs in p.get("status", {}).get("containerStatuses", []))
+        decided_now = False
+        if not final and target is None:
             deadline = spec.get("activeDeadlineSeconds")
             if succeeded >= 1:
-                ending = _condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
-                status["completionTime"] = now_rfc3339()
-                done = True
-            elif failed + restarts > spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT):
-                ending = _condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-                done = True
+                target = _condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods")
+            elif failed > spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT) or _past_backoff_limit_on_failure(spec, active):
+                target = _condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
             elif deadline is not None and _seconds_since(status["startTime"]) >= deadline:
-                ending = _condition("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
-                done = True
+                target = _condition("FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline")
             else:
                 if deadline is not None:
                     again = max(0.05, deadline - _seconds_since(status["startTime"]))
@@ -105,15 +116,29 @@ class JobController(Reconciler):
                         again = min(again or wait, wait)
                     else:
                         active.append(self._create_pod(job))
-        if ending is not None:
-            status.setdefault("conditions", []).append(ending)
-        if done:
+            if target is not None:
+                conditions.append(target)
+                decided_now = True
+        if target is not None and not final:
+            # The outcome is decided: active pods go; Complete/Failed only once no pod is left running or terminating.
             for pod in active:
                 try:
                     self.store.delete("v1", "Pod", *key[:1], pod["metadata"]["name"])
                 except StoreError:
                     pass
             active = []
+            remaining = [p for p in self.owned_pods(job) if self.terminating(p) or p["metadata"]["uid"] not in counted]
+            if decided_now or remaining:
+                again = 0.0 if decided_now else None  # the pods' removal wakes us; a fresh decision is written first
+            else:
+                now = now_rfc3339()
+                conditions.append({**target, "type": INTERIM[target["type"]], "lastProbeTime": now, "lastTransitionTime": now})
+                if target["type"] == "SuccessCriteriaMet":
+                    status["completionTime"] = now
+        if final:
+            active = []
+        if not conditions:
+            del status["conditions"]
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if self.ready(p))
         status["succeeded"], status["failed"] = succeeded, failed

@@ -7,7 +7,8 @@ Decisions (docs/localcluster.md says the same):
 - The env starts from a small host allowlist (PATH with this venv first, HOME, LANG, ...), not the
   whole host env, so host DMLC_* settings cannot leak in; then the container's env resolved as the
   kubelet does (podenv: configMapKeyRef, fieldRef, `$(VAR)` expansion), then the DNS stand-in's
-  rewrite, then loopback-only ps-lite settings (LOOPBACK_ENV). A missing ConfigMap keeps the
+  rewrite (ports; names too where DNS cannot be strict, see dns.py), then loopback-only ps-lite
+  settings (LOOPBACK_ENV). A missing ConfigMap keeps the
   container waiting (CreateContainerConfigError) and is retried, as in a cluster.
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
@@ -295,6 +296,7 @@ class PodWorker(threading.Thread):
         self.pod_dir = kubelet.pods_dir / meta["namespace"] / meta["name"]
         self.state_root = self.pod_dir / self.uid  # this pod's volumes and bin/; a recreated pod gets its own
         self.hostname = self.spec.get("hostname") or meta["name"]
+        self.hosts_file = self.state_root / "etc-hosts"  # its /etc/hosts when names are strict (dns.py)
         self.maps = {c["name"]: path_map(self.state_root, pod, c)
                      for c in self.spec.get("initContainers", []) + self.spec.get("containers", [])}
         self._first_container = self.runs[0].name if self.runs else None
@@ -400,6 +402,8 @@ class PodWorker(threading.Thread):
         bin_dir.mkdir(parents=True, exist_ok=True)
         self._write_script(bin_dir / "hostname", f"#!/bin/sh\necho {shlex.quote(self.hostname)}\n")
         self._write_script(bin_dir / "kubectl", self._kubectl_wrapper())
+        if self.kubelet.dns.strict:
+            self.kubelet.dns.register(*self.key, self.hostname, self.hosts_file)
         if unsupported:
             log = self.kubelet.log_path(self.pod, self._first_container or "pod")
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -574,9 +578,11 @@ class PodWorker(threading.Thread):
         declared = resolve_env(container, self.pod, runtime=runtime,
                                config_map=lambda name: self.kubelet.store.get("v1", "ConfigMap", namespace, name))
         rewritten = self.kubelet.dns.rewrite_env(self.key[0], declared)
-        for name, value in LOOPBACK_OVERRIDES.items():
-            if name in rewritten:
-                rewritten[name] = value
+        if not self.kubelet.dns.strict:
+            # Names rewritten to loopback: a scheduler told to bind 0.0.0.0 would leave loopback for nothing.
+            for name, value in LOOPBACK_OVERRIDES.items():
+                if name in rewritten:
+                    rewritten[name] = value
         mapping = self.maps[container["name"]]
         rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
         return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}, rewritten
@@ -612,16 +618,23 @@ class PodWorker(threading.Thread):
                 argv[0] = sys.executable
             elif os.sep not in argv[0]:
                 argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
-            try:
-                with self._lock:
-                    run.process = subprocess.Popen(
-                        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
-                        start_new_session=True,  # its own process group: signals reach its children too
-                    )
-            except OSError as err:
-                error = f"failed to start container process: {err}"
+            strict = self.kubelet.dns.strict
+            program = workdir / argv[0]  # an absolute argv[0] stays itself; a relative one runs from workdir
+            if strict and not (program.is_file() and os.access(program, os.X_OK)):
+                # The namespace wrapper would start and then fail; a command that cannot start is a StartError.
+                error = f"failed to start container process: [Errno 2] No such file or directory: {argv[0]!r}"
             else:
-                self._publish(run, env, workdir)
+                try:
+                    with self._lock:
+                        run.process = subprocess.Popen(
+                            self.kubelet.dns.wrap(argv, self.hosts_file) if strict else argv,
+                            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
+                            start_new_session=True,  # its own process group: signals reach its children too
+                        )
+                except OSError as err:
+                    error = f"failed to start container process: {err}"
+                else:
+                    self._publish(run, env, workdir)
         if error is not None:
             run.log.write(f"=== localcluster: {error}\n")
             run.process = None
@@ -746,5 +759,6 @@ class PodWorker(threading.Thread):
         with self._lock:
             grace = self._terminate_grace if self._terminate_grace is not None else 0.0
         self._stop_processes(grace)
+        self.kubelet.dns.unregister(*self.key)
         if not self._shutdown and not self._forced:
             self.kubelet.store.remove("v1", "Pod", *self.key)

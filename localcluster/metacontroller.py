@@ -1,10 +1,17 @@
-"""The Metacontroller stand-in: a CompositeController's sync loop over the in-memory store.
+"""Metacontroller emulation: one CompositeController's sync (claim, request, hook, apply, status) and its loop.
 
-It follows Metacontroller v4.17's sync-hook contract (docs/localcluster.md): the exact request shape, claim
-(adopt/release) by the selector, delete-first apply with the last-applied annotation and a
-three-way merge per update strategy, status replaced wholesale plus observedGeneration, resync on
-every parent or child change (its own status writes included) and on resyncAfterSeconds, no side
-effects and exponential backoff on any failed sync. On top it watches for hot loops, which real
+The one emulation of Metacontroller v4.17 in this project; the local cluster runs it threaded over
+HTTP (`MetacontrollerStandIn`) and the scenario tests step it by hand (`Emulation`, through
+tests/mcsim.py and tests/chainersim.py), both driven by the shipped CompositeControllers. What it
+does as the real one does (docs/localcluster.md has the table): the request shape; claiming
+(adopt/release) by the selector; children written one object at a time, deletes first, then
+grouped and sorted by group, version and kind, in no defined order within a kind, through a client
+throttled like client-go's (5 requests/s, burst 10); Go's three-way merge of apply.go, duplicate
+list keys included; status replaced wholesale plus observedGeneration, written over a fresh read;
+retries after 5 ms·2ⁿ capped at 1,000 s; `resyncPeriodSeconds` as a periodic tick over every
+parent; `resyncAfterSeconds` enqueued before the answer is applied. Stale reads, as from real
+informer caches, are a mode (`stale`): the hook sees a parent one status write behind its
+children, or children one sync behind the parent. On top it watches for hot loops, which real
 Metacontroller does not: a job whose status or children never settle is reported and no longer
 synced, so a test or `run` ends instead of spinning.
 """
@@ -12,27 +19,35 @@ synced, so a test or `run` ends instead of spinning.
 from __future__ import annotations
 
 import copy
-import heapq
 import http.client
 import json
+import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 from .config import ControllerConfig
-from .store import ADDED, DELETED, Store, StoreError, key_of
-from .types import ChildRule, KubeObject, OwnerReference, SyncRequest
+from .delayqueue import DelayQueue
+from .store import ADDED, DELETED, Store, StoreError, controller_reference, controller_uid, key_of
+from .types import ChildRule, KubeObject, SyncRequest
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 CONTROLLER_UID = "controller-uid"
-# List items are merged by the first of these keys that every item (in all three versions) has.
+# apply.go's knownMergeKeys: a list whose items all carry one of these is merged as a map keyed by it.
 LIST_MERGE_KEYS = ("containerPort", "port", "mountPath", "name", "uid", "ip", "path")
-SYSTEM_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-                   "deletionGracePeriodSeconds", "managedFields", "ownerReferences")
+# manage_children.go: system fields taken back from the observed object after the merge.
+SYSTEM_METADATA = ("selfLink", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                   "deletionGracePeriodSeconds", "managedFields")
 # Pod fields Kubernetes lets an update change; any other spec change is rejected with 422.
 MUTABLE_POD_FIELDS = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+# The controller workqueue's rate limiter (DefaultTypedControllerRateLimiter): 5 ms doubling, capped at 1,000 s.
+RETRY_BACKOFF = (0.005, 1000.0)
+# Metacontroller's --client-go-qps and --client-go-burst defaults, and its --workers.
+CLIENT_QPS, CLIENT_BURST, WORKERS = 5.0, 10, 5
+Stale = Literal["parent", "children"]
 
 
 class SyncError(Exception):
@@ -56,10 +71,12 @@ class _ParentState:
 
     key: tuple[str, str]
     failures: int = 0
-    syncs: int = 0
     writing_syncs: list[float] = field(default_factory=list)  # times of consecutive syncs that wrote something
     hot_loop: str | None = None
     last_error: str | None = None
+    status_behind: dict | None = None  # stale="parent": the status before the last write, not yet seen by the cache
+    stale_pending: bool = False
+    children_seen: dict[str, dict[str, KubeObject]] | None = None  # stale="children": the previous sync's view
 
 
 @dataclass
@@ -76,44 +93,83 @@ def selector_matches(labels: dict[str, str] | None, selector: dict[str, str]) ->
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+# --- Go's three-way merge (pkg/dynamic/apply/apply.go) ---------------------------------------------
+
+
 def three_way_merge(observed: Any, last_applied: Any, desired: Any) -> Any:
-    """merge(observed, lastApplied, desired) the way Metacontroller's apply does it."""
-    if isinstance(desired, dict) and isinstance(observed, dict):
-        last_map = last_applied if isinstance(last_applied, dict) else {}
-        result = copy.deepcopy(observed)
-        for key in last_map:
-            if key not in desired:
-                result.pop(key, None)
-        for key, value in desired.items():
-            result[key] = three_way_merge(observed.get(key), last_map.get(key), value)
-        return result
-    if isinstance(desired, list) and isinstance(observed, list):
-        last = last_applied if isinstance(last_applied, list) else []
-        merge_key = _list_merge_key(observed, last, desired)
-        if merge_key is None:
-            return copy.deepcopy(desired)
-        wanted = {item[merge_key]: item for item in desired}
-        previous = {item[merge_key]: item for item in last}
-        merged: list[Any] = []
-        for item in observed:
-            k = item[merge_key]
-            if k in wanted:
-                merged.append(three_way_merge(item, previous.get(k), wanted.pop(k)))
-            elif k not in previous:
-                merged.append(copy.deepcopy(item))  # someone else's entry: keep it
-        merged.extend(copy.deepcopy(item) for item in desired if item[merge_key] in wanted)
-        return merged
-    return copy.deepcopy(desired)
+    """apply.Merge(observed, lastApplied, desired): the object Metacontroller would PUT.
+
+    As Go's: a value of another type than the observed one counts as absent (a map then loses the
+    last-applied keys); list items are keyed by their stringified merge key, so two items with one
+    key collapse into the last one, and every observed duplicate is written back as that item.
+    """
+    return copy.deepcopy(_merge(copy.deepcopy(observed), last_applied, desired))
+
+
+def _merge(destination: Any, last: Any, desired: Any) -> Any:
+    if isinstance(destination, dict):
+        return _merge_object(destination, last if isinstance(last, dict) else {}, desired if isinstance(desired, dict) else {})
+    if isinstance(destination, list):
+        return _merge_array(destination, last if isinstance(last, list) else [], desired if isinstance(desired, list) else None)
+    return desired
+
+
+def _merge_object(destination: dict, last: dict, desired: dict) -> dict:
+    for key in last:
+        if key not in desired:
+            destination.pop(key, None)
+    for key, value in desired.items():
+        destination[key] = _merge(destination.get(key), last.get(key), value)
+    return destination
+
+
+def _merge_array(destination: list, last: list, desired: list | None) -> Any:
+    merge_key = _list_merge_key(destination, last, desired or [])
+    if merge_key is None:
+        return desired
+    dest_map = _list_map(merge_key, destination)
+    _merge_object(dest_map, _list_map(merge_key, last), _list_map(merge_key, desired or []))
+    merged, added = [], set()
+    for item in destination:  # observed order first; every observed duplicate gets the merged item
+        key = go_merge_key(item[merge_key])
+        if key in dest_map:
+            merged.append(dest_map[key])
+            added.add(key)
+    for item in desired or []:
+        key = go_merge_key(item[merge_key])
+        if key not in added:
+            merged.append(dest_map[key])
+            added.add(key)
+    return merged
+
+
+def _list_map(merge_key: str, items: list) -> dict[str, Any]:
+    return {go_merge_key(item[merge_key]): item for item in items}
+
+
+def go_merge_key(value: Any) -> str:
+    """A merge key value as Go's fmt %v writes it (53 and "53" are one key)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if isinstance(value, (int, float)) else json.dumps(value, sort_keys=True)
 
 
 def _list_merge_key(*lists: list) -> str | None:
-    items = [item for lst in lists for item in lst]
-    if not items or not all(isinstance(item, dict) for item in items):
+    common: set[str] | None = None
+    for lst in lists:
+        for item in lst:
+            if not isinstance(item, dict):
+                return None
+            common = set(item) if common is None else common & set(item)
+    if not common:
         return None
-    for key in LIST_MERGE_KEYS:
-        if all(key in item for item in items):
-            return key
-    return None
+    return next((key for key in LIST_MERGE_KEYS if key in common), None)
 
 
 def last_applied_json(obj: KubeObject) -> str:
@@ -121,53 +177,53 @@ def last_applied_json(obj: KubeObject) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-class MetacontrollerStandIn:
-    """Runs the sync loop of one CompositeController against a hook over HTTP."""
+def write_order(api_version: str, kind: str) -> tuple[str, str, str]:
+    """Metacontroller's order of child groups: by API group (core first), version, then kind."""
+    group, _, version = api_version.rpartition("/")
+    return (group, version, kind)
+
+
+class ClientThrottle:
+    """client-go's token bucket: `burst` requests at once, then `qps` a second; shared by every controller."""
+
+    def __init__(self, qps: float = CLIENT_QPS, burst: int = CLIENT_BURST):
+        if qps <= 0 or burst < 1:
+            raise ValueError("the client rate needs qps > 0 and burst >= 1")
+        self.qps, self.burst = qps, burst
+        self._tokens, self._last = float(burst), time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        """Wait for one request's turn (reserved in order, slept outside the lock)."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+class Emulation:
+    """One CompositeController's sync against the store, stepped by the caller; `hook` answers a request."""
 
     def __init__(
         self,
         store: Store,
         config: ControllerConfig,
-        hook_base_url: str,
+        hook: Callable[[SyncRequest], dict[str, Any]],
         *,
-        workers: int = 4,
-        backoff: tuple[float, float] = (0.05, 5.0),
-        hot_loop_syncs: int = 25,
-        hot_loop_window: float = 10.0,
+        throttle: ClientThrottle | None = None,
+        stale: Stale | None = None,
+        order_seed: int | None = None,
     ):
-        self.store, self.config = store, config
-        self.hook_base_url = hook_base_url.rstrip("/")
-        self.backoff = backoff
-        self.hot_loop_syncs, self.hot_loop_window = hot_loop_syncs, hot_loop_window
+        self.store, self.config, self.hook = store, config, hook
+        self.throttle = throttle
+        self.stale = stale
+        self._random = random.Random(order_seed)
         self.events: list[Event] = []
-        self.requests: list[SyncRequest] = []  # every request sent, when record_requests is set
-        self.record_requests = False
         self._states: dict[str, _ParentState] = {}
-        self._queue: list[tuple[float, str]] = []
-        self._due: dict[str, float] = {}
-        self._processing: set[str] = set()
-        self._dirty: set[str] = set()
-        self._cond = threading.Condition()
-        self._stop = False
-        self._threads = [threading.Thread(target=self._work, name=f"metacontroller-{i}", daemon=True) for i in range(workers)]
-
-    # --- lifecycle -------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Watch the store and start the workers."""
-        self.store.watch(self._on_event)
-        for parent in self.store.list(self.config.parent_api_version, self.config.parent_kind):
-            self._on_event(ADDED, parent)
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        """Stop the workers (an in-flight hook call finishes first)."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        for thread in self._threads:
-            thread.join(timeout=self.config.hook_timeout_seconds + 2)
 
     # --- reads for the CLI and tests -------------------------------------------------------------
 
@@ -181,118 +237,26 @@ class MetacontrollerStandIn:
         state = self._states.get(uid)
         return state.last_error if state else None
 
-    def sync_count(self, uid: str) -> int:
-        """How many hook calls were made for a parent."""
-        state = self._states.get(uid)
-        return state.syncs if state else 0
-
     def events_for(self, name: str) -> list[Event]:
         """Events about one parent, oldest first."""
         return [e for e in list(self.events) if e.parent == name]
 
-    # --- queue -----------------------------------------------------------------------------------
-
-    def _on_event(self, event: str, obj: KubeObject) -> None:
-        meta = obj.get("metadata", {})
-        if obj.get("apiVersion") == self.config.parent_api_version and obj.get("kind") == self.config.parent_kind:
-            uid = meta["uid"]
-            if event == DELETED:
-                self._states.pop(uid, None)
-                return
-            self._states.setdefault(uid, _ParentState(key=(meta["namespace"], meta["name"])))
-            self.enqueue(uid)
-            return
-        if self.config.rule_for(obj.get("apiVersion", ""), obj.get("kind", "")) is None:
-            return
-        owners = {ref["uid"] for ref in meta.get("ownerReferences", []) if ref.get("controller")}
-        if self.config.generate_selector and not owners:
-            # An orphan: whoever's selector it matches may adopt it.
-            owners = {meta.get("labels", {}).get(CONTROLLER_UID, "")}
-        for uid in owners:
-            if uid in self._states:
-                self.enqueue(uid)
-
-    def enqueue(self, uid: str, delay: float = 0.0) -> None:
-        """Sync a parent after `delay` seconds (the earliest request wins)."""
-        due = time.monotonic() + delay
-        with self._cond:
-            if uid in self._processing:
-                if delay == 0.0:
-                    self._dirty.add(uid)
-                    return
-            if uid in self._due and self._due[uid] <= due:
-                return
-            self._due[uid] = due
-            heapq.heappush(self._queue, (due, uid))
-            self._cond.notify()
-
-    def _next(self) -> str | None:
-        with self._cond:
-            while not self._stop:
-                now = time.monotonic()
-                while self._queue and (self._queue[0][1] not in self._due or self._due[self._queue[0][1]] != self._queue[0][0]):
-                    heapq.heappop(self._queue)  # superseded entry
-                if self._queue and self._queue[0][0] <= now and self._queue[0][1] not in self._processing:
-                    _, uid = heapq.heappop(self._queue)
-                    del self._due[uid]
-                    self._processing.add(uid)
-                    return uid
-                timeout = (self._queue[0][0] - now) if self._queue else None
-                self._cond.wait(timeout=max(0.005, timeout) if timeout is not None else 0.5)
-            return None
-
-    def _done(self, uid: str) -> None:
-        with self._cond:
-            self._processing.discard(uid)
-            if uid in self._dirty:
-                self._dirty.discard(uid)
-                self._due[uid] = time.monotonic()
-                heapq.heappush(self._queue, (self._due[uid], uid))
-            self._cond.notify_all()
-
-    def _work(self) -> None:
-        while (uid := self._next()) is not None:
-            try:
-                self._handle(uid)
-            finally:
-                self._done(uid)
-
-    def _handle(self, uid: str) -> None:
-        state = self._states.get(uid)
-        if state is None or state.hot_loop:
-            return
-        try:
-            outcome = self.sync(uid)
-        except SyncError as err:
-            state.failures += 1
-            state.last_error = str(err)
-            state.writing_syncs.clear()
-            self._event(state, "Warning", "SyncError", str(err))
-            first, cap = self.backoff
-            self.enqueue(uid, min(cap, first * 2 ** (state.failures - 1)))
-            return
-        state.failures = 0
-        state.last_error = None
-        now = time.monotonic()
-        if outcome.wrote:
-            state.writing_syncs = [t for t in state.writing_syncs if now - t <= self.hot_loop_window] + [now]
-            if len(state.writing_syncs) >= self.hot_loop_syncs:
-                state.hot_loop = (
-                    f"hot loop: {len(state.writing_syncs)} syncs in a row within {self.hot_loop_window:g}s each changed "
-                    "the status or the children; the hook's answer is not a fixed point"
-                )
-                self._event(state, "Warning", "HotLoop", state.hot_loop)
-                return
-        else:
-            state.writing_syncs.clear()
-        resync = outcome.resync_after
-        if self.config.resync_period_seconds:
-            resync = min(resync or float("inf"), float(self.config.resync_period_seconds))
-        if resync is not None and resync > 0:
-            self.enqueue(uid, resync)
-
     def _event(self, state: _ParentState, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(time.time(), state.key[1], type_, reason, message))
+
+    def _api_call(self) -> None:
+        if self.throttle is not None:
+            self.throttle.take()
+
+    def track(self, parent: KubeObject) -> str:
+        """Start following a parent (the informer's add); its uid."""
+        meta = parent["metadata"]
+        self._states.setdefault(meta["uid"], _ParentState(key=(meta["namespace"], meta["name"])))
+        return meta["uid"]
+
+    def forget(self, uid: str) -> None:
+        """The parent is gone (the informer's delete)."""
+        self._states.pop(uid, None)
 
     # --- one sync --------------------------------------------------------------------------------
 
@@ -303,6 +267,13 @@ class MetacontrollerStandIn:
         parent = self.store.get(self.config.parent_api_version, self.config.parent_kind, *state.key)
         if parent is None or parent["metadata"]["uid"] != uid:
             return None
+        if self.stale == "parent" and state.stale_pending:
+            # The parent informer has not delivered our last status write yet: the older status.
+            state.stale_pending = False
+            if state.status_behind is None:
+                parent.pop("status", None)
+            else:
+                parent["status"] = copy.deepcopy(state.status_behind)
         return parent
 
     def selector(self, parent: KubeObject) -> dict[str, str]:
@@ -310,12 +281,6 @@ class MetacontrollerStandIn:
         if self.config.generate_selector:
             return {CONTROLLER_UID: parent["metadata"]["uid"]}
         return dict(parent.get("spec", {}).get("selector", {}).get("matchLabels", {}))
-
-    def _owner_ref(self, parent: KubeObject) -> OwnerReference:
-        return OwnerReference(
-            apiVersion=parent["apiVersion"], kind=parent["kind"], name=parent["metadata"]["name"],
-            uid=parent["metadata"]["uid"], controller=True, blockOwnerDeletion=True,
-        )
 
     def claim_children(self, parent: KubeObject) -> dict[str, dict[str, KubeObject]]:
         """Observed children per rule: owned ones that match, plus adopted orphans; release the rest."""
@@ -326,58 +291,35 @@ class MetacontrollerStandIn:
             found: dict[str, KubeObject] = {}
             for obj in self.store.list(rule["apiVersion"], rule["kind"], namespace):
                 meta = obj["metadata"]
-                refs = meta.get("ownerReferences", [])
-                controller = next((r for r in refs if r.get("controller")), None)
+                owner = controller_uid(obj)
                 matches = selector_matches(meta.get("labels"), selector)
-                if controller is not None and controller.get("uid") != uid:
+                if owner is not None and owner != uid:
                     continue  # another controller's
-                if controller is not None and not matches:
-                    if not meta.get("deletionTimestamp"):  # release: drop our ownerRef, keep the object
-                        meta["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
-                        self._try_update(obj)
+                if owner is not None and not matches:
+                    if not parent["metadata"].get("deletionTimestamp"):  # release: drop our ownerRef, keep the object
+                        meta["ownerReferences"] = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
+                        self._claim_write(obj)
                     continue
-                if controller is None:
+                if owner is None:
                     if not matches or meta.get("deletionTimestamp"):
                         continue
-                    meta["ownerReferences"] = refs + [self._owner_ref(parent)]  # adopt
-                    obj = self._try_update(obj) or obj
+                    meta["ownerReferences"] = meta.get("ownerReferences", []) + [controller_reference(parent)]  # adopt
+                    obj = self._claim_write(obj)
                 found[obj["metadata"]["name"]] = obj
             children[self.config.child_key(rule)] = found
         return children
 
-    def _try_update(self, obj: KubeObject) -> KubeObject | None:
+    def _claim_write(self, obj: KubeObject) -> KubeObject:
+        """Adopt or release; a failure aborts the sync before the hook is called, as ClaimChildren does."""
+        self._api_call()
         try:
             return self.store.update(obj)
-        except StoreError:
-            return None
+        except StoreError as err:
+            raise SyncError(f"claiming {obj['kind']} {obj['metadata']['name']}: {err}") from err
 
     def build_request(self, parent: KubeObject, children: dict[str, dict[str, KubeObject]]) -> SyncRequest:
         """The sync hook request body (hook version v1)."""
         return SyncRequest(controller=copy.deepcopy(self.config.raw), parent=parent, children=children, related={}, finalizing=False)
-
-    def call_hook(self, request: SyncRequest) -> dict[str, Any]:
-        """POST the request; any non-200, timeout or malformed body is a SyncError."""
-        url = urlsplit(self.hook_base_url + self.config.hook_path)
-        body = json.dumps(request).encode()
-        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self.config.hook_timeout_seconds)
-        try:
-            conn.request("POST", url.path or "/", body=body, headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException) as err:
-            raise SyncError(f"sync hook call failed: {err.__class__.__name__}: {err}") from err
-        finally:
-            conn.close()
-        if response.status != 200:
-            snippet = payload[:300].decode(errors="replace")
-            raise SyncError(f"sync hook answered HTTP {response.status}: {snippet}")
-        try:
-            answer = json.loads(payload)
-        except ValueError as err:
-            raise SyncError(f"sync hook answer is not JSON: {err}") from err
-        if not isinstance(answer, dict):
-            raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
-        return answer
 
     def _desired(self, parent: KubeObject, answer: dict[str, Any]) -> dict[tuple, tuple[ChildRule, KubeObject]]:
         """Normalised desired children by key; a bad one fails the whole sync before any change."""
@@ -410,18 +352,25 @@ class MetacontrollerStandIn:
             desired[key_of(cast(KubeObject, child))] = (rule, cast(KubeObject, child))  # a repeated key: the last one wins
         return desired
 
+    def on_resync_after(self, uid: str, seconds: float) -> None:
+        """The answer asked for another sync after `seconds` (the loop enqueues it; a stepped test ignores it)."""
+
     def sync(self, uid: str) -> SyncOutcome:
         """One sync: call the hook, then apply its answer (children first, then status)."""
         parent = self._find_parent(uid)
         if parent is None or parent["metadata"].get("deletionTimestamp"):
             return SyncOutcome(False, None)  # no finalize hook: the garbage collector does the rest
-        observed_by_rule = self.claim_children(parent)
-        request = self.build_request(parent, observed_by_rule)
         state = self._states[uid]
-        state.syncs += 1
-        if self.record_requests:
-            self.requests.append(copy.deepcopy(request))
-        answer = self.call_hook(request)
+        fresh = self.claim_children(parent)
+        observed_by_rule = fresh
+        if self.stale == "children":
+            # The child informers lag: this sync sees (and applies against) the previous sync's view.
+            observed_by_rule = state.children_seen if state.children_seen is not None else fresh
+            state.children_seen = fresh
+        request = self.build_request(copy.deepcopy(parent), copy.deepcopy(observed_by_rule))
+        answer = self.hook(request)
+        if not isinstance(answer, dict):
+            raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
         desired = self._desired(parent, answer)
         status = answer.get("status")
         if status is None:
@@ -429,40 +378,65 @@ class MetacontrollerStandIn:
         if not isinstance(status, dict):
             raise SyncError("sync hook answer: status is not an object")
         resync = answer.get("resyncAfterSeconds")
-        if resync is not None and not isinstance(resync, (int, float)):
+        if resync is not None and (not isinstance(resync, (int, float)) or isinstance(resync, bool)):
             raise SyncError("sync hook answer: resyncAfterSeconds is not a number")
+        if resync is not None and resync > 0:
+            self.on_resync_after(uid, float(resync))  # before the apply, so it survives a failed one
 
         observed = {key_of(obj): obj for objs in observed_by_rule.values() for obj in objs.values()}
         wrote, errors = self._apply_children(parent, observed, desired)
-        new_status = {**status, "observedGeneration": parent["metadata"]["generation"]}
         try:
-            wrote = self.store.update_status(parent["apiVersion"], parent["kind"], *self._states[uid].key, new_status) or wrote
+            wrote = self._write_status(parent, state, {**status, "observedGeneration": parent["metadata"]["generation"]}) or wrote
         except StoreError as err:
-            errors.append(f"status update: {err}")
+            if err.code != 404:  # a parent deleted meanwhile: nothing to write, as Metacontroller
+                errors.append(f"status update: {err}")
         if errors:
             raise SyncError("applying the sync answer failed: " + "; ".join(errors))
         return SyncOutcome(wrote, float(resync) if resync is not None else None)
 
+    def _write_status(self, parent: KubeObject, state: _ParentState, status: dict) -> bool:
+        """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer)."""
+        self._api_call()
+        current = self.store.get(parent["apiVersion"], parent["kind"], *state.key)
+        if current is None:
+            raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} not found")
+        if current.get("status") == status:
+            return False
+        self._api_call()
+        written = self.store.update_status(parent["apiVersion"], parent["kind"], *state.key, status)
+        if written:
+            state.status_behind, state.stale_pending = current.get("status"), True
+        return written
+
+    def _ordered(self, keys: list[tuple]) -> list[tuple]:
+        """Grouped and sorted by group, version and kind; in no defined order within a kind."""
+        shuffled = list(keys)
+        self._random.shuffle(shuffled)
+        return sorted(shuffled, key=lambda key: write_order(key[0], key[1]))  # sorted() is stable
+
     def _apply_children(self, parent: KubeObject, observed: dict, desired: dict) -> tuple[bool, list[str]]:
-        """Delete, create and update children; returns (anything written, errors)."""
+        """Delete, then create and update, one object at a time; returns (anything written, errors)."""
         wrote, errors = False, []
-        with self.store.batch():
-            for key, obj in observed.items():
-                if key not in desired and not obj["metadata"].get("deletionTimestamp"):
-                    try:
-                        self.store.delete(*key)
-                        wrote = True
-                    except StoreError as err:
-                        if err.code != 404:
-                            errors.append(f"delete {key[1]} {key[3]}: {err}")
-            for key, (rule, child) in desired.items():
-                try:
-                    if key not in observed:
-                        wrote = self._create(parent, child) or wrote
-                    else:
-                        wrote = self._update(rule, observed[key], child) or wrote
-                except StoreError as err:
-                    errors.append(f"{key[1]} {key[3]}: {err}")
+        doomed = [key for key, obj in observed.items() if key not in desired and not obj["metadata"].get("deletionTimestamp")]
+        for key in self._ordered(doomed):
+            self._api_call()
+            try:
+                current = self.store.get(*key)
+                if current is not None and current["metadata"]["uid"] == observed[key]["metadata"]["uid"]:  # Preconditions{UID}
+                    self.store.delete(*key)
+                    wrote = True
+            except StoreError as err:
+                if err.code != 404:
+                    errors.append(f"delete {key[1]} {key[3]}: {err}")
+        for key in self._ordered(list(desired)):
+            rule, child = desired[key]
+            try:
+                if key not in observed:
+                    wrote = self._create(parent, child) or wrote
+                else:
+                    wrote = self._update(rule, observed[key], child) or wrote
+            except StoreError as err:
+                errors.append(f"{key[1]} {key[3]}: {err}")
         return wrote, errors
 
     def _create(self, parent: KubeObject, child: KubeObject) -> bool:
@@ -472,16 +446,14 @@ class MetacontrollerStandIn:
         meta["annotations"] = annotations
         refs = meta.get("ownerReferences") or []
         if not any(ref.get("uid") == parent["metadata"]["uid"] for ref in refs):
-            meta["ownerReferences"] = refs + [self._owner_ref(parent)]
-        if self.store.get(*key_of(child)) is not None:
-            # Still there, owned by nobody we can claim (or terminating for Recreate): not an error.
-            return False
+            meta["ownerReferences"] = refs + [controller_reference(parent)]
+        self._api_call()
         try:
             self.store.create(child)
         except StoreError as err:
             if err.code != 409:
                 raise
-            return False
+            return False  # still there (a stale view, or terminating for Recreate): AlreadyExists is swallowed
         return True
 
     def _update(self, rule: ChildRule, observed: KubeObject, desired: KubeObject) -> bool:
@@ -506,13 +478,166 @@ class MetacontrollerStandIn:
         method = rule["updateStrategy"]
         if method == "OnDelete":
             return False
+        self._api_call()
         if method == "Recreate":
             self.store.delete(*key_of(observed))  # created again by a later sync, once it is gone
             return True
         if observed["kind"] == "Pod" and observed["apiVersion"] == "v1":
             _check_pod_update(observed, merged)
-        self.store.update(merged)
+        try:
+            self.store.update(merged)
+        except StoreError as err:
+            if err.code in (404, 409):
+                return False  # gone or changed meanwhile: the next sync sees it (swallowed, as InPlace does)
+            raise
         return True
+
+
+class MetacontrollerStandIn(Emulation):
+    """The emulation run as Metacontroller runs it: watch-driven workers calling a hook over HTTP."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ControllerConfig,
+        hook_base_url: str,
+        *,
+        workers: int = WORKERS,
+        backoff: tuple[float, float] = RETRY_BACKOFF,
+        time_scale: float = 1.0,
+        throttle: ClientThrottle | None = None,
+        stale: Stale | None = None,
+        hot_loop_syncs: int = 25,
+        hot_loop_window: float = 10.0,
+    ):
+        super().__init__(store, config, self.call_hook, throttle=throttle, stale=stale)
+        self.hook_base_url = hook_base_url.rstrip("/")
+        # A faster clock for tests: every delay of Metacontroller's own (retries, resync ticks) divided by it.
+        self.backoff, self.time_scale = backoff, time_scale
+        self.hot_loop_syncs, self.hot_loop_window = hot_loop_syncs, hot_loop_window
+        self._queue: DelayQueue[str] = DelayQueue()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._work, name=f"metacontroller-{i}", daemon=True) for i in range(workers)]
+        if config.resync_period_seconds:
+            self._threads.append(threading.Thread(target=self._tick, name="metacontroller-resync", daemon=True))
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Watch the store and start the workers."""
+        self.store.watch(self._on_event)
+        for parent in self.store.list(self.config.parent_api_version, self.config.parent_kind):
+            self._on_event(ADDED, parent)
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop the workers (an in-flight hook call finishes first)."""
+        self._stop.set()
+        self._queue.stop()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=self.config.hook_timeout_seconds + 2)
+
+    # --- queue -----------------------------------------------------------------------------------
+
+    def _on_event(self, event: str, obj: KubeObject) -> None:
+        meta = obj.get("metadata", {})
+        if obj.get("apiVersion") == self.config.parent_api_version and obj.get("kind") == self.config.parent_kind:
+            if event == DELETED:
+                self.forget(meta["uid"])
+                return
+            self.enqueue(self.track(obj))
+            return
+        if self.config.rule_for(obj.get("apiVersion", ""), obj.get("kind", "")) is None:
+            return
+        owner = controller_uid(obj)
+        owners = {owner} if owner else set()
+        if self.config.generate_selector and not owners:
+            # An orphan: whoever's selector it matches may adopt it.
+            owners = {meta.get("labels", {}).get(CONTROLLER_UID, "")}
+        for uid in owners:
+            if uid in self._states:
+                self.enqueue(uid)
+
+    def enqueue(self, uid: str, delay: float = 0.0) -> None:
+        """Sync a parent after `delay` seconds (the earliest request wins)."""
+        self._queue.add(uid, delay)
+
+    def on_resync_after(self, uid: str, seconds: float) -> None:
+        self.enqueue(uid, seconds)
+
+    def _tick(self) -> None:
+        """resyncPeriodSeconds: every period, every parent is synced again (the informer's resync)."""
+        period = float(self.config.resync_period_seconds or 0) / self.time_scale
+        while not self._stop.wait(period):
+            for uid in list(self._states):
+                self.enqueue(uid)
+
+    def _work(self) -> None:
+        while (uid := self._queue.get()) is not None:
+            try:
+                self._handle(uid)
+            finally:
+                self._queue.done(uid)
+
+    def retry_delay(self, failures: int) -> float:
+        """The rate limiter's delay before retry number `failures` (1 for the first), on this clock."""
+        first, cap = self.backoff
+        return min(cap, first * 2 ** min(failures - 1, 64)) / self.time_scale
+
+    def _handle(self, uid: str) -> None:
+        state = self._states.get(uid)
+        if state is None or state.hot_loop:
+            return
+        try:
+            outcome = self.sync(uid)
+        except SyncError as err:
+            state.failures += 1
+            state.last_error = str(err)
+            state.writing_syncs.clear()
+            self._event(state, "Warning", "SyncError", str(err))
+            self.enqueue(uid, self.retry_delay(state.failures))
+            return
+        state.failures = 0
+        state.last_error = None
+        now = time.monotonic()
+        if outcome.wrote:
+            state.writing_syncs = [t for t in state.writing_syncs if now - t <= self.hot_loop_window] + [now]
+            if len(state.writing_syncs) >= self.hot_loop_syncs:
+                state.hot_loop = (
+                    f"hot loop: {len(state.writing_syncs)} syncs in a row within {self.hot_loop_window:g}s each changed "
+                    "the status or the children; the hook's answer is not a fixed point"
+                )
+                self._event(state, "Warning", "HotLoop", state.hot_loop)
+        else:
+            state.writing_syncs.clear()
+
+    # --- the hook over HTTP ----------------------------------------------------------------------
+
+    def call_hook(self, request: SyncRequest) -> dict[str, Any]:
+        """POST the request; any non-200, timeout or malformed body is a SyncError."""
+        url = urlsplit(self.hook_base_url + self.config.hook_path)
+        body = json.dumps(request).encode()
+        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self.config.hook_timeout_seconds)
+        try:
+            conn.request("POST", url.path or "/", body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException) as err:
+            raise SyncError(f"sync hook call failed: {err.__class__.__name__}: {err}") from err
+        finally:
+            conn.close()
+        if response.status != 200:
+            snippet = payload[:300].decode(errors="replace")
+            raise SyncError(f"sync hook answered HTTP {response.status}: {snippet}")
+        try:
+            answer = json.loads(payload)
+        except ValueError as err:
+            raise SyncError(f"sync hook answer is not JSON: {err}") from err
+        if not isinstance(answer, dict):
+            raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
+        return answer
 
 
 def _check_pod_update(old: KubeObject, new: KubeObject) -> None:

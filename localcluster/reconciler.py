@@ -7,14 +7,13 @@ state, and `reconcile` may ask to be called again after a delay (deadlines, back
 
 from __future__ import annotations
 
-import heapq
 import sys
 import threading
-import time
 import traceback
 
-from .store import DELETED, Store, StoreError
-from .types import KubeObject
+from .delayqueue import DelayQueue
+from .store import DELETED, Store, StoreError, controller_reference
+from .types import KubeObject, OwnerReference
 
 Key = tuple[str, str]  # namespace, name
 
@@ -27,9 +26,7 @@ class Reconciler:
 
     def __init__(self, store: Store):
         self.store = store
-        self._queue: list[tuple[float, Key]] = []
-        self._cond = threading.Condition()
-        self._stopped = False
+        self._queue: DelayQueue[Key] = DelayQueue()
         self._thread = threading.Thread(target=self._work, name=f"{self.kind.lower()}-controller", daemon=True)
 
     def start(self) -> None:
@@ -41,17 +38,13 @@ class Reconciler:
 
     def stop(self) -> None:
         """Stop the worker thread (a reconcile in progress finishes first)."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        self._queue.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
 
     def enqueue(self, key: Key, delay: float = 0.0) -> None:
         """Reconcile `key` after `delay` seconds."""
-        with self._cond:
-            heapq.heappush(self._queue, (time.monotonic() + delay, key))
-            self._cond.notify()
+        self._queue.add(key, delay)
 
     def _on_event(self, event: str, obj: KubeObject) -> None:
         meta = obj.get("metadata", {})
@@ -67,17 +60,7 @@ class Reconciler:
                     self.enqueue((meta["namespace"], ref["name"]))
 
     def _work(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped and (not self._queue or self._queue[0][0] > time.monotonic()):
-                    timeout = self._queue[0][0] - time.monotonic() if self._queue else 0.5
-                    self._cond.wait(timeout=max(0.005, timeout))
-                if self._stopped:
-                    return
-                _, key = heapq.heappop(self._queue)
-                # Several events for one key collapse into this one pass (level-triggered).
-                self._queue = [(due, k) for due, k in self._queue if k != key or due > time.monotonic()]
-                heapq.heapify(self._queue)
+        while (key := self._queue.get()) is not None:
             try:
                 again = self.reconcile(key)
             except StoreError as err:  # refused by the API (a quota, say): a FailedCreate event, then retry
@@ -86,6 +69,8 @@ class Reconciler:
             except Exception:  # a bug in one reconcile must not stop the controller
                 traceback.print_exc()
                 again = 1.0
+            finally:
+                self._queue.done(key)
             if again is not None:
                 self.enqueue(key, again)
 
@@ -98,10 +83,10 @@ class Reconciler:
             key=lambda pod: pod["metadata"]["name"],
         )
 
-    def owner_reference(self, owner: KubeObject) -> dict:
+    @staticmethod
+    def owner_reference(owner: KubeObject) -> OwnerReference:
         """The controller ownerReference for an object this controller creates."""
-        return {"apiVersion": self.api_version, "kind": self.kind, "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        return controller_reference(owner)
 
     @staticmethod
     def terminating(pod: KubeObject) -> bool:

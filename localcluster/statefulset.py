@@ -6,8 +6,10 @@ the labels Kubernetes adds (`statefulset.kubernetes.io/pod-name`, `apps.kubernet
 a time, each waiting for the previous to be Ready) pod management, a pod that ended (Failed or
 Succeeded) deleted and recreated under the same name, scaling up and down (to 0 included, highest
 ordinals first), and status replicas/readyReplicas/currentReplicas/updatedReplicas/availableReplicas
-and observedGeneration. Not emulated: rolling updates of the pod template (existing pods keep the
-template they were created with until deleted, as under `updateStrategy: OnDelete`), partitions,
+and observedGeneration, and updates of the pod template as `updateStrategy` says: `RollingUpdate`
+(the API default) deletes the highest-ordinal pod of an older template, waits until its
+replacement is Running and Ready, then takes the next one down (down to `partition`); `OnDelete`
+leaves running pods alone until someone deletes them. Not emulated: maxUnavailable,
 volumeClaimTemplates, minReadySeconds and ControllerRevision objects.
 """
 
@@ -64,8 +66,9 @@ class StatefulSetController(Reconciler):
                     break
             elif not parallel and not self.ready(pods[i]):
                 break
-        current = self.owned_pods(sts)
         revision = revision_hash(sts)
+        self._roll(sts, revision, replicas, {i: p for i, p in pods.items() if i is not None})
+        current = self.owned_pods(sts)
         ready = sum(1 for p in current if self.ready(p))
         status = {
             "observedGeneration": sts["metadata"]["generation"],
@@ -86,6 +89,23 @@ class StatefulSetController(Reconciler):
         except StoreError:
             pass
         return None
+
+    def _roll(self, sts: KubeObject, revision: str, replicas: int, pods: dict[int, KubeObject]) -> None:
+        """RollingUpdate (stateful_set_control.go, the end of updateStatefulSet): one outdated pod at a
+        time, highest ordinal first, each replacement Running and Ready before the next."""
+        strategy = sts.get("spec", {}).get("updateStrategy") or {}
+        if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+            return  # OnDelete: a pod takes the new template only once someone deletes it
+        partition = (strategy.get("rollingUpdate") or {}).get("partition") or 0
+        for i in range(replicas - 1, partition - 1, -1):
+            pod = pods.get(i)
+            if pod is None:
+                return  # its replacement is being created: not healthy yet
+            if pod["metadata"].get("labels", {}).get("controller-revision-hash") != revision and not self.terminating(pod):
+                self._delete(pod)
+                return
+            if not (pod.get("status", {}).get("phase") == "Running" and self.ready(pod)):
+                return  # wait for the unhealthy pod before touching the next one
 
     def _delete(self, pod: KubeObject) -> None:
         try:

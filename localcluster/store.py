@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .defaults import apply_defaults
-from .types import KubeObject
+from .types import KubeObject, OwnerReference
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 Watcher = Callable[[str, KubeObject], None]
@@ -47,10 +47,41 @@ def key_of(obj: KubeObject) -> Key:
     return (obj["apiVersion"], obj["kind"], meta.get("namespace", "default"), meta["name"])
 
 
+def controller_reference(owner: KubeObject) -> OwnerReference:
+    """The controller ownerReference a controller puts on what it creates or adopts."""
+    return OwnerReference(apiVersion=owner["apiVersion"], kind=owner["kind"], name=owner["metadata"]["name"],
+                          uid=owner["metadata"]["uid"], controller=True, blockOwnerDeletion=True)
+
+
+def controller_uid(obj: KubeObject) -> str | None:
+    """The uid of the object's controller (its ownerReference with controller: true), or None."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((ref.get("uid") for ref in refs if ref.get("controller")), None)
+
+
+def _validate(obj: KubeObject) -> None:
+    """The API server's validation of the objects whose refusal the tests need to see (422 Invalid)."""
+    if obj.get("apiVersion") == "v1" and obj.get("kind") == "Service":
+        ports = obj.get("spec", {}).get("ports") or []
+        names = [p.get("name") for p in ports if p.get("name")]
+        pairs = [(p.get("port"), p.get("protocol", "TCP")) for p in ports]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise StoreError(422, "Invalid",
+                                 f"Service {obj['metadata']['name']!r}: spec.ports[{index}].name: Duplicate value: {name!r}")
+        for index, pair in enumerate(pairs):
+            if pair in pairs[:index]:
+                raise StoreError(422, "Invalid", f"Service {obj['metadata']['name']!r}: spec.ports[{index}]: Duplicate value: "
+                                                 f"{{port: {pair[0]}, protocol: {pair[1]}}}")
+
+
 class Store:
     """Objects keyed by (apiVersion, kind, namespace, name), with watches."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, new_uid: Callable[[], str] | None = None, now: Callable[[], str] = now_rfc3339) -> None:
+        """`new_uid` and `now` give uids and timestamps (scenario tests pass reproducible ones)."""
+        self._new_uid = new_uid or (lambda: str(uuid.uuid4()))
+        self._now = now
         self._objects: dict[Key, KubeObject] = {}
         self._lock = threading.RLock()
         self._versions = itertools.count(1)
@@ -67,8 +98,7 @@ class Store:
     def batch(self) -> Iterator[None]:
         """Hold the store and defer notifications, so watchers see a group of changes as one.
 
-        The Metacontroller stand-in applies one sync answer in a batch: when the kubelet hears of a
-        new Pod, the Services created in the same pass already exist (its DNS stand-in needs them).
+        Every write is a batch of one; a caller may group several writes (a test setting up a scene).
         """
         with self._lock:
             depth = getattr(self._batch, "depth", 0)
@@ -121,21 +151,29 @@ class Store:
     def _bump(self, obj: KubeObject) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._versions))
 
-    def create(self, obj: KubeObject) -> KubeObject:
-        """Create an object; the store assigns uid, resourceVersion, generation and creationTimestamp."""
+    def create(self, obj: KubeObject, *, restore: bool = False) -> KubeObject:
+        """Create an object; the store assigns uid, resourceVersion, generation and creationTimestamp.
+
+        `restore` keeps a given uid and generation, as a restore from a backup would (scenario tests
+        start from a parent they wrote by hand).
+        """
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             raise StoreError(422, "Invalid", "metadata.name is required (generateName is not emulated)")
         meta.setdefault("namespace", "default")
         apply_defaults(obj)
+        _validate(obj)
         with self._write():
             key = key_of(obj)
             if key in self._objects:
                 raise StoreError(409, "AlreadyExists", f"{key[1]} {key[3]!r} already exists")
-            meta["uid"] = str(uuid.uuid4())
-            meta["generation"] = 1
-            meta["creationTimestamp"] = now_rfc3339()
+            if not (restore and meta.get("uid")):
+                meta["uid"] = self._new_uid()
+            if not (restore and meta.get("generation")):
+                meta["generation"] = 1
+            if not (restore and meta.get("creationTimestamp")):
+                meta["creationTimestamp"] = self._now()
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
             self._bump(obj)
@@ -155,6 +193,7 @@ class Store:
                 raise StoreError(409, "Conflict", f"{key[1]} {key[3]!r} was modified; resourceVersion {expected} is stale")
             new = copy.deepcopy(obj)
             apply_defaults(new)  # the API server defaults on every write, not only on create
+            _validate(new)
             meta: dict[str, Any] = new.setdefault("metadata", {})  # type: ignore[assignment]
             for system_field in ("uid", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace"):
                 if system_field in stored["metadata"]:
@@ -199,7 +238,7 @@ class Store:
             if kind == "Pod" and api_version == "v1" and stored.get("spec", {}).get("nodeName"):
                 # The kubelet owns the end of a bound Pod: it stops the containers, then removes it.
                 grace = stored.get("spec", {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
-                stored["metadata"]["deletionTimestamp"] = now_rfc3339()
+                stored["metadata"]["deletionTimestamp"] = self._now()
                 stored["metadata"]["deletionGracePeriodSeconds"] = grace
                 self._bump(stored)
                 self._notify(MODIFIED, stored)

@@ -1,36 +1,29 @@
-"""A synchronous, in-memory Metacontroller for ChainerJob scenarios, and the Job and StatefulSet controllers' part.
+"""ChainerJob scenarios stepped over the local cluster's Metacontroller emulation (see tests/mcsim.py).
 
-It applies an answer as Metacontroller does with the chainerjob-controller's child rules
-(omitted children deleted; new ones created with a uid and the last-applied annotation; InPlace
-kinds updated, OnDelete kinds left alone; status replaced wholesale plus observedGeneration) and
-lets a test report what the StatefulSet and Job controllers would: ready workers, the master's status.
+The emulation applies the answers with the shipped chainerjob-controller's child rules; a test
+reports what the StatefulSet and Job controllers would (ready workers, the master Job's status).
 """
 from __future__ import annotations
 
-import copy
-import itertools
-import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
-from mcsim import T0
+from mcsim import MANIFESTS, T0, Stepped, with_podgroups
 
 from hooks.chainerjob.sync import CHILD_KEYS, JOB_KEY, SERVICE_ACCOUNT_KEY, STATEFULSET_KEY, sync_chainerjob
 from hooks.shared.conditions import rfc3339
-from hooks.shared.k8s import LAST_APPLIED
+from localcluster.metacontroller import Stale
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "chainerjob"
-CONTROLLER = Path(__file__).resolve().parent.parent / "metacontroller" / "chainerjob-controller.yaml"
+CONTROLLER = MANIFESTS / "chainerjob-controller.yaml"
 ON_DELETE = {SERVICE_ACCOUNT_KEY, JOB_KEY}
 
 
 def gang_controller(api_version: str) -> dict:
     """The shipped chainerjob-controller with the podgroups rule a gang component adds."""
-    controller = yaml.safe_load(CONTROLLER.read_text())
-    controller["spec"]["childResources"].append(
-        {"apiVersion": api_version, "resource": "podgroups", "updateStrategy": {"method": "InPlace"}})
-    return controller
+    return with_podgroups(CONTROLLER, api_version)
 
 
 def chainerjob(name: str = "chj", *, workers: dict | None = None, **spec) -> dict:
@@ -60,81 +53,46 @@ def key_of(child: dict) -> str:
     return f"{child['kind']}.{child['apiVersion']}"
 
 
-class ChainerSim:
+def _split(key: str) -> tuple[str, str]:
+    kind, _, api_version = key.partition(".")
+    return api_version, kind
+
+
+class ChainerSim(Stepped):
     """One ChainerJob and its children, synced step by step."""
 
-    def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None, **settings: str):
-        self.parent = copy.deepcopy(parent)
-        self.controller = copy.deepcopy(controller or {})
-        self.children: dict[str, dict[str, dict]] = {key: {} for key in CHILD_KEYS}
-        for rule in self.controller.get("spec", {}).get("childResources", []):
-            if rule.get("resource") == "podgroups":
-                self.children[f"PodGroup.{rule['apiVersion']}"] = {}
-        self.now = now
-        self.settings = settings
-        self.last: dict = {}
-        self._uids = itertools.count(1)
-        self.created: list[str] = []
-        self.deleted: list[str] = []
+    def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None, *,
+                 stale: Stale | None = None, **settings: str):
+        super().__init__(parent, sync_chainerjob, CONTROLLER, now=now, controller=controller, stale=stale, settings=settings)
 
-    def request(self) -> dict:
-        """The sync request Metacontroller would send now."""
-        return {"controller": copy.deepcopy(self.controller), "parent": copy.deepcopy(self.parent),
-                "children": copy.deepcopy(self.children),
-                "related": {}, "finalizing": False}
+    def label(self, obj: Any) -> str:
+        return key_of(obj)
 
-    def sync(self) -> dict:
-        """Call the hook and apply its answer."""
-        self.last = sync_chainerjob(self.request(), now=self.now, **self.settings)
-        self.apply(self.last)
-        return self.last
-
-    def apply(self, answer: dict) -> None:
-        """Apply an answer as Metacontroller does with the chainerjob-controller's update strategies."""
-        desired = {(key_of(c), c["metadata"]["name"]): c for c in answer["children"]}
-        for key, store in self.children.items():
-            for name in list(store):
-                if (key, name) not in desired:
-                    del store[name]
-                    self.deleted.append(f"{key}/{name}")
-        for (key, name), child in desired.items():
-            store = self.children[key]
-            if name in store:
-                if key not in ON_DELETE:
-                    status = store[name].get("status")
-                    meta = store[name]["metadata"]
-                    store[name] = {**copy.deepcopy(child), "metadata": meta}
-                    meta["annotations"][LAST_APPLIED] = json.dumps(child)
-                    if status is not None:
-                        store[name]["status"] = status
-                continue
-            obj = copy.deepcopy(child)
-            obj["metadata"]["uid"] = f"u{next(self._uids)}"
-            obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(child)
-            obj["metadata"]["labels"]["controller-uid"] = self.parent["metadata"]["uid"]
-            if key in (STATEFULSET_KEY, JOB_KEY):
-                obj["status"] = {}
-            store[name] = obj
-            self.created.append(f"{key}/{name}")
-        status = copy.deepcopy(answer["status"])
-        status["observedGeneration"] = self.parent["metadata"]["generation"]
-        self.parent["status"] = status
+    @property
+    def children(self) -> dict[str, dict[str, dict]]:
+        """Stored children by request key (`Job.batch/v1`), then name."""
+        keys = list(CHILD_KEYS) + [self.config.child_key(rule) for rule in self.config.children if rule["kind"] == "PodGroup"]
+        return {key: self.objects(*_split(key)) for key in keys}
 
     # --- the StatefulSet and Job controllers, and users ----------------------------------------
 
     def ready(self, statefulset: str, count: int | None = None) -> None:
         """A StatefulSet reports `count` ready pods (all it asks for when not given)."""
-        obj = self.children[STATEFULSET_KEY][statefulset]
-        replicas = obj["spec"]["replicas"]
-        obj["status"] = {"replicas": replicas, "readyReplicas": replicas if count is None else count}
+        replicas = self.children[STATEFULSET_KEY][statefulset]["spec"]["replicas"]
+        self.write_status(*_split(STATEFULSET_KEY), statefulset,
+                          {"replicas": replicas, "readyReplicas": replicas if count is None else count})
 
     def all_ready(self) -> None:
         for name in self.children[STATEFULSET_KEY]:
             self.ready(name)
 
     def master(self, name: str, *, active: int = 0, succeeded: int = 0, failed: int = 0,
-               finished: tuple[str, str, str] | None = None) -> None:
-        """The Job controller's status of the master Job; finished = (Complete|Failed, reason, message)."""
+               finished: tuple[str, str, str] | None = None, decided_only: bool = False) -> None:
+        """The Job controller's status of the master Job; finished = (Complete|Failed, reason, message).
+
+        A batch/v1 Job posts the interim condition (SuccessCriteriaMet or FailureTarget) first and the
+        final one once its pods are gone; `decided_only` reports the first of those two statuses.
+        """
         job = self.children[JOB_KEY][name]
         status: dict = {"startTime": job.get("status", {}).get("startTime") or rfc3339(self.now)}
         if active:
@@ -146,41 +104,22 @@ class ChainerSim:
         if finished is not None:
             ctype, reason, message = finished
             at = rfc3339(self.now)
-            # What a batch/v1 Job reports: the interim condition, then the final one.
             interim = "SuccessCriteriaMet" if ctype == "Complete" else "FailureTarget"
             status["conditions"] = [
                 {"type": interim, "status": "True", "reason": reason, "message": message,
-                 "lastProbeTime": at, "lastTransitionTime": at},
-                {"type": ctype, "status": "True", "reason": reason, "message": message,
                  "lastProbeTime": at, "lastTransitionTime": at}]
-            if ctype == "Complete":
-                status["completionTime"] = at
+            if not decided_only:
+                status["conditions"].append({"type": ctype, "status": "True", "reason": reason, "message": message,
+                                             "lastProbeTime": at, "lastTransitionTime": at})
+                if ctype == "Complete":
+                    status["completionTime"] = at
             status["ready"] = 0
             status["terminating"] = 0
-        job["status"] = status
+        self.write_status(*_split(JOB_KEY), name, status)
 
     def delete(self, key: str, name: str) -> None:
         """Someone deletes a child (kubectl delete, garbage collection)."""
-        del self.children[key][name]
-
-    def edit(self, spec_update: dict) -> None:
-        """A user edit of the spec: generation moves on."""
-        self.parent["spec"].update(spec_update)
-        self.parent["metadata"]["generation"] += 1
-
-    def tick(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    # --- reading ---------------------------------------------------------------------------------
-
-    @property
-    def status(self) -> dict:
-        return self.parent.get("status", {})
-
-    def state(self) -> str:
-        """What `kubectl get chj` shows in the State column."""
-        conds = self.status.get("conditions") or []
-        return conds[-1]["type"] if conds else ""
+        self.remove(*_split(key), name)
 
     def names(self, key: str) -> list[str]:
         return sorted(self.children[key])

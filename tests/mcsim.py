@@ -1,20 +1,32 @@
-"""A synchronous, in-memory Metacontroller for scenario tests of the pure sync.
+"""Scenario tests of the pure sync, stepped by hand over the local cluster's Metacontroller emulation.
 
-It applies an answer the way Metacontroller does (omitted children deleted, new children created
-with a fresh uid and the last-applied annotation, status replaced wholesale plus
-observedGeneration) and lets a test play kubelet by setting pod phases. Time is explicit.
+There is one Metacontroller in this project (`localcluster.metacontroller.Emulation`); this module
+only steps it: `Stepped` holds an in-memory API store and the emulation of the shipped
+CompositeController (or one a test gives), calls the hook in-process with an explicit clock, and
+lets a test play kubelet and users (pod phases, edits, deletions). `Sim` is the MXJob scene;
+tests/chainersim.py the ChainerJob one. What differs from a real cluster is the emulation's, listed
+in docs/localcluster.md; the write pace is not throttled here (no client rate: nothing waits).
 """
 from __future__ import annotations
 
 import copy
 import itertools
-import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from hooks.mxjob.sync import sync_mxjob
-from hooks.shared.k8s import LAST_APPLIED
+from hooks.shared.conditions import rfc3339
+from localcluster.config import parse_composite_controller
+from localcluster.metacontroller import Emulation, Stale
+from localcluster.store import ADDED, DELETED, Store
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
+MANIFESTS = Path(__file__).resolve().parent.parent / "metacontroller"
+MXJOB_CONTROLLER = MANIFESTS / "compositecontroller.yaml"
 
 
 def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
@@ -31,95 +43,181 @@ def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
             "spec": {"mxReplicaSpecs": specs, **spec}}
 
 
-def gang_controller(api_version: str, scheduler_name: str | None = None) -> dict:
-    """A CompositeController with a podgroups child rule, as the kustomize components add it (the
-    hook reads only that rule and the annotation, so the other rules are abridged)."""
-    meta: dict = {"name": "mxjob-controller"}
+def with_podgroups(controller_file: Path, api_version: str, scheduler_name: str | None = None) -> dict:
+    """A shipped CompositeController with the podgroups rule a gang component adds (and its annotation)."""
+    controller = yaml.safe_load(controller_file.read_text())
+    controller["spec"]["childResources"].append(
+        {"apiVersion": api_version, "resource": "podgroups", "updateStrategy": {"method": "InPlace"}})
     if scheduler_name is not None:
-        meta["annotations"] = {"scheduling.kubeflow.org/scheduler-name": scheduler_name}
-    return {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": meta,
-            "spec": {"parentResource": {"apiVersion": "kubeflow.org/v1", "resource": "mxjobs"},
-                     "generateSelector": True,
-                     "childResources": [
-                         {"apiVersion": "v1", "resource": "pods",
-                          "updateStrategy": {"method": "OnDelete"}},
-                         {"apiVersion": "v1", "resource": "services",
-                          "updateStrategy": {"method": "InPlace"}},
-                         {"apiVersion": api_version, "resource": "podgroups",
-                          "updateStrategy": {"method": "InPlace"}}]}}
+        controller["metadata"]["annotations"] = {"scheduling.kubeflow.org/scheduler-name": scheduler_name}
+    return controller
 
 
-class Sim:
-    """One MXJob and its children, synced step by step."""
+def gang_controller(api_version: str, scheduler_name: str | None = None) -> dict:
+    """The shipped mxjob-controller with a gang component's podgroups rule."""
+    return with_podgroups(MXJOB_CONTROLLER, api_version, scheduler_name)
 
-    def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None):
-        self.parent = copy.deepcopy(parent)
-        self.controller = copy.deepcopy(controller or {})
-        self.pods: dict[str, dict] = {}
-        self.services: dict[str, dict] = {}
-        self.podgroups: dict[str, dict] = {}
-        self.config_maps: dict[str, dict] = {}
-        self.now = now
+
+class Stepped:
+    """One parent in a store, synced by the emulation one step at a time; the hook runs in-process."""
+
+    def __init__(self, parent: Any, hook: Callable[..., Any], default_controller: Path, *, now: datetime,
+                 controller: dict | None, stale: Stale | None, settings: dict[str, Any]):
+        raw = copy.deepcopy(controller) if controller else yaml.safe_load(default_controller.read_text())
+        self.controller = raw
+        self.config = parse_composite_controller(raw, "scenario")
+        uids = itertools.count(1)
+        self.store = Store(new_uid=lambda: f"u{next(uids)}", now=lambda: rfc3339(self.now))
+        self.now: datetime = now
         self.last: dict = {}
-        self._uids = itertools.count(1)
+        self.settings = settings
+        self._hook = hook
+        self._answer: Any = None
         self.created: list[str] = []
         self.deleted: list[str] = []
+        self.store.watch(self._record)
+        self.namespace, self.name = parent["metadata"]["namespace"], parent["metadata"]["name"]
+        self.uid = self.store.create(copy.deepcopy(parent), restore=True)["metadata"]["uid"]
+        self.emulation = Emulation(self.store, self.config, self._call, stale=stale, order_seed=0)
+        self.emulation.track(self.parent)
 
-    # --- Metacontroller --------------------------------------------------------------------
+    def use_controller(self, controller: dict) -> None:
+        """Install another CompositeController (a gang component, say): as in Metacontroller, whose
+        controller for a parent restarts with the new spec, the emulation is rebuilt over the same store."""
+        self.controller = copy.deepcopy(controller)
+        self.config = parse_composite_controller(self.controller, "scenario")
+        self.emulation = Emulation(self.store, self.config, self._call, stale=self.emulation.stale, order_seed=0)
+        self.emulation.track(self.parent)
+
+    def _record(self, event: str, obj: Any) -> None:
+        if self.config.rule_for(obj.get("apiVersion", ""), obj.get("kind", "")) is None:
+            return
+        name = f"{self.label(obj)}/{obj['metadata']['name']}"
+        if event == ADDED:
+            self.created.append(name)
+        elif event == DELETED:
+            self.deleted.append(name)
+
+    def label(self, obj: Any) -> str:
+        """How `created` and `deleted` name an object's type."""
+        return str(obj["kind"])
+
+    def _call(self, request: Any) -> Any:
+        answer = self._answer if self._answer is not None else self._hook(request, now=self.now, **self.settings)
+        self.last = answer
+        return answer
+
+    # --- Metacontroller ------------------------------------------------------------------------
 
     def request(self) -> dict:
-        """The sync request Metacontroller would send now."""
-        children = {"Pod.v1": copy.deepcopy(self.pods), "Service.v1": copy.deepcopy(self.services),
-                    "ConfigMap.v1": copy.deepcopy(self.config_maps)}
-        if self.podgroup_key:
-            children[self.podgroup_key] = copy.deepcopy(self.podgroups)
-        return {"controller": copy.deepcopy(self.controller), "parent": copy.deepcopy(self.parent),
-                "children": children, "related": {}, "finalizing": False}
+        """The sync request the emulation would send now."""
+        parent: Any = self.parent
+        return dict(self.emulation.build_request(parent, self.emulation.claim_children(parent)))
+
+    def sync(self) -> dict:
+        """Call the hook and apply its answer."""
+        self._answer = None
+        self.emulation.sync(self.uid)
+        return self.last
+
+    def apply(self, answer: dict) -> None:
+        """Apply an answer a test wrote, as Metacontroller applies the hook's."""
+        self._answer = answer
+        try:
+            self.emulation.sync(self.uid)
+        finally:
+            self._answer = None
+
+    # --- the API, for tests playing kubelet, controllers and users ------------------------------
+
+    @property
+    def parent(self) -> Any:
+        """The parent as stored now."""
+        stored = self.store.get(self.config.parent_api_version, self.config.parent_kind, self.namespace, self.name)
+        assert stored is not None
+        return stored
+
+    def objects(self, api_version: str, kind: str) -> dict[str, Any]:
+        """Copies of the stored objects of one type, by name."""
+        return {o["metadata"]["name"]: o for o in self.store.list(api_version, kind, self.namespace)}
+
+    def change(self, api_version: str, kind: str, name: str, edit: Callable[[dict], None]) -> None:
+        """Someone edits an object (not its status) with `edit`."""
+        obj: Any = self.store.get(api_version, kind, self.namespace, name)
+        assert obj is not None, f"no {kind} {name}"
+        edit(obj)
+        self.store.update(obj)
+
+    def write_status(self, api_version: str, kind: str, name: str, status: dict) -> None:
+        """A controller (or the kubelet) reports an object's status."""
+        self.store.update_status(api_version, kind, self.namespace, name, status)
+
+    def create(self, obj: dict) -> None:
+        """Someone creates an object in the job's namespace, labelled as the job's child (so it is claimed)."""
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["namespace"] = self.namespace
+        obj["metadata"].setdefault("labels", {})["controller-uid"] = self.uid
+        self.store.create(obj)
+
+    def set_parent_status(self, status: dict) -> None:
+        """The parent's status as if an earlier sync had written it."""
+        self.write_status(self.config.parent_api_version, self.config.parent_kind, self.name, status)
+
+    def remove(self, api_version: str, kind: str, name: str) -> None:
+        """The object disappears without the operator asking (garbage collection, kubectl delete)."""
+        self.store.remove(api_version, kind, self.namespace, name)
+
+    def edit(self, spec_update: dict) -> None:
+        """A user edit of the spec: the API server moves generation on."""
+        self.change(self.config.parent_api_version, self.config.parent_kind, self.name,
+                    lambda parent: parent["spec"].update(spec_update))
+
+    def tick(self, seconds: float) -> None:
+        """Time passes."""
+        self.now += timedelta(seconds=seconds)
+
+    @property
+    def status(self) -> dict:
+        """The parent's status as last written."""
+        return self.parent.get("status", {})
+
+    def state(self) -> str:
+        """What `kubectl get` shows in the State column."""
+        conds = self.status.get("conditions") or []
+        return conds[-1]["type"] if conds else ""
+
+    def condition(self, ctype: str) -> dict | None:
+        """One condition by type."""
+        return next((c for c in self.status.get("conditions", []) if c["type"] == ctype), None)
+
+
+class Sim(Stepped):
+    """One MXJob and its children, synced step by step."""
+
+    def __init__(self, parent: Any, now: datetime = T0, controller: dict | None = None, *, stale: Stale | None = None):
+        super().__init__(parent, sync_mxjob, MXJOB_CONTROLLER, now=now, controller=controller, stale=stale, settings={})
+
+    @property
+    def pods(self) -> dict[str, dict]:
+        return self.objects("v1", "Pod")
+
+    @property
+    def services(self) -> dict[str, dict]:
+        return self.objects("v1", "Service")
+
+    @property
+    def config_maps(self) -> dict[str, dict]:
+        return self.objects("v1", "ConfigMap")
+
+    @property
+    def podgroups(self) -> dict[str, dict]:
+        return {name: obj for rule in self.config.children if rule["kind"] == "PodGroup"
+                for name, obj in self.objects(rule["apiVersion"], "PodGroup").items()}
 
     @property
     def podgroup_key(self) -> str | None:
         """The children key of the controller's PodGroup rule, if it declares one."""
-        for rule in self.controller.get("spec", {}).get("childResources", []):
-            if rule.get("resource") == "podgroups":
-                return f"PodGroup.{rule['apiVersion']}"
-        return None
-
-    def sync(self) -> dict:
-        """Call the hook and apply its answer."""
-        self.last = sync_mxjob(self.request(), now=self.now)
-        self.apply(self.last)
-        return self.last
-
-    def apply(self, answer: dict) -> None:
-        """Apply an answer as Metacontroller does (Pods and ConfigMaps OnDelete, Services and PodGroups InPlace)."""
-        desired = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
-        stores = {"Pod": self.pods, "Service": self.services, "ConfigMap": self.config_maps, "PodGroup": self.podgroups}
-        for kind, store in stores.items():
-            for name in list(store):
-                if (kind, name) not in desired:
-                    del store[name]
-                    self.deleted.append(f"{kind}/{name}")
-        for (kind, name), child in desired.items():
-            store = stores[kind]
-            if name in store:
-                if kind in ("Service", "PodGroup"):  # InPlace
-                    store[name]["spec"] = copy.deepcopy(child["spec"])
-                continue
-            obj = copy.deepcopy(child)
-            obj["metadata"]["uid"] = f"u{next(self._uids)}"
-            obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(child)
-            obj["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
-                                                   "name": self.parent["metadata"]["name"],
-                                                   "uid": self.parent["metadata"]["uid"],
-                                                   "controller": True}]
-            if kind == "Pod":
-                obj["status"] = {"phase": "Pending"}
-            store[name] = obj
-            self.created.append(f"{kind}/{name}")
-        status = copy.deepcopy(answer["status"])
-        status["observedGeneration"] = self.parent["metadata"]["generation"]
-        self.parent["status"] = status
+        return next((self.config.child_key(rule) for rule in self.config.children if rule["kind"] == "PodGroup"), None)
 
     # --- kubelet and users -----------------------------------------------------------------
 
@@ -131,39 +229,20 @@ class Sim:
     def set_phase(self, name: str, phase: str, *, exit_code: int | None = None,
                   restarts: int = 0, last_exit_code: int | None = None) -> None:
         """Report a pod phase with the mxnet container's state (and last state), as the kubelet does."""
-        state = {"running": {}} if phase == "Running" else {}
+        state: dict = {"running": {}} if phase == "Running" else {}
         if exit_code is not None:
-            state = {"terminated": {"exitCode": exit_code}}
-        container = {"name": "mxnet", "restartCount": restarts, "state": state}
+            # The kubelet stamps every terminated state; the success grace counts from it.
+            state = {"terminated": {"exitCode": exit_code, "finishedAt": rfc3339(self.now)}}
+        container: dict = {"name": "mxnet", "restartCount": restarts, "state": state}
         if last_exit_code is not None:
             container["lastState"] = {"terminated": {"exitCode": last_exit_code}}
-        self.pods[name]["status"] = {"phase": phase, "containerStatuses": [container]}
+        self.write_status("v1", "Pod", name, {"phase": phase, "containerStatuses": [container]})
+
+    def terminating(self, name: str) -> None:
+        """The pod is being deleted by someone else: bound to a node, it stays until its containers stop."""
+        self.change("v1", "Pod", name, lambda pod: pod["spec"].update(nodeName="node-1"))
+        self.store.delete("v1", "Pod", self.namespace, name)
 
     def gc(self, name: str) -> None:
         """The pod disappears without the operator asking (garbage collection, kubectl delete)."""
-        del self.pods[name]
-
-    def edit(self, spec_update: dict) -> None:
-        """A user edit of the spec: generation moves on."""
-        self.parent["spec"].update(spec_update)
-        self.parent["metadata"]["generation"] += 1
-
-    def tick(self, seconds: float) -> None:
-        """Time passes."""
-        self.now += timedelta(seconds=seconds)
-
-    # --- reading ---------------------------------------------------------------------------
-
-    @property
-    def status(self) -> dict:
-        """The parent's status as last written."""
-        return self.parent.get("status", {})
-
-    def state(self) -> str:
-        """What `kubectl get mxj` shows in the State column."""
-        conds = self.status.get("conditions") or []
-        return conds[-1]["type"] if conds else ""
-
-    def condition(self, ctype: str) -> dict | None:
-        """One condition by type."""
-        return next((c for c in self.status.get("conditions", []) if c["type"] == ctype), None)
+        self.remove("v1", "Pod", name)

@@ -555,8 +555,7 @@ def test_enabling_a_gang_on_a_running_job_changes_the_template_but_stays_on_dele
     sim.sync()
     [name] = sim.names(STATEFULSET_KEY)
     before = copy.deepcopy(sim.children[STATEFULSET_KEY][name]["spec"])
-    sim.controller = gang_controller("scheduling.volcano.sh/v1beta1")
-    sim.children["PodGroup.scheduling.volcano.sh/v1beta1"] = {}
+    sim.use_controller(gang_controller("scheduling.volcano.sh/v1beta1"))
     sim.sync()
     sim.sync()
     after = sim.children[STATEFULSET_KEY][name]["spec"]
@@ -570,8 +569,8 @@ def test_a_statefulset_created_with_rolling_update_is_frozen_not_switched():
     sim = ChainerSim(example("chainerjob-mn.yaml"))
     sim.sync()
     [name] = sim.names(STATEFULSET_KEY)
-    sim.children[STATEFULSET_KEY][name]["spec"]["updateStrategy"] = {
-        "type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    sim.change("apps/v1", "StatefulSet", name, lambda sts: sts["spec"].update(updateStrategy={
+        "type": "RollingUpdate", "rollingUpdate": {"partition": 0}}))
     answer = sim.sync()
     assert child(answer, "StatefulSet")["spec"]["updateStrategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"partition": 2**31 - 1}}

@@ -167,11 +167,15 @@ def deciding_pods(sim: Sim) -> list[str]:
 
 
 def run_to_completion(sim: Sim) -> list[dict[str, Any]]:
-    """First sync, every pod running, the deciding pods succeed, then the TTL, if any, passes."""
+    """First sync, every pod running, the deciding pods succeed, the others end within the success
+    grace, then the TTL, if any, passes."""
     answers = [sim.sync()]
     sim.run()
     answers.append(sim.sync())
     for name in deciding_pods(sim):
+        sim.set_phase(name, "Succeeded", exit_code=0)
+    sim.tick(5)
+    for name in sorted(set(sim.pods) - set(deciding_pods(sim))):
         sim.set_phase(name, "Succeeded", exit_code=0)
     answers.append(sim.sync())
     sim.tick(3600)

@@ -56,6 +56,9 @@ KATIB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 # The job along both lifecycles, as our hook writes it
 
 
+API_VERSION_V1 = "kubeflow.org/v1"
+
+
 def _synced(sim: Sim, times: int = 2) -> Sim:
     for _ in range(times):
         sim.sync()
@@ -415,13 +418,13 @@ def test_kueue_admission_is_accepted_and_the_pods_carry_what_it_wrote():
     saved = kueue_pod_sets_info(sim.parent)
     admitted = kueue_run_with_pod_sets_info(sim.parent, [KUEUE_INFO] * 3)
     assert broken_rules(admitted, old=sim.parent) == []  # the CRD accepts Kueue's one update
-    sim.parent["spec"] = admitted["spec"]
-    sim.parent["metadata"]["generation"] += 1
+    sim.change(API_VERSION_V1, "MXJob", "mx", lambda job: job.update(spec=admitted["spec"]))
     _synced(sim)
     assert len(sim.pods) == 6
     for pod in sim.pods.values():
         assert pod["spec"]["nodeSelector"] == KUEUE_INFO["nodeSelector"]
-        assert pod["spec"]["tolerations"] == KUEUE_INFO["tolerations"]
+        # Kueue's, plus the not-ready/unreachable ones the API server adds to every pod.
+        assert [t for t in pod["spec"]["tolerations"] if t in KUEUE_INFO["tolerations"]] == KUEUE_INFO["tolerations"]
         assert pod["spec"]["schedulingGates"] == KUEUE_INFO["schedulingGates"]
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == "mxjob-mx-abcde"
         labels = pod["metadata"]["labels"]
@@ -430,9 +433,9 @@ def test_kueue_admission_is_accepted_and_the_pods_carry_what_it_wrote():
 
     # Gated pods stay Pending: not failed, not recreated, however long Kueue takes.
     uids = {n: p["metadata"]["uid"] for n, p in sim.pods.items()}
-    for pod in sim.pods.values():
-        pod["status"] = {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}
+    for name in sim.pods:
+        sim.write_status("v1", "Pod", name, {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]})
     for _ in range(3):
         sim.tick(3600)
         _synced(sim)
@@ -448,8 +451,7 @@ def test_kueue_admission_is_accepted_and_the_pods_carry_what_it_wrote():
     evicted = kueue_restore_pod_sets_info(sim.parent, saved)
     assert broken_rules(evicted, old=sim.parent) == []
     assert evicted["spec"]["mxReplicaSpecs"] == suspended["spec"]["mxReplicaSpecs"]
-    sim.parent["spec"] = evicted["spec"]
-    sim.parent["metadata"]["generation"] += 1
+    sim.change(API_VERSION_V1, "MXJob", "mx", lambda job: job.update(spec=evicted["spec"]))
     _synced(sim)
     assert sim.pods == {} and not kueue_is_active(sim.parent) and sim.state() == "Suspended"
 

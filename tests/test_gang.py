@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mcsim import Sim, gang_controller, mxjob
+from mcsim import T0, Sim, gang_controller, mxjob
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
 from hooks.mxjob.sync import sync_mxjob
@@ -91,7 +91,8 @@ def test_without_a_podgroup_rule_the_answer_is_the_same_as_with_an_empty_control
     other_rules = {"metadata": {"annotations": {"scheduling.kubeflow.org/scheduler-name": "x"}},
                    "spec": {"childResources": [{"apiVersion": "v1", "resource": "pods"},
                                                {"apiVersion": "v1", "resource": "services"}]}}
-    assert Sim(mxjob(), controller=other_rules).sync() == plain
+    request = {**Sim(mxjob()).request(), "controller": other_rules}
+    assert sync_mxjob(request, now=T0) == plain
 
 
 # --- the PodGroup --------------------------------------------------------------------------------
@@ -189,9 +190,9 @@ def test_scheduler_plugins_pods_carry_the_group_label_and_no_volcano_annotations
 
 def test_the_input_template_is_not_changed():
     parent = mxjob(runPolicy={"schedulingPolicy": {"priorityClass": "high"}})
-    before = copy.deepcopy(parent)
     request = Sim(parent, controller=gang_controller(VOLCANO_API)).request()
-    sync_mxjob(request, now=Sim(parent).now)
+    before = copy.deepcopy(request["parent"])
+    sync_mxjob(request, now=T0)
     assert request["parent"] == before
 
 

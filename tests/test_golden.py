@@ -121,7 +121,7 @@ def terminal_failed_deadline() -> Sim:
 
 def terminal_ttl_cleanup() -> Sim:
     sim = terminal_succeeded()
-    sim.parent["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 600}
+    sim.edit({"runPolicy": {"ttlSecondsAfterFinished": 600}})
     sim.sync()
     sim.tick(600)
     return sim

@@ -210,7 +210,7 @@ def test_warnings_are_kept_as_a_record_and_capped():
 def test_a_deadline_past_year_9999_never_fires():
     assert plus_seconds(datetime(9999, 12, 31, tzinfo=UTC), 2**31 - 1) is None
     sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"activeDeadlineSeconds": 2**31 - 1}))
-    sim.parent["status"] = {"startTime": "9999-12-31T23:59:59Z"}
+    sim.set_parent_status({"startTime": "9999-12-31T23:59:59Z"})
     answer = sim.sync()
     assert "resyncAfterSeconds" not in answer
     assert answer["status"]["startTime"] == "9999-12-31T23:59:59Z"
@@ -221,14 +221,14 @@ def test_a_lost_completion_time_is_set_so_the_ttl_still_fires():
     sim.sync()
     sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
     sim.sync()
-    del sim.parent["status"]["completionTime"]
+    sim.set_parent_status({k: v for k, v in sim.status.items() if k != "completionTime"})
     sim.tick(10)
     # The outcome record remembers it...
     answer = sync_mxjob(sim.request(), now=sim.now)
     assert answer["status"]["completionTime"] == "2026-11-21T10:00:00Z"
     assert answer["resyncAfterSeconds"] == 50
     # ...and without one (a job finished before records existed) the TTL counts from now.
-    del sim.config_maps["mx-outcome"]
+    sim.remove("v1", "ConfigMap", "mx-outcome")
     answer = sim.sync()
     assert answer["status"]["completionTime"] == "2026-11-21T10:00:10Z"
     sim.sync()

@@ -12,7 +12,6 @@ import pytest
 from mcsim import Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
-from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import LAST_APPLIED
 
 
@@ -55,7 +54,6 @@ def finish_ok(sim: Sim, *names: str, code: int = 0) -> None:
     """Pods end with `code` now (the kubelet's finishedAt is when the success grace counts from)."""
     for name in names:
         sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
-        sim.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339(sim.now)
 
 
 def test_normal_success_goes_created_running_succeeded():
@@ -513,7 +511,7 @@ def test_an_edited_cluster_config_map_is_reported_not_acted_on():
     step(sim)
     sim.run()
     step(sim)
-    sim.config_maps["mx-cluster"]["data"]["cluster"] = '{"worker":[]}'
+    sim.change("v1", "ConfigMap", "mx-cluster", lambda cm: cm["data"].update(cluster='{"worker":[]}'))
     answer = step(sim)
     assert "changed after the job's pods were created" in sim.status["specError"]
     assert sorted(c["metadata"]["name"] for c in answer["children"] if c["kind"] == "Pod") == pods(sim)
@@ -637,8 +635,7 @@ def test_an_unreadable_outcome_record_still_means_finished(text):
     sim.run()
     step(sim)
     created = len(sim.created)
-    sim.config_maps["mx-outcome"] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                     "metadata": {"name": "mx-outcome", "namespace": "ns"}, "data": {"record": text}}
+    sim.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mx-outcome"}, "data": {"record": text}})
     sim.gc("mx-worker-0")
     step(sim)
     assert sim.state() == "Failed"

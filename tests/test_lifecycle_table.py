@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 from mcsim import Sim, mxjob
 
-from hooks.shared.conditions import rfc3339
-
 TABLE = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\w+)=(True|False) (\w+) \|$")
 
@@ -55,7 +53,6 @@ def row_3():
 def end(sim: Sim, name: str, code: int = 0) -> None:
     """A pod ends with `code` now, as the kubelet reports it (finishedAt starts the success grace)."""
     sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
-    sim.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339(sim.now)
 
 
 def waiting_for_the_others() -> Sim:
@@ -125,8 +122,10 @@ def row_13():
 
 def row_14():
     sim = running()
-    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    for name in list(sim.pods):
+        end(sim, name)
     sim.sync()
+    sim.sync()  # the outcome record is seen
 
     def vanish(s: Sim) -> None:
         for name in list(s.pods):
@@ -160,7 +159,7 @@ def row_19():
     sim.sync()  # the outcome record is seen
 
     def stale(s: Sim) -> None:
-        s.parent["status"] = before
+        s.set_parent_status(before)
     return sim, stale
 
 

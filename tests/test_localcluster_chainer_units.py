@@ -113,6 +113,31 @@ def test_failed_pods_are_replaced_until_the_backoff_limit_then_the_job_fails(sto
     assert len(pods(store)) == backoff_limit + 1  # no pod after the limit
 
 
+def test_on_failure_fails_when_container_restarts_reach_the_backoff_limit(store, jobs):
+    """pastBackoffLimitOnFailure: restarts >= backoffLimit (2 restarts with backoffLimit 2), not failed + restarts > it."""
+    make_job(store, backoffLimit=2, template={"spec": {**POD_TEMPLATE["spec"], "restartPolicy": "OnFailure"}})
+    pod = wait_for(lambda: pods(store))[0]
+    running = {"phase": "Running", "containerStatuses": [{"name": "c", "restartCount": 1}]}
+    store.update_status("v1", "Pod", "default", pod["metadata"]["name"], running)
+    time.sleep(0.3)
+    assert not condition(job_status(store), "FailureTarget")  # one restart: below the limit
+    running["containerStatuses"][0]["restartCount"] = 2
+    store.update_status("v1", "Pod", "default", pod["metadata"]["name"], running)
+    assert wait_for(lambda: condition(job_status(store), "Failed"))["reason"] == "BackoffLimitExceeded"
+
+
+def test_the_outcome_is_posted_as_an_interim_condition_before_complete(store, jobs):
+    seen: list[list[str]] = []
+    store.watch(lambda event, obj: obj["kind"] == "Job" and seen.append(
+        [c["type"] for c in obj.get("status", {}).get("conditions", [])]))
+    make_job(store)
+    set_phase(store, wait_for(lambda: pods(store))[0], "Succeeded")
+    wait_for(lambda: condition(job_status(store), "Complete"))
+    assert ["SuccessCriteriaMet"] in seen  # a status with the interim condition alone came first
+    assert seen[-1] == ["SuccessCriteriaMet", "Complete"]
+    assert "completionTime" in job_status(store)
+
+
 def test_active_deadline_fails_the_job_and_deletes_its_running_pod(store, jobs):
     make_job(store, activeDeadlineSeconds=1)
     set_phase(store, wait_for(lambda: pods(store))[0], "Running", ready=True)
@@ -164,6 +189,50 @@ def test_scaling_a_statefulset_to_zero_deletes_its_pods_and_an_ended_pod_comes_b
     store.update(sts)
     wait_for(lambda: not pods(store))
     assert wait_for(lambda: sts_status(store).get("replicas") == 0 and sts_status(store))["observedGeneration"] == 2
+
+
+def edit_template(store: Store, image: str, strategy: dict | None = None) -> None:
+    sts = store.get("apps/v1", "StatefulSet", "default", "w")
+    assert sts is not None
+    sts["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    if strategy is not None:
+        sts["spec"]["updateStrategy"] = strategy
+    store.update(sts)
+
+
+def uid_of(store: Store, name: str) -> str | None:
+    pod = store.get("v1", "Pod", "default", name)
+    return pod["metadata"]["uid"] if pod else None
+
+
+def test_a_template_edit_rolls_running_pods_one_at_a_time_highest_ordinal_first(store, statefulsets):
+    """RollingUpdate, the API default: w-1 goes first; w-0 only once the new w-1 is Running and Ready."""
+    make_sts(store, 2)
+    created = wait_for(lambda: len(pods(store)) == 2 and pods(store))
+    for pod in created:
+        set_phase(store, pod, "Running", ready=True)
+    old = {p["metadata"]["name"]: p["metadata"]["uid"] for p in created}
+    edit_template(store, "i:2")
+    new_w1 = wait_for(lambda: (u := uid_of(store, "w-1")) and u != old["w-1"] and u)
+    time.sleep(0.3)
+    assert uid_of(store, "w-0") == old["w-0"]  # one at a time: w-0 waits for the new w-1
+    pod = store.get("v1", "Pod", "default", "w-1")
+    assert pod is not None and pod["spec"]["containers"][0]["image"] == "i:2"
+    set_phase(store, pod, "Running", ready=True)
+    wait_for(lambda: (u := uid_of(store, "w-0")) and u != old["w-0"])
+    assert uid_of(store, "w-1") == new_w1
+
+
+def test_on_delete_keeps_running_pods_on_their_template(store, statefulsets):
+    make_sts(store, 2)
+    created = wait_for(lambda: len(pods(store)) == 2 and pods(store))
+    for pod in created:
+        set_phase(store, pod, "Running", ready=True)
+    edit_template(store, "i:2", strategy={"type": "OnDelete"})
+    wait_for(lambda: sts_status(store).get("observedGeneration") == 2)
+    time.sleep(0.3)
+    assert [p["metadata"]["uid"] for p in pods(store)] == [p["metadata"]["uid"] for p in created]
+    assert "updatedReplicas" not in sts_status(store)  # both pods still of the older revision
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -20,7 +20,7 @@ MISSING = "/nonexistent/mxjob-test-binary"
 def watch_pod(tmp_path: Path, policy: str, seconds: float) -> tuple[list[str], dict]:
     """Run a pod whose command does not exist; the phases it reported, and its last status."""
     store = Store()
-    kubelet = ProcessKubelet(store, ClusterDNS(lambda ns: set()), tmp_path, restart_backoff=(0.1, 0.4))
+    kubelet = ProcessKubelet(store, ClusterDNS(store, strict=False), tmp_path, restart_backoff=(0.1, 0.4))
     phases: list[str] = []
     store.watch(lambda event, obj: phases.append(obj.get("status", {}).get("phase", "")) if obj.get("kind") == "Pod" else None)
     kubelet.start()

@@ -162,9 +162,13 @@ def test_each_process_sees_the_cluster_map_from_the_config_map_expanded_into_mx_
         lines = dict(line.split("=", 1) for line in cluster.log_path(f"wired-worker-{index}").read_text().splitlines()
                      if line.startswith(("MX_CONFIG=", "MXJOB_CLUSTER=")))
         config = json.loads(lines["MX_CONFIG"])
-        # Expanded by the kubelet from the ConfigMap, then pointed at loopback by the DNS stand-in.
+        # Expanded by the kubelet from the ConfigMap; the names stay and resolve through the pod's hosts
+        # file (strict DNS), or are pointed at loopback where strict names cannot run. Ports are mapped in both.
         assert config["cluster"] == json.loads(lines["MXJOB_CLUSTER"])
-        assert [entry["url"] for entry in config["cluster"]["worker"]] == ["127.0.0.1", "127.0.0.1"]
+        hosts = ["wired-worker-0", "wired-worker-1"] if cluster.dns.strict else ["127.0.0.1", "127.0.0.1"]
+        assert [entry["url"] for entry in config["cluster"]["worker"]] == hosts
+        assert [entry["port"] for entry in config["cluster"]["worker"]] == [
+            cluster.dns.local_port("default", f"wired-worker-{i}", 9091) for i in (0, 1)]
         assert config["task"] == {"index": index, "type": "worker"} and config["labels"] == {"worker": ""}
 
 
@@ -212,7 +216,8 @@ def test_suspend_removes_pods_and_resume_runs_to_success(cluster: LocalCluster):
     cluster.wait_for(lambda: len(cluster.pods("susp")) == 2, 20, what="pods created")
     cluster.update_job("susp", lambda job: job["spec"]["runPolicy"].__setitem__("suspend", True))
     cluster.wait_for(lambda: not cluster.pods("susp") and not cluster.children("susp", "Service"), 15, what="pods and services gone")
-    job = cluster.get_job("susp")
+    # Metacontroller writes the status after the children, one write at a time.
+    job = cluster.wait_for(lambda: (j := cluster.get_job("susp")) and condition(j, "Suspended") and j, 10, what="Suspended")
     assert condition(job, "Suspended")["status"] == "True" and not finished(job)
     time.sleep(1.5)  # stays suspended: nothing comes back by itself
     assert not cluster.pods("susp")
@@ -254,7 +259,7 @@ def test_hooks_answering_500_for_a_while_delete_nothing_and_the_job_recovers(clu
     assert uids(cluster.pods("flaky")) == before  # nothing deleted while the hook fails
     assert cluster.get_job("flaky")["status"] == status_before  # nor was the status touched
     assert cluster.proxy.failed_requests >= 1
-    events = [e.reason for e in cluster.controller.events_for("flaky")]
+    events = [e.reason for e in cluster.controllers["MXJob"].events_for("flaky")]
     assert "SyncError" in events
     done = cluster.wait_finished("flaky", timeout=30)
     # worker-0 exited 143 under restartPolicy Never: once the hook is back the job sees it and fails.
@@ -282,7 +287,7 @@ def test_restarting_the_hooks_server_mid_job_changes_nothing(cluster: LocalClust
     status_before = wait_active(cluster, "restart", 2)["status"]
     cluster.restart_hooks()
     assert uids(cluster.pods("restart")) == before
-    cluster.controller.enqueue(cluster.get_job("restart")["metadata"]["uid"])  # a sync against the new server
+    cluster.controllers["MXJob"].enqueue(cluster.get_job("restart")["metadata"]["uid"])  # a sync against the new server
     time.sleep(0.5)
     assert uids(cluster.pods("restart")) == before
     assert cluster.get_job("restart")["status"]["conditions"] == status_before["conditions"]
@@ -396,9 +401,10 @@ def test_an_empty_200_answer_deletes_every_child_and_wipes_status(fake):
     cluster.submit(parent_job())
     cluster.wait_for(lambda: phase_of(cluster, "a") == "Running" and phase_of(cluster, "b") == "Running", 20, what="pods running")
     answers["mode"] = "empty"
-    cluster.controller.enqueue(cluster.get_job("fake")["metadata"]["uid"])
+    cluster.controllers["MXJob"].enqueue(cluster.get_job("fake")["metadata"]["uid"])
     cluster.wait_for(lambda: cluster.pod("a") is None and cluster.pod("b") is None, 15, what="every child deleted")
-    assert cluster.get_job("fake")["status"] == {"observedGeneration": 1}
+    # The status comes after the children, each write at Metacontroller's client pace.
+    cluster.wait_for(lambda: cluster.get_job("fake")["status"] == {"observedGeneration": 1}, 5, what="status wiped")
 
 
 def test_a_500_or_malformed_answer_changes_nothing(fake):
@@ -415,11 +421,11 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
     for mode in ("500", "garbage"):
         answers["mode"] = mode
         calls = len(cluster.hook.requests)
-        cluster.controller.enqueue(job["metadata"]["uid"])
+        cluster.controllers["MXJob"].enqueue(job["metadata"]["uid"])
         cluster.wait_for(lambda calls=calls: len(cluster.hook.requests) >= calls + 3, 10, what="retries with backoff")
         assert cluster.pod("a")["metadata"].get("deletionTimestamp") is None
         assert cluster.get_job("fake")["status"] == {"ok": True, "observedGeneration": 1}
-        assert cluster.controller.last_error(job["metadata"]["uid"])
+        assert cluster.controllers["MXJob"].last_error(job["metadata"]["uid"])
 
 
 def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
@@ -432,7 +438,7 @@ def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
     cluster = fake(answer)
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
-    report = cluster.wait_for(lambda: cluster.controller.hot_loop(uid), 10, what="hot loop report")
+    report = cluster.wait_for(lambda: cluster.controllers["MXJob"].hot_loop(uid), 10, what="hot loop report")
     assert "hot loop" in report
     calls = len(cluster.hook.requests)
     time.sleep(0.5)
@@ -449,19 +455,19 @@ def test_a_fixed_point_hook_settles_and_is_not_a_hot_loop(fake):
     calls = len(cluster.hook.requests)
     time.sleep(1.0)
     assert len(cluster.hook.requests) == calls  # settled: no event, no sync
-    assert cluster.controller.hot_loop(job["metadata"]["uid"]) is None
+    assert cluster.controllers["MXJob"].hot_loop(job["metadata"]["uid"]) is None
 
 
 def test_a_child_whose_labels_do_not_match_the_selector_fails_the_sync(fake):
     cluster = fake(lambda req: (200, {"status": {"x": 1}, "children": [sleeper_pod("stray", {"controller-uid": "someone-else"})]}))
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
-    error = cluster.wait_for(lambda: cluster.controller.last_error(uid), 10, what="sync error")
+    error = cluster.wait_for(lambda: cluster.controllers["MXJob"].last_error(uid), 10, what="sync error")
     assert "do not match" in error and "selector" in error
     time.sleep(0.3)
     assert cluster.pod("stray") is None
     assert "status" not in cluster.get_job("fake") or cluster.get_job("fake")["status"] == {}  # no status write either
-    assert "SyncError" in [e.reason for e in cluster.controller.events_for("fake")]
+    assert "SyncError" in [e.reason for e in cluster.controllers["MXJob"].events_for("fake")]
 
 
 def test_services_update_in_place_without_looping_on_server_defaults(fake):
@@ -480,7 +486,7 @@ def test_services_update_in_place_without_looping_on_server_defaults(fake):
     time.sleep(0.5)
     assert cluster.store.get("v1", "Service", "default", "s")["metadata"]["resourceVersion"] == version
     port["n"] = 81
-    cluster.controller.enqueue(job["metadata"]["uid"])
+    cluster.controllers["MXJob"].enqueue(job["metadata"]["uid"])
     updated = cluster.wait_for(
         lambda: (s := cluster.store.get("v1", "Service", "default", "s")) and s["spec"]["ports"][0]["port"] == 81 and s,
         10, what="in-place update"

@@ -51,7 +51,7 @@ def gang_controller(tmp_path: Path, component: str, controller: str = "mxjob-con
 @contextmanager
 def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", config=config, sync_backoff=(0.05, 0.4)) as cluster:
+    with LocalCluster(tmp_path / "state", config=config) as cluster:
         yield cluster
 
 
@@ -89,8 +89,10 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path)
         cluster.submit(gang_job("gang", {}))
 
         def held() -> list[dict] | None:
+            # Metacontroller creates the PodGroup after the pods: they first wait for it, then for the gang.
             pods = cluster.pods("gang")
-            ok = len(pods) == 2 and all(scheduled(p).get("reason") == "Unschedulable" for p in pods)
+            ok = len(pods) == 2 and all(scheduled(p).get("reason") == "Unschedulable"
+                                        and "minMember" in scheduled(p).get("message", "") for p in pods)
             return pods if ok else None
 
         pods = cluster.wait_for(held, 30, what="two pods held back by the gang")

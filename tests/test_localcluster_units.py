@@ -21,7 +21,11 @@ from localcluster.store import Store, StoreError
 
 
 def dns_with(*services: str) -> ClusterDNS:
-    return ClusterDNS(lambda namespace: set(services))
+    """The env-rewriting fallback (names to loopback), over a store holding these Services."""
+    store = Store()
+    for name in services:
+        store.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": {"clusterIP": "None"}})
+    return ClusterDNS(store, strict=False)
 
 
 def test_service_names_in_env_resolve_to_loopback_with_one_port_per_service_port():

@@ -48,7 +48,7 @@ def _failing_pods() -> Sim:
     sim.sync()
     sim.set_phase("mx-worker-0", "Failed", exit_code=137, restarts=2)
     sim.set_phase("mx-worker-1", "Running", restarts=1)
-    sim.pods["mx-server-0"]["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:30Z"
+    sim.terminating("mx-server-0")
     return sim
 
 
