@@ -526,8 +526,10 @@ def train_digits(env: dict[str, str]) -> str:
     """One short local training in the digits image, as its ENTRYPOINT runs it."""
     result = run(["podman", "run", "--rm", "--pull=never", "--network=none", DIGITS_IMAGE, "--kv-store", "local",
                   "--epochs", "3", "--min-accuracy", "0.9"], env=env, timeout=600)
-    (final,) = [line for line in result.stdout.splitlines() if "final validation-accuracy" in line]
-    return final.strip()
+    finals = [line.strip() for line in result.stdout.splitlines() if "final validation-accuracy" in line]
+    if len(finals) != 1:
+        raise CheckFailed(f"the digits training exited 0 but printed no final accuracy:\n{result.stdout[-1000:]}")
+    return finals[0]
 
 
 # --- deliberate breaks: the check must fail on each -------------------------------------------------
