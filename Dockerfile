@@ -11,9 +11,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Requirements first, so a code change does not reinstall them.
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# Requirements first, so a code change does not reinstall them. constraints.txt pins every
+# indirect dependency too (the same versions the tests ran with), so a rebuild installs the same image.
+COPY requirements.txt constraints.txt ./
+RUN pip install --no-cache-dir -c constraints.txt -r requirements.txt
 
 COPY hooks/ hooks/
 # Bytecode compiled now, since the running container cannot write it.

@@ -13,7 +13,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run test bench lint clean constraints
+.PHONY: help setup check-python check-tools run test image-check bench lint clean constraints
 
 ## Show the targets and what they do.
 help:
@@ -54,9 +54,22 @@ setup: check-python
 run: setup
 	$(BIN)/localcluster run $(EXAMPLE)
 
-## Run the linters (ruff, mypy), then the whole test suite.
+# `make test IMAGE_CHECK=skip` leaves the images out (for a machine where buildah and podman cannot be
+# installed: image-check needs root and apt-get); it says so loudly. Anything else runs it.
+IMAGE_CHECK ?= run
+
+## Run the linters (ruff, mypy), the image check (IMAGE_CHECK=skip leaves it out), then the whole test suite.
 test: lint check-tools
+ifeq ($(IMAGE_CHECK),skip)
+	@echo "*** IMAGE_CHECK=skip: the images were NOT built or run (make image-check does that) ***"
+else
+	@$(MAKE) --no-print-directory image-check
+endif
 	$(BIN)/python -m pytest
+
+## Build both images from their Dockerfiles (buildah, podman; root + apt-get) and run the hooks image as deployed.
+image-check: setup
+	$(BIN)/python scripts/image_check.py
 
 ## ruff (style and bugs) and mypy (types) on every Python file; both must pass.
 lint: setup
@@ -72,6 +85,6 @@ constraints: setup
 	{ echo "# Every package of .venv, pinned; made by \`make constraints\` (do not edit by hand)."; \
 	  $(BIN)/pip freeze --all --exclude-editable | grep -v '^mxjob-operator' | LC_ALL=C sort -f; } > $(CONSTRAINTS)
 
-## Remove .venv and every cache or state file the tools and the local cluster leave.
+## Remove .venv and every cache or state file the tools, the local cluster and image-check leave.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info .image-check

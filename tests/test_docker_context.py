@@ -1,7 +1,7 @@
 """Every image builds from the context Docker would send: each COPY source survives `.dockerignore`.
 
-No Docker engine is available here, so the context is computed with Docker's own rules
-(moby's patternmatcher): patterns are cleaned paths matched with `*`, `?` and `**`; a pattern
+Computed without any engine, with Docker's own rules (moby's patternmatcher; `make image-check` also
+builds the images with buildah, which reads the same .dockerignore): patterns are cleaned paths matched with `*`, `?` and `**`; a pattern
 that matches a parent directory matches everything below it; `!` re-includes; the last pattern
 that matches a path decides.
 """
@@ -115,6 +115,14 @@ def test_every_copy_source_is_in_the_build_context(dockerfile: str):
     assert sources, f"{dockerfile} copies nothing"
     missing = [src for src in sources if not provided(src, files)]
     assert not missing, f"{dockerfile}: .dockerignore leaves {missing} out of the context"
+
+
+def test_without_constraints_txt_in_the_context_no_image_builds():
+    ignore = (ROOT / ".dockerignore").read_text().replace("!constraints.txt\n", "")
+    files = context(ignore)
+    for dockerfile in IMAGES:
+        assert "constraints.txt" in copy_sources(ROOT / dockerfile)
+        assert not provided("constraints.txt", files)
 
 
 def test_the_old_allow_list_would_have_broken_the_digits_image():

@@ -1,6 +1,6 @@
 """The hooks image: lint-clean, non-root, installs only the runtime requirements, and runs the
-server command every part of the project agrees on. There is no Docker engine here, so the image
-itself is never built; these checks read the Dockerfile."""
+server command every part of the project agrees on. These checks read the Dockerfile; `make image-check`
+(scripts/image_check.py) builds and runs the image itself."""
 
 from __future__ import annotations
 
@@ -142,6 +142,8 @@ def test_installs_only_the_runtime_requirements():
     assert "--no-cache-dir" in tokens
     files = [tokens[i + 1] for i, t in enumerate(tokens) if t in ("-r", "--requirement")]
     assert files == ["requirements.txt"]
+    constraints = [tokens[i + 1] for i, t in enumerate(tokens) if t in ("-c", "--constraint")]
+    assert constraints == ["constraints.txt"], "indirect dependencies float without the constraints"
     text = DOCKERFILE.read_text()
     assert "requirements-dev" not in text and "requirements-mxnet" not in text
 
@@ -151,7 +153,15 @@ def test_copies_only_requirements_and_the_hooks_package():
     for args in args_of("COPY"):
         *srcs, _dest = [t for t in shlex.split(args) if not t.startswith("--")]
         sources.update(s.rstrip("/") for s in srcs)
-    assert sources == {"requirements.txt", "hooks"}
+    assert sources == {"requirements.txt", "constraints.txt", "hooks"}
+
+
+def test_the_digits_image_installs_with_the_constraints_too():
+    pip_runs = [args for kw, args in instructions((ROOT / "examples" / "digits" / "Dockerfile").read_text())
+                if kw == "RUN" and "pip install" in args]
+    (tokens,) = [shlex.split(args) for args in pip_runs]
+    assert tokens[tokens.index("-c") + 1] == "constraints.txt"
+    assert tokens[tokens.index("-r") + 1] == "requirements-mxnet.txt"
 
 
 def test_dockerignore_allows_only_what_the_images_copy():
@@ -163,7 +173,7 @@ def test_dockerignore_allows_only_what_the_images_copy():
     assert lines[0] == "*", "start by excluding everything"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     # The hooks image, and the digits example's image (examples/digits/Dockerfile), both built from the root.
-    assert allowed == {"requirements.txt", "hooks", "requirements-mxnet.txt", "examples/digits/train.py"}
+    assert allowed == {"requirements.txt", "constraints.txt", "hooks", "requirements-mxnet.txt", "examples/digits/train.py"}
 
 
 def test_environment_matches_the_deployment():

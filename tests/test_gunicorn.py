@@ -193,16 +193,106 @@ def load_conf(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("env", "bind", "workers"),
+    ("env", "port", "workers"),
     [
-        pytest.param({}, ["0.0.0.0:8080"], 2, id="defaults"),
-        pytest.param({"PORT": "9000", "WEB_CONCURRENCY": "4"}, ["0.0.0.0:9000"], 4, id="from-env"),
+        pytest.param({}, "8080", 2, id="defaults"),
+        pytest.param({"PORT": "9000", "WEB_CONCURRENCY": "4"}, "9000", 4, id="from-env"),
     ],
 )
-def test_settings_follow_the_environment(load_conf, env, bind, workers):
+def test_settings_follow_the_environment(load_conf, env, port, workers):
     conf = load_conf(**env)
-    assert conf.bind == bind
+    assert conf.bind == conf.listen_addresses(port, ipv6=conf.ipv6_listening())
+    assert all(address.endswith(f":{port}") for address in conf.bind)
     assert conf.workers == workers
+
+
+# --- IPv4 and IPv6 ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("ipv6", "bind"),
+    [
+        pytest.param("dual", ["[::]:8080"], id="dual-stack-socket"),        # Linux's default (bindv6only=0)
+        pytest.param("separate", ["0.0.0.0:8080", "[::]:8080"], id="v6only"),  # net.ipv6.bindv6only=1
+        pytest.param("none", ["0.0.0.0:8080"], id="ipv6-disabled"),
+    ],
+)
+def test_listens_on_both_families_where_the_node_has_them(load_conf, ipv6, bind):
+    assert load_conf().listen_addresses("8080", ipv6=ipv6) == bind
+
+
+class _RefusingSocket:
+    """socket.socket where the kernel has no IPv6 (ipv6.disable=1): AF_INET6 is refused."""
+
+    def __init__(self, family: int, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        raise AssertionError("only the IPv6 probe opens a socket")
+
+
+def test_without_ipv6_the_server_binds_ipv4_only(load_conf, monkeypatch):
+    conf = load_conf()
+    monkeypatch.setattr(conf.socket, "socket", _RefusingSocket)
+    assert conf.ipv6_listening() == "none"
+    monkeypatch.setattr(conf.socket, "has_ipv6", False)
+    assert conf.ipv6_listening() == "none"
+
+
+def test_loading_the_settings_survives_a_kernel_without_ipv6(load_conf, monkeypatch):
+    monkeypatch.setattr(socket, "socket", _RefusingSocket)
+    assert load_conf().bind == ["0.0.0.0:8080"]
+
+
+def test_the_probe_reads_the_kernels_dual_stack_setting(load_conf):
+    if not _has_ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    with open("/proc/sys/net/ipv6/bindv6only") as sysctl:
+        v6only = sysctl.read().strip() == "1"
+    assert load_conf().ipv6_listening() == ("separate" if v6only else "dual")
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_the_server_answers_on_ipv4_and_ipv6_loopback(tmp_path):
+    """The image's command, unchanged (no --bind): its own bind answers on 127.0.0.1 and ::1."""
+    if not _has_ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback; the IPv4-only branch is tested above")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"GUNICORN_CMD_ARGS"}}
+    env.update(PORT=str(port), WEB_CONCURRENCY="1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
+    proc = subprocess.Popen(
+        [str(GUNICORN), "--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"],
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        answered: set[str] = set()
+        while answered != {"127.0.0.1", "::1"}:
+            assert proc.poll() is None, "gunicorn exited"
+            assert time.monotonic() < deadline, f"answered only on {answered or 'nothing'}"
+            for host in {"127.0.0.1", "::1"} - answered:
+                if _healthz(host, port):
+                    answered.add(host)
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def _healthz(host: str, port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection(host, port, timeout=2)
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
 
 
 def test_a_stuck_worker_is_only_replaced_after_metacontrollers_hook_timeout(load_conf):

@@ -8,13 +8,42 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import tempfile
 
 from hooks.server.logs import JsonFormatter
 
-# Listen on every interface on 8080 (the Service maps port 80 to it); PORT lets a platform or a
-# test pick another port without rewriting the command.
-bind = [f"0.0.0.0:{os.environ.get('PORT', '8080')}"]
+
+def ipv6_listening() -> str:
+    """How this node takes IPv6: "dual" ([::] also answers IPv4), "separate" ([::] is IPv6 only), or "none".
+
+    Asked of the kernel with a throwaway socket, since a pod may run where IPv6 is disabled (binding
+    [::] would then fail and the server would not start), in an IPv6-only cluster (0.0.0.0 alone
+    would fail every probe), or on a node with net.ipv6.bindv6only=1.
+    """
+    if not socket.has_ipv6:
+        return "none"
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::", 0))
+            v6only = probe.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+    except OSError:
+        return "none"
+    return "separate" if v6only else "dual"
+
+
+def listen_addresses(port: str, *, ipv6: str) -> list[str]:
+    """Every interface on the port, IPv4 and, where the node has it, IPv6."""
+    if ipv6 == "dual":
+        return [f"[::]:{port}"]
+    if ipv6 == "separate":
+        return [f"0.0.0.0:{port}", f"[::]:{port}"]
+    return [f"0.0.0.0:{port}"]
+
+
+# Listen on every interface on 8080 (the Service maps port 80 to it), IPv4 and IPv6 alike; PORT
+# lets a platform or a test pick another port without rewriting the command.
+bind = listen_addresses(os.environ.get("PORT", "8080"), ipv6=ipv6_listening())
 
 # The sync is pure CPU under the GIL, so parallelism comes from processes. Two workers keep a
 # second request (another MXJob) moving while one large job is being synced.
