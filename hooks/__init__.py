@@ -2,4 +2,4 @@
 
 # The release: the same as pyproject.toml's version, the hooks image tag in metacontroller/kustomization.yaml
 # and the newest CHANGELOG.md entry (tests/test_docs.py checks that they agree).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
