@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
+from mcsim import Sim, mxjob
+
 from hooks.mxjob.sync import sync_mxjob
 
 NOW = datetime(2026, 3, 1, 12, 5, tzinfo=UTC)
@@ -79,3 +81,23 @@ def test_an_unchanged_job_is_not_refused():
     assert "specError" not in sync_mxjob(request, now=NOW)["status"]
     request["children"]["ConfigMap.v1"] = {}
     assert "specError" not in sync_mxjob(request, now=NOW)["status"]
+
+
+def test_a_port_moved_while_suspended_is_refused_at_resume():
+    # The CRD lets a suspended job's templates change (Kueue writes into them), but a replica's
+    # mxjob-port is in the cluster map every pod was (or will be) wired with: the hook refuses it.
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}, runPolicy={"suspend": True}))
+    sim.sync()
+    sim.sync()
+    assert sim.state() == "Suspended" and "mx-cluster" in sim.config_maps
+
+    def move_port_and_resume(job: dict) -> None:
+        container = job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        container["ports"] = [{"name": "mxjob-port", "containerPort": 9999}]
+        job["spec"]["runPolicy"]["suspend"] = False
+
+    sim.change("kubeflow.org/v1", "MXJob", "mx", move_port_and_resume)
+    sim.sync()
+    sim.sync()
+    assert sim.pods == {}
+    assert "changed after the job's pods were created" in sim.status["specError"]
