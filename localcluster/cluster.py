@@ -115,6 +115,7 @@ class LocalCluster:
         self.throttle = ClientThrottle(client_qps, client_burst)
         self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self.controllers: dict[str, MetacontrollerStandIn] = {}
+        self._backend = ""
 
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
@@ -133,10 +134,9 @@ class LocalCluster:
                 self.proxy = FaultProxy(backend)
                 self.proxy.start()
                 backend = self.proxy.url
+            self._backend = backend
             for config in self.configs:
-                self.controllers[config.parent_kind] = MetacontrollerStandIn(
-                    self.store, config, backend, time_scale=self._time_scale, throttle=self.throttle, stale=self._stale,
-                    hot_loop_syncs=self._hot_loop_syncs)
+                self.controllers[config.parent_kind] = self._stand_in(config)
             for controller in self.controllers.values():
                 controller.start()
             self.jobs.start()
@@ -146,6 +146,22 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _stand_in(self, config: ControllerConfig) -> MetacontrollerStandIn:
+        return MetacontrollerStandIn(self.store, config, self._backend, time_scale=self._time_scale, throttle=self.throttle,
+                                     stale=self._stale, hot_loop_syncs=self._hot_loop_syncs)
+
+    def use_controller(self, config: ControllerConfig) -> MetacontrollerStandIn:
+        """Install another CompositeController for a parent kind on the running cluster (a gang
+        component added, say): as Metacontroller restarts a controller whose spec changed, the old
+        stand-in stops and a new one starts, which syncs every parent of that kind."""
+        old = self.controllers.pop(config.parent_kind, None)
+        if old is not None:
+            old.stop()
+        self.configs = [c for c in self.configs if c.parent_kind != config.parent_kind] + [config]
+        self.controllers[config.parent_kind] = controller = self._stand_in(config)
+        controller.start()
+        return controller
 
     def stop(self) -> None:
         """Stop every process this cluster started (containers, hooks server) and its threads."""

@@ -2,9 +2,9 @@
 write order and pace, Go's three-way merge, stale informer reads, retries and resyncs, and the
 StatefulSet controller's rolling update under the ChainerJob hook.
 
-The tests named "with a stale parent ...", the worker template edit and the ChainerJob resync pin
-failures a real cluster showed against the hooks before issue 18 (kept as regression tests: each
-asserts the property that must hold, and failed on those hooks).
+The worker template edit and the ChainerJob resync pin failures a real cluster showed against the
+hooks before issue 18 (kept as regression tests: each asserts the property that must hold, and
+failed on those hooks). The hooks under the stale-read modes are tests/test_stale_reads.py's.
 """
 from __future__ import annotations
 
@@ -148,96 +148,6 @@ def test_a_stale_parent_is_one_status_write_behind_its_children():
     assert seen == [None, None, 1, 2]  # each sync after a write sees the status before it; then it catches up
 
 
-def _mxjob_success_run(stale: str | None) -> Sim:
-    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}, runPolicy={"cleanPodPolicy": "All"}),
-              stale=stale)  # type: ignore[arg-type]
-    sim.sync()
-    sim.run()
-    sim.sync()
-    for name in ("mx-worker-0", "mx-worker-1", "mx-scheduler-0"):
-        sim.set_phase(name, "Succeeded", exit_code=0)
-    return sim
-
-
-def _assert_no_pod_after_the_outcome(sim: Sim) -> None:
-    decided_at: int | None = None
-    for _ in range(6):
-        sim.sync()
-        if decided_at is None and sim.condition("Succeeded"):
-            decided_at = len(sim.created)
-        sim.tick(40)
-    assert decided_at is not None
-    assert [c for c in sim.created[decided_at:] if c.startswith("Pod/")] == []  # no pod after the outcome
-    assert sim.state() == "Succeeded"  # and the outcome is never written over
-
-
-def test_with_fresh_reads_no_pod_is_created_after_an_mxjob_succeeded():
-    _assert_no_pod_after_the_outcome(_mxjob_success_run(None))
-
-
-def test_with_a_stale_parent_no_pod_is_created_after_an_mxjob_succeeded():
-    _assert_no_pod_after_the_outcome(_mxjob_success_run("parent"))
-
-
-def _failures_until_failed(stale: str | None, backoff_limit: int = 2) -> int:
-    job = mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}, runPolicy={"backoffLimit": backoff_limit})
-    sim = Sim(job, stale=stale)  # type: ignore[arg-type]
-    sim.sync()
-    failures = 0
-    for _ in range(10):
-        if sim.state() == "Failed":
-            break
-        if "mx-worker-0" in sim.pods:
-            sim.run()
-            sim.sync()
-            sim.set_phase("mx-worker-0", "Failed", exit_code=137)  # retryable: the pod is recreated
-            failures += 1
-        sim.sync()
-        sim.sync()
-    assert sim.state() == "Failed"
-    return failures
-
-
-def test_with_fresh_reads_an_mxjob_fails_at_exactly_backoff_limit_plus_one_failures():
-    assert _failures_until_failed(None) == 3
-
-
-def test_with_a_stale_parent_an_mxjob_fails_at_exactly_backoff_limit_plus_one_failures():
-    assert _failures_until_failed("parent") == 3
-
-
-def _chainerjob_after_completion(stale: str | None) -> ChainerSim:
-    sim = ChainerSim(chainerjob(workers={"ws": 2}), stale=stale)  # type: ignore[arg-type]
-    sim.sync()
-    sim.all_ready()
-    sim.sync()
-    sim.sync()
-    sim.master("chj-master", active=1)
-    sim.sync()
-    sim.master("chj-master", succeeded=1, finished=("Complete", "CompletionsReached", "done"))
-    sim.sync()
-    assert sim.state() == "Complete"
-    sim.delete(JOB_KEY, "chj-master")  # the master's TTL, or a user, removes it afterwards
-    return sim
-
-
-def _assert_a_finished_chainerjob_stays_finished(sim: ChainerSim) -> None:
-    mark = len(sim.created)
-    for _ in range(3):
-        sim.sync()
-    assert sim.created[mark:] == []  # neither the master Job nor any worker comes back
-    assert sim.state() == "Complete"
-    assert all(sts["spec"]["replicas"] == 0 for sts in sim.children["StatefulSet.apps/v1"].values())
-
-
-def test_with_fresh_reads_a_finished_chainerjob_stays_finished():
-    _assert_a_finished_chainerjob_stays_finished(_chainerjob_after_completion(None))
-
-
-def test_with_a_stale_parent_a_finished_chainerjob_stays_finished():
-    _assert_a_finished_chainerjob_stays_finished(_chainerjob_after_completion("parent"))
-
-
 # --- Kubernetes controllers behind the children -----------------------------------------------------
 
 
@@ -346,52 +256,6 @@ def test_resync_period_is_read_from_each_shipped_controller():
     raw = copy.deepcopy(load_controller_config(parent_kind="ChainerJob").raw)
     raw["spec"]["resyncPeriodSeconds"] = 120
     assert parse_composite_controller(raw, "edited").resync_period_seconds == 120
-
-
-# --- lifecycles under stale reads, as properties ------------------------------------------------------
-
-_events = st.lists(st.tuples(st.sampled_from(["run", "succeed", "fail", "tick"]), st.integers(0, 3)), min_size=1, max_size=12)
-
-
-def _mxjob_lifecycle(stale: str | None, events: list[tuple[str, int]]) -> None:
-    """Random pod events, a sync after each: once an outcome is written no pod is created, and the
-    restart count never goes down."""
-    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 2, "restartPolicy": "ExitCode"}},
-                    runPolicy={"backoffLimit": 3}), stale=stale)  # type: ignore[arg-type]
-    sim.sync()
-    decided_at: int | None = None
-    restarts = 0
-    for event, index in events:
-        names = sorted(sim.pods)
-        name = names[index % len(names)] if names else None
-        if event == "run" and name:
-            sim.run(name)
-        elif event == "succeed" and name:
-            sim.set_phase(name, "Succeeded", exit_code=0)
-        elif event == "fail" and name:
-            sim.set_phase(name, "Failed", exit_code=137)
-        else:
-            sim.tick(31)
-        sim.sync()
-        if decided_at is None and (sim.condition("Succeeded") or sim.condition("Failed")):
-            decided_at = len(sim.created)
-        count = sim.status.get("restartCount", 0)
-        assert count >= restarts, "the restart count went down"
-        restarts = count
-    if decided_at is not None:
-        assert [c for c in sim.created[decided_at:] if c.startswith("Pod/")] == [], "a pod after the outcome"
-
-
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(events=_events)
-def test_with_children_one_sync_behind_an_mxjob_lifecycle_keeps_its_outcome_and_restarts(events):
-    _mxjob_lifecycle("children", events)
-
-
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(events=_events)
-def test_with_a_stale_parent_an_mxjob_lifecycle_keeps_its_outcome_and_restarts(events):
-    _mxjob_lifecycle("parent", events)
 
 
 def test_the_cli_takes_metacontrollers_client_rate_and_the_stale_read_mode(capsys):

@@ -1,433 +1,394 @@
-"""The hooks under Metacontroller's stale reads (DESIGN 2.1): properties over random lifecycles, and the
-three failures a stale parent caused before the memory moved into children, as regression tests.
+"""The hooks under Metacontroller's stale reads (DESIGN 2.1), over the project's one emulation.
 
 Real Metacontroller reads the parent and the children from separate informer caches, writes the
 children first (deletes, then creates) and the status after, over a fresh read. The next sync,
 queued by those child events, often sees the status of one write earlier with the children of
-now. `World` below is a small self-contained stand-in for just that, over the pure sync
-functions: each sync sees, with some probability, the previous status instead of the latest.
-(The project-wide emulation in localcluster/ gets its own stale-read mode; this one is kept
-small so the properties run in milliseconds.)
+now. The emulation (localcluster/metacontroller.py) has that as its `stale` mode: "parent" (the
+sync after a status write sees the status before it) and "children" (each sync sees the children
+of the sync before). The scenes are tests/mcsim.py's `Sim` and tests/chainersim.py's `ChainerSim`.
+
+The named regression tests pin the failures a stale parent caused before the memory moved into
+children (hooks/shared/memory.py; docs/lifecycle.md, "Why the outcome is recorded in a child");
+each fails on the hooks of commit ae4b906. The properties run random MXJob and ChainerJob
+lifecycles under both stale modes, and compare a stale run with a fresh run of the same events.
 """
 from __future__ import annotations
 
-import copy
-import itertools
 import json
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcsim import Sim, Stepped, mxjob
 
-from hooks.chainerjob.sync import sync_chainerjob
-from hooks.mxjob.sync import sync_mxjob
-from hooks.shared.k8s import LAST_APPLIED
+from hooks.shared.conditions import rfc3339
+from localcluster.metacontroller import Stale
 
-T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
-TERMINAL = {"Succeeded", "Failed", "Complete"}
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+TERMINAL = ("Succeeded", "Failed", "Complete")
+MODES: list[Stale | None] = [None, "parent", "children"]
+STALE_MODES: list[Stale] = ["parent", "children"]
 
 
 def terminal(status: dict | None) -> str | None:
     """The True terminal condition of a status, if any."""
     for cond in (status or {}).get("conditions") or []:
         if cond.get("type") in TERMINAL and cond.get("status") == "True":
-            return cond["type"]
+            return str(cond["type"])
     return None
 
 
-class World:
-    """One parent and its children, synced with stale parent reads when asked."""
+def essence(status: dict) -> dict:
+    """A status without the order of its condition history (which transitions a sync saw depends on
+    how stale its read was), but with every True condition's type, reason and message."""
+    true = sorted((c["type"], c.get("reason"), c.get("message")) for c in status.get("conditions") or [] if c.get("status") == "True")
+    return {**{k: v for k, v in status.items() if k != "conditions"}, "true conditions": true}
 
-    def __init__(self, parent: dict, sync: Callable[..., dict], child_keys: dict[str, str]):
-        self.parent = copy.deepcopy(parent)
-        self.sync_fn = sync
-        self.child_keys = child_keys  # kind -> request key ("Pod" -> "Pod.v1")
-        self.children: dict[tuple[str, str], dict] = {}
-        self.written: list[dict] = []  # every status written, in order
-        self.now = T0
-        self.created: list[tuple[str, str]] = []
-        self.deleted: list[tuple[str, str]] = []
-        self._uids = itertools.count(1)
 
-    # --- Metacontroller --------------------------------------------------------------------
+class Watch:
+    """What a scene's syncs wrote, checked as they happen: every status stored after a sync, every
+    answer computed twice from the request the emulation sent (byte-identical, or the test fails),
+    and how many objects of the job's run kind (Pod, or the master Job) existed when an outcome
+    was first written."""
 
-    def request(self, *, stale: bool) -> dict:
-        parent = copy.deepcopy(self.parent)
-        if stale and len(self.written) >= 2:
-            parent["status"] = copy.deepcopy(self.written[-2])
-        children: dict[str, dict] = {key: {} for key in self.child_keys.values()}
-        for (kind, name), obj in self.children.items():
-            children[self.child_keys[kind]][name] = copy.deepcopy(obj)
-        return {"controller": {}, "parent": parent, "children": children, "related": {}, "finalizing": False}
+    def __init__(self, sim: Stepped, run_kind: str):
+        self.sim, self.run_kind = sim, run_kind
+        self.statuses: list[dict] = []
+        self.wrote = False
+        self.runs_at_decision: int | None = None
+        hook = sim._hook
 
-    def sync(self, *, stale: bool = False) -> dict:
-        """One sync: children written first (deletes, then creates; InPlace specs replaced), then status."""
-        answer = self.sync_fn(self.request(stale=stale), now=self.now)
-        desired = {(c["kind"], c["metadata"]["name"]): c for c in answer["children"]}
-        for key in [k for k in self.children if k not in desired]:
-            del self.children[key]
-            self.deleted.append(key)
-        for key, child in desired.items():
-            if key in self.children:
-                if key[0] in ("Service", "StatefulSet", "Role", "RoleBinding") and "spec" in child:
-                    self.children[key]["spec"] = copy.deepcopy(child["spec"])
-                continue
-            obj = copy.deepcopy(child)
-            obj["metadata"]["uid"] = f"u{next(self._uids)}"
-            obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(child)
-            if key[0] == "Pod":
-                obj["status"] = {"phase": "Pending"}
-            self.children[key] = obj
-            self.created.append(key)
-        self.parent["status"] = copy.deepcopy(answer["status"])
-        self.written.append(copy.deepcopy(answer["status"]))
+        def twice(request: Any, **kwargs: Any) -> Any:
+            first = json.dumps(hook(request, **kwargs), sort_keys=True)
+            answer = hook(request, **kwargs)
+            assert json.dumps(answer, sort_keys=True) == first, "the same request gave two answers"
+            return answer
+
+        sim._hook = twice
+
+    def runs_created(self) -> list[str]:
+        return [entry for entry in self.sim.created if entry.split("/")[0].split(".")[0] == self.run_kind]
+
+    def sync(self, *, stale_now: bool = True) -> dict:
+        """One sync; with the scene in "parent" mode, `stale_now=False` makes this one read fresh."""
+        emulation = self.sim.emulation
+        mode = emulation.stale
+        if mode == "parent" and not stale_now:
+            emulation.stale = None  # the cache caught up before this sync (the emulation still tracks the write)
+        try:
+            self.wrote = emulation.sync(self.sim.uid).wrote
+        finally:
+            emulation.stale = mode
+        answer = self.sim.last
+        self.statuses.append(self.sim.status)
+        if self.runs_at_decision is None and terminal(self.sim.status):
+            self.runs_at_decision = len(self.runs_created())
         return answer
 
-    # --- kubelet ---------------------------------------------------------------------------
+    def settle(self) -> None:
+        """Sync until two syncs in a row write nothing (a stale view has caught up by then)."""
+        quiet = 0
+        for _ in range(16):
+            self.sync()
+            quiet = 0 if self.wrote else quiet + 1
+            if quiet == 2:
+                return
+        raise AssertionError("the job did not settle")
 
-    def pods(self) -> dict[str, dict]:
-        return {name: obj for (kind, name), obj in self.children.items() if kind == "Pod"}
-
-    def set_pod(self, name: str, phase: str, code: int | None = None, restarts: int = 0) -> None:
-        state: dict[str, Any] = {"running": {}} if phase == "Running" else {}
-        if code is not None:
-            state = {"terminated": {"exitCode": code, "finishedAt": rfc3339(self.now)}}
-        self.children[("Pod", name)]["status"] = {
-            "phase": phase, "containerStatuses": [{"name": "mxnet", "restartCount": restarts, "state": state}]}
-
-
-MX_KEYS = {"Pod": "Pod.v1", "Service": "Service.v1", "ConfigMap": "ConfigMap.v1"}
-
-
-def mxjob(replicas: dict, **run_policy: Any) -> dict:
-    specs = {}
-    for rtype, value in replicas.items():
-        entry = value if isinstance(value, dict) else {"replicas": value}
-        entry.setdefault("template", {"spec": {"containers": [
-            {"name": "mxnet", "image": "mxjob/mxnet:1.9.1", "command": ["python", "train.py"]}]}})
-        specs[rtype] = entry
-    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
-            "metadata": {"name": "mx", "namespace": "ns", "uid": "uid-mx", "generation": 1},
-            "spec": {"runPolicy": run_policy, "mxReplicaSpecs": specs}}
+    def check(self) -> None:
+        """A terminal condition is never replaced, restartCount never goes down, and no run object is
+        created once the outcome was written."""
+        decided: str | None = None
+        count = 0
+        for i, status in enumerate(self.statuses):
+            outcome = terminal(status)
+            if decided is not None:
+                assert outcome == decided, f"sync {i}: {decided} became {outcome}"
+            decided = decided or outcome
+            assert status.get("restartCount", 0) >= count, f"sync {i}: restartCount went from {count} to {status.get('restartCount')}"
+            count = status.get("restartCount", 0)
+        if self.runs_at_decision is not None:
+            assert len(self.runs_created()) == self.runs_at_decision, "a pod (or master Job) was created after the outcome"
 
 
-def mx_world(parent: dict) -> World:
-    return World(parent, sync_mxjob, MX_KEYS)
+# --- MXJob: the three failures, as regression tests --------------------------------------------------
 
 
-def pods_created_after(world: World, index: int) -> list[str]:
-    return [name for kind, name in world.created[index:] if kind == "Pod"]
+def _succeeded_with_clean_all(stale: Stale | None) -> tuple[Sim, Watch]:
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}, runPolicy={"cleanPodPolicy": "All"}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.run()
+    watch.sync()
+    for name in ("mx-worker-0", "mx-worker-1", "mx-scheduler-0"):
+        sim.set_phase(name, "Succeeded", exit_code=0)
+    for _ in range(6):  # the syncs queued by the deletions, each reading the parent one write late
+        watch.sync()
+        sim.tick(40)  # past the success grace
+    return sim, watch
 
 
-# --- the three failures, as regression tests ----------------------------------------------------
-
-
-def test_a_job_declared_succeeded_is_not_run_again_when_the_next_sync_reads_the_old_status():
+@pytest.mark.parametrize("stale", MODES)
+def test_a_job_declared_succeeded_is_not_run_again_when_the_next_sync_reads_the_old_status(stale):
     """Before: with cleanPodPolicy All, the Succeeded answer deleted every pod; the next sync read
     the Running status with no pods, created them all again (training reran) and wrote Running
     over Succeeded."""
-    world = mx_world(mxjob({"Worker": 2}, cleanPodPolicy="All"))
-    world.sync()
-    for name in world.pods():
-        world.set_pod(name, "Running")
-    world.sync()
-    world.now += timedelta(seconds=60)
-    for name in world.pods():
-        world.set_pod(name, "Succeeded", 0)
-    world.sync()
-    assert terminal(world.written[-1]) == "Succeeded"
-    mark = len(world.created)
-    for _ in range(4):  # the syncs queued by the deletions, each reading the parent one write late
-        world.sync(stale=True)
-        assert terminal(world.written[-1]) == "Succeeded"
-    assert world.pods() == {}  # cleanPodPolicy All, applied once the outcome is recorded
-    assert pods_created_after(world, mark) == []
+    sim, watch = _succeeded_with_clean_all(stale)
+    assert sim.state() == "Succeeded"
+    assert watch.runs_at_decision is not None
+    watch.check()
+    assert sim.pods == {}  # cleanPodPolicy All, applied once the outcome is recorded
 
 
-def test_a_stale_parent_does_not_forget_restarts_and_backoff_limit_still_fails_the_job():
+def _backoff_run(stale: Stale | None, backoff_limit: int = 2) -> tuple[int, Watch]:
+    """A worker failing with 137 (retryable) each time it runs, the job settled after each event;
+    the failures until the job fails."""
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}, runPolicy={"backoffLimit": backoff_limit}),
+              stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    failures = 0
+    while sim.state() != "Failed" and failures < 10:
+        sim.run("mx-worker-0")
+        watch.settle()
+        sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+        failures += 1
+        watch.settle()
+    assert "backoff limit" in (sim.condition("Failed") or {}).get("message", "")
+    return failures, watch
+
+
+@pytest.mark.parametrize("stale", STALE_MODES)
+def test_a_stale_parent_does_not_forget_restarts_and_backoff_limit_still_fails_the_job(stale):
     """Before: restartHistory lived only in status. The sync after the one that deleted the failed
     pod read the status of before it, created the pod again without counting, and its status was
-    written over the one with the restart: with backoffLimit 1 a worker failing with 137 was
-    recreated again and again. Now the job fails at the second failure, as with fresh reads."""
-    world = mx_world(mxjob({"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}, backoffLimit=1))
-    world.sync()
-    for _ in range(6):
-        if terminal(world.parent.get("status")):
-            break
-        world.set_pod("mx-worker-0", "Running")
-        world.sync()
-        world.set_pod("mx-worker-0", "Failed", 137)
-        world.sync()
-        world.sync(stale=True)  # queued by the deletion or the record's creation: reads one write late
-        world.sync()
-        world.sync()
-    assert terminal(world.written[-1]) == "Failed"
-    assert "backoff limit" in next(c for c in world.written[-1]["conditions"] if c["type"] == "Failed")["message"]
-    assert pods_created_after(world, 0).count("mx-worker-0") == 2  # the first pod and one recreation
-    assert world.written[-1]["restartCount"] == 2
+    written over the one with the restart: with backoffLimit 2 a worker failing with 137 was
+    recreated again and again. Now the job fails at the same failure as with fresh reads, with the
+    same status."""
+    fresh_failures, fresh = _backoff_run(None)
+    failures, watch = _backoff_run(stale)
+    assert fresh_failures == 3  # backoffLimit + 1
+    assert failures == fresh_failures
+    assert essence(watch.statuses[-1]) == essence(fresh.statuses[-1])
+    assert watch.runs_created() == fresh.runs_created() == ["Pod/mx-worker-0"] * 3
+    watch.check()
 
 
-def test_an_older_status_is_never_written_over_a_newer_one():
+@pytest.mark.parametrize("stale", STALE_MODES)
+def test_an_older_status_is_never_written_over_a_newer_one(stale):
     """Before: the sync after a recreation read the status of before it and wrote a smaller
     restartCount over the larger one (a pod's container restarts went with the pod)."""
-    world = mx_world(mxjob({"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}}))
-    world.sync()
-    world.set_pod("mx-worker-0", "Running", restarts=2)
-    world.sync()
-    assert world.written[-1]["restartCount"] == 2
-    world.set_pod("mx-worker-0", "Failed", restarts=2)  # evicted: recreated, not a job failure
-    world.sync()
-    assert world.written[-1]["restartCount"] == 3
-    for _ in range(3):
-        world.sync(stale=True)
-        assert world.written[-1]["restartCount"] == 3
-    assert ("Pod", "mx-worker-0") in world.children
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.set_phase("mx-worker-0", "Running", restarts=2)
+    watch.sync()
+    watch.sync()
+    assert sim.status["restartCount"] == 2
+    sim.set_phase("mx-worker-0", "Failed", restarts=2)  # evicted: recreated, not a job failure
+    watch.settle()  # the restart recorded, then the pod deleted, then created again
+    assert sim.status["restartCount"] == 3
+    assert "mx-worker-0" in sim.pods
+    watch.check()
 
 
 def test_a_terminal_status_is_never_replaced_by_a_stale_read():
-    world = mx_world(mxjob({"Worker": 1}, cleanPodPolicy="None"))
-    world.sync()
-    world.set_pod("mx-worker-0", "Running")
-    world.sync()
-    running_status = copy.deepcopy(world.written[-1])
-    world.set_pod("mx-worker-0", "Succeeded", 0)
-    world.sync()
-    world.sync()  # the outcome record is seen
-    del world.children[("Pod", "mx-worker-0")]  # garbage-collected
-    world.parent["status"] = running_status  # a stale read of the status before the outcome
-    answer = sync_mxjob(world.request(stale=False), now=world.now)
+    """The sync after the one that wrote Succeeded reads the Running status, with the pod
+    garbage-collected meanwhile: it keeps the outcome and creates no pod."""
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"cleanPodPolicy": "None"}), stale="parent")
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.run()
+    watch.sync()
+    watch.sync()
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    watch.sync()
+    assert sim.state() == "Succeeded"
+    outcome = sim.status
+    sim.gc("mx-worker-0")
+    answer = watch.sync()  # reads the status of before Succeeded
     assert terminal(answer["status"]) == "Succeeded"
-    assert answer["status"] == world.written[-1]
     assert not [c for c in answer["children"] if c["kind"] == "Pod"]
+    for _ in range(2):
+        watch.sync()
+    assert sim.status == outcome
+    assert sim.pods == {}
+    watch.check()
 
 
-# --- properties over random lifecycles --------------------------------------------------------------
+# --- MXJob: properties over random lifecycles ---------------------------------------------------------
 
 CODES = [0, 1, 137, 143, 138]
-actions = st.lists(st.tuples(st.sampled_from(["run", "end", "tick", "gc"]), st.integers(0, 5),
-                             st.sampled_from(CODES), st.booleans()), min_size=5, max_size=30)
+mx_steps = st.lists(st.tuples(st.sampled_from(["run", "end", "tick", "gc"]), st.integers(0, 5), st.sampled_from(CODES)),
+                    min_size=3, max_size=20)
 mx_jobs = st.builds(
-    lambda w, pol, clean, limit, sched: mxjob(
-        ({"Scheduler": 1, "Server": 1} if sched else {}) | {"Worker": {"replicas": w, "restartPolicy": pol}},
-        cleanPodPolicy=clean, **({"backoffLimit": limit} if limit is not None else {})),
+    lambda workers, policy, clean, limit, sched: mxjob(
+        replicas=({"Scheduler": 1, "Server": 1} if sched else {}) | {"Worker": {"replicas": workers, "restartPolicy": policy}},
+        runPolicy={"cleanPodPolicy": clean, **({"backoffLimit": limit} if limit is not None else {})}),
     st.integers(1, 3), st.sampled_from(["Never", "ExitCode", "OnFailure"]), st.sampled_from(["All", "Running", "None"]),
     st.one_of(st.none(), st.integers(0, 3)), st.booleans())
 
 
-def drive(world: World, steps: list, stale_draws: list[bool]) -> list[dict]:
-    """Apply kubelet actions, each followed by syncs (stale as drawn); return the answers."""
-    answers = [world.sync()]
-    draws = itertools.cycle(stale_draws or [False])
-    for verb, n, code, flag in steps:
-        pods = sorted(world.pods())
-        if verb == "tick":
-            world.now += timedelta(seconds=10 * (n + 1))
-        elif pods:
-            name = pods[n % len(pods)]
-            if verb == "run":
-                world.set_pod(name, "Running")
-            elif verb == "end":
-                world.set_pod(name, "Succeeded" if code == 0 else "Failed", code)
-            elif verb == "gc" and flag and world.children[("Pod", name)]["status"]["phase"] == "Succeeded":
-                del world.children[("Pod", name)]
-        for _ in range(2):
-            answers.append(world.sync(stale=next(draws)))
-    for _ in range(3):
-        world.now += timedelta(seconds=31)
-        answers.append(world.sync(stale=next(draws)))
-    return answers
+def _kubelet(sim: Sim, verb: str, n: int, code: int) -> None:
+    """One kubelet or garbage-collector step on the n-th pod (by name) that still runs or waits."""
+    if verb == "tick":
+        sim.tick(10 * (n + 1))
+        return
+    pods = sorted(sim.pods)
+    if not pods:
+        return
+    name = pods[n % len(pods)]
+    phase = sim.pods[name].get("status", {}).get("phase")
+    if verb == "run" and phase in (None, "Pending"):
+        sim.run(name)
+    elif verb == "end" and phase in (None, "Pending", "Running"):
+        sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
+    elif verb == "gc" and phase == "Succeeded":
+        sim.gc(name)
 
 
-def check_properties(world: World, answers: list[dict], *, pod_kind: str = "Pod") -> None:
-    decided: str | None = None
-    decided_at = None
-    last_count = 0
-    for i, status in enumerate(world.written):
-        outcome = terminal(status)
-        if decided is not None:
-            # A terminal condition is never replaced.
-            assert outcome == decided, f"sync {i}: {decided} became {outcome}"
-        elif outcome is not None:
-            decided, decided_at = outcome, i
-        count = status.get("restartCount", 0)
-        assert count >= last_count, f"sync {i}: restartCount went from {last_count} to {count}"
-        last_count = count
-    if decided_at is not None:
-        # No pod is created for a job whose outcome was decided.
-        creations = [k for k in world.created if k[0] == pod_kind]
-        assert len(creations) == world.pods_at_decision, "a pod was created after the outcome"
-
-
-class CountingWorld(World):
-    """A World that remembers how many pods had been created when the outcome was first written."""
-
-    pods_at_decision = -1
-
-    def sync(self, *, stale: bool = False) -> dict:
-        before = len([k for k in self.created if k[0] in ("Pod", "Job")])
-        answer = super().sync(stale=stale)
-        if self.pods_at_decision < 0 and terminal(answer["status"]) is not None:
-            self.pods_at_decision = before
-        return answer
-
-
-@settings(max_examples=120, deadline=None, derandomize=True)
-@given(mx_jobs, actions, st.lists(st.booleans(), min_size=1, max_size=8))
-def test_mxjob_lifecycles_under_stale_parent_reads(parent, steps, stale_draws):
-    world = CountingWorld(parent, sync_mxjob, MX_KEYS)
-    answers = drive(world, steps, stale_draws)
-    check_properties(world, answers)
-
-
-@settings(max_examples=120, deadline=None, derandomize=True)
-@given(mx_jobs, actions, st.lists(st.booleans(), min_size=1, max_size=8))
-def test_backoff_limit_holds_alike_with_stale_and_fresh_reads(parent, steps, stale_draws):
-    """Never more recreations than backoffLimit allows, and a count past it always fails the job.
-    (The random kubelet steps make the two runs diverge, so the restart at which each fails is
-    compared in test_a_stale_parent_does_not_forget_restarts_and_backoff_limit_still_fails_the_job.)"""
-    fresh = CountingWorld(parent, sync_mxjob, MX_KEYS)
-    drive(fresh, steps, [False])
-    stale = CountingWorld(parent, sync_mxjob, MX_KEYS)
-    drive(stale, steps, [*stale_draws, True])
-    limit = parent["spec"]["runPolicy"].get("backoffLimit")
-    for world in (fresh, stale):
-        recreations = len([k for k in world.created if k[0] == "Pod"]) - len(
-            {name for kind, name in world.created if kind == "Pod"})
-        if limit is not None:
-            assert recreations <= limit
-        count = world.written[-1].get("restartCount", 0)
-        failed = terminal(world.written[-1]) == "Failed"
-        if limit is not None and count > limit:
-            assert failed  # the limit is never passed without failing the job
-
-
-@settings(max_examples=120, deadline=None, derandomize=True)
-@given(mx_jobs, actions, st.lists(st.booleans(), min_size=1, max_size=8))
-def test_no_running_pod_is_dropped_under_stale_reads(parent, steps, stale_draws):
-    world = CountingWorld(parent, sync_mxjob, MX_KEYS)
-    draws = itertools.cycle(stale_draws)
-    world.sync()
-    for verb, n, code, _ in steps:
-        pods = sorted(world.pods())
-        if pods and verb in ("run", "end"):
-            name = pods[n % len(pods)]
-            world.set_pod(name, "Running" if verb == "run" else ("Succeeded" if code == 0 else "Failed"),
-                          None if verb == "run" else code)
-        world.now += timedelta(seconds=5)
-        running = {name for name, p in world.pods().items() if p["status"]["phase"] == "Running"}
-        answer = world.sync(stale=next(draws))
-        kept = {c["metadata"]["name"] for c in answer["children"] if c["kind"] == "Pod"}
-        if terminal(answer["status"]) is None:
-            assert running <= kept
+def _draws(flags: list[bool]) -> Iterator[bool]:
+    while True:
+        yield from flags or [True]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(mx_jobs, actions, st.lists(st.booleans(), min_size=1, max_size=8))
-def test_every_answer_under_stale_reads_is_deterministic(parent, steps, stale_draws):
-    world = CountingWorld(parent, sync_mxjob, MX_KEYS)
-    drive(world, steps[:10], stale_draws)
-    request = world.request(stale=True)
-    assert json.dumps(sync_mxjob(request, now=world.now)) == json.dumps(sync_mxjob(copy.deepcopy(request), now=world.now))
+@given(mx_jobs, mx_steps, st.sampled_from(STALE_MODES), st.lists(st.booleans(), min_size=1, max_size=8))
+def test_mxjob_lifecycles_under_stale_reads_keep_outcome_restarts_and_running_pods(parent, steps, stale, draws):
+    """Random pod events, two syncs after each (in "parent" mode each read stale or not as drawn):
+    the Watch properties hold, every answer is deterministic, and no Running pod is deleted while
+    the job has no outcome."""
+    sim = Sim(parent, stale=stale)
+    watch = Watch(sim, "Pod")
+    stale_now = _draws(draws)
+    watch.sync()
+    for verb, n, code in steps:
+        _kubelet(sim, verb, n, code)
+        for _ in range(2):
+            running = {name for name, pod in sim.pods.items() if pod.get("status", {}).get("phase") == "Running"}
+            watch.sync(stale_now=next(stale_now))
+            if terminal(sim.status) is None:
+                assert running <= set(sim.pods), f"running pods dropped: {sorted(running - set(sim.pods))}"
+    for _ in range(3):
+        sim.tick(31)
+        watch.sync(stale_now=next(stale_now))
+    watch.check()
 
 
-# --- ChainerJob ----------------------------------------------------------------------------------
-
-CHAINER_KEYS = {"ServiceAccount": "ServiceAccount.v1", "Role": "Role.rbac.authorization.k8s.io/v1",
-                "RoleBinding": "RoleBinding.rbac.authorization.k8s.io/v1", "ConfigMap": "ConfigMap.v1",
-                "Service": "Service.v1", "StatefulSet": "StatefulSet.apps/v1", "Job": "Job.batch/v1"}
-
-
-def chainerjob(workers: int) -> dict:
-    template = {"spec": {"containers": [{"name": "chainer", "image": "chainer:7", "command": ["python", "t.py"]}]}}
-    spec: dict = {"master": {"template": copy.deepcopy(template)}}
-    if workers:
-        spec["backend"] = "mpi"
-        spec["workerSets"] = {"ws": {"replicas": workers, "template": copy.deepcopy(template)}}
-    return {"apiVersion": "kubeflow.org/v1alpha1", "kind": "ChainerJob",
-            "metadata": {"name": "ch", "namespace": "ns", "uid": "uid-ch", "generation": 1}, "spec": spec}
+def _settled_run(parent: dict, steps: list, stale: Stale | None) -> tuple[list[tuple[dict, dict[str, Any]]], Watch]:
+    """The same events applied to one scene, each followed by syncs until nothing changes: the
+    status and the pods (name -> phase) after each."""
+    sim = Sim(parent, stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    seen = []
+    for verb, n, code in steps:
+        _kubelet(sim, verb, n, code)
+        watch.settle()
+        seen.append((essence(sim.status), {name: pod.get("status", {}).get("phase") for name, pod in sim.pods.items()}))
+    return seen, watch
 
 
-def chainer_world(workers: int) -> CountingWorld:
-    return CountingWorld(chainerjob(workers), sync_chainerjob, CHAINER_KEYS)
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(mx_jobs, mx_steps, st.sampled_from(STALE_MODES))
+def test_a_stale_run_ends_where_a_fresh_run_of_the_same_events_does(parent, steps, stale):
+    """Exactness: the same kubelet events, each followed by syncs until the job settles, give with
+    stale reads the status and pods a fresh-read run gives, after every event. So backoffLimit fails
+    the job at the same restart, with the same restartCount and message, and the outcome is the same."""
+    stale_run, stale_watch = _settled_run(parent, steps, stale)
+    fresh_run, _ = _settled_run(parent, steps, None)
+    assert stale_run == fresh_run
+    stale_watch.check()
 
 
-def workers_ready(world: World) -> None:
-    for (kind, _), obj in world.children.items():
-        if kind == "StatefulSet":
-            obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+# --- ChainerJob ----------------------------------------------------------------------------------------
 
 
-def master_ends(world: World, outcome: str) -> None:
-    job = world.children[("Job", "ch-master")]
-    cond = {"type": outcome, "status": "True", "lastProbeTime": rfc3339(world.now),
-            "lastTransitionTime": rfc3339(world.now)}
-    job["status"] = {"conditions": [cond], "startTime": rfc3339(T0), "completionTime": rfc3339(world.now),
-                     **({"succeeded": 1} if outcome == "Complete" else {"failed": 1})}
+def _chainerjob_finished(stale: Stale | None, outcome: str = "Complete") -> tuple[ChainerSim, Watch]:
+    sim = ChainerSim(chainerjob(workers={"ws": 2}), stale=stale)
+    watch = Watch(sim, "Job")
+    watch.settle()
+    sim.all_ready()
+    watch.settle()
+    sim.master("chj-master", active=1)
+    watch.settle()
+    reason = "CompletionsReached" if outcome == "Complete" else "BackoffLimitExceeded"
+    sim.master("chj-master", succeeded=int(outcome == "Complete"), failed=int(outcome == "Failed"),
+               finished=(outcome, reason, "done"))
+    for _ in range(4):  # until the outcome is written, and no further: the next sync reads before it
+        watch.sync()
+        if sim.state() == outcome:
+            return sim, watch
+    raise AssertionError(f"no {outcome}: {sim.status}")
 
 
-def test_a_chainerjob_master_deleted_after_the_job_finished_is_not_created_again_on_a_stale_read():
+def _assert_finished_and_scaled_to_zero(sim: ChainerSim, watch: Watch, outcome: str) -> None:
+    assert sim.state() == outcome
+    assert sim.children[STATEFULSET_KEY] and all(sts["spec"]["replicas"] == 0 for sts in sim.children[STATEFULSET_KEY].values())
+    watch.check()
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_chainerjob_master_deleted_after_the_job_finished_is_not_created_again_on_a_stale_read(stale):
     """Before: that the master Job had finished was remembered only in status, so a sync reading the
     status of before the end, after someone deleted the finished master Job, created it again."""
-    world = chainer_world(2)
-    world.sync()
-    workers_ready(world)
-    world.sync()
-    assert ("Job", "ch-master") in world.children
-    before_the_end = copy.deepcopy(world.written[-1])
-    master_ends(world, "Complete")
-    world.sync()
-    world.sync()
-    del world.children[("Job", "ch-master")]  # kubectl delete, or a TTL on the Job
-    mark = len(world.created)
-    world.parent["status"] = before_the_end  # a stale read
+    sim, watch = _chainerjob_finished(stale)
+    completed_at = sim.status["completionTime"]
+    sim.delete(JOB_KEY, "chj-master")  # the master's TTL, or a user, removes it afterwards
+    mark = len(sim.created)
     for _ in range(3):
-        world.sync()
-        assert terminal(world.written[-1]) == "Complete"
-    assert [k for k in world.created[mark:] if k[0] == "Job"] == []
+        watch.sync()
+        assert sim.state() == "Complete"
+    assert sim.created[mark:] == []  # neither the master Job nor any worker comes back
     # The master Job's counts are kept, as the record has them, with the Job gone.
-    assert (world.written[-1]["succeeded"], world.written[-1]["completionTime"]) == (1, rfc3339(world.now))
-    sets = [obj for (kind, _), obj in world.children.items() if kind == "StatefulSet"]
-    assert sets and all(s["spec"]["replicas"] == 0 for s in sets)
+    assert (sim.status["succeeded"], sim.status["completionTime"]) == (1, completed_at)
+    _assert_finished_and_scaled_to_zero(sim, watch, "Complete")
 
 
-@settings(max_examples=80, deadline=None, derandomize=True)
-@given(st.integers(0, 2), st.sampled_from(["Complete", "Failed"]), st.lists(st.booleans(), min_size=1, max_size=6),
-       st.integers(0, 3), st.booleans())
-def test_chainerjob_lifecycles_under_stale_parent_reads(workers, outcome, stale_draws, extra_syncs, delete_master):
-    world = chainer_world(workers)
-    draws = itertools.cycle(stale_draws)
-    world.sync()
-    workers_ready(world)
-    world.sync(stale=next(draws))
-    world.sync(stale=next(draws))
-    if ("Job", "ch-master") not in world.children:
-        return
-    master_ends(world, outcome)
-    for _ in range(1 + extra_syncs):
-        world.sync(stale=next(draws))
-    if delete_master:
-        world.children.pop(("Job", "ch-master"), None)
-    for _ in range(3):
-        world.sync(stale=next(draws))
-    check_properties(world, [], pod_kind="Job")
-    assert terminal(world.written[-1]) == outcome
-    assert all(obj["spec"]["replicas"] == 0 for (kind, _), obj in world.children.items() if kind == "StatefulSet")
-
-
-@pytest.mark.parametrize("stale", [False, True])
+@pytest.mark.parametrize("stale", MODES)
 def test_a_chainerjob_outcome_is_recorded_in_a_child(stale):
-    world = chainer_world(1)
-    world.sync()
-    workers_ready(world)
-    world.sync()
-    master_ends(world, "Failed")
-    world.sync(stale=stale)
-    world.sync(stale=stale)
-    assert ("ConfigMap", "ch-outcome") in world.children
+    sim, watch = _chainerjob_finished(stale, "Failed")
+    watch.sync()
+    watch.sync()
+    assert "chj-outcome" in sim.children["ConfigMap.v1"]
+    _assert_finished_and_scaled_to_zero(sim, watch, "Failed")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(0, 2), st.sampled_from(["Complete", "Failed"]), st.sampled_from(STALE_MODES),
+       st.lists(st.booleans(), min_size=1, max_size=6), st.integers(0, 3), st.booleans(), st.booleans())
+def test_chainerjob_lifecycles_under_stale_reads(workers, outcome, stale, draws, extra_syncs, decided_first, delete_master):
+    """Workers ready, the master runs and ends (the Job controller's interim condition first, or
+    not), some syncs, the finished master maybe deleted: the outcome is the master's and is never
+    replaced, the master Job is never created again, and the workers stay scaled to 0."""
+    sim = ChainerSim(chainerjob(workers={"ws": workers} if workers else None), stale=stale)
+    watch = Watch(sim, "Job")
+    stale_now = _draws(draws)
+    watch.sync()
+    sim.all_ready()
+    for _ in range(3):
+        watch.sync(stale_now=next(stale_now))
+    assert sim.names(JOB_KEY) == ["chj-master"]
+    sim.master("chj-master", active=1)
+    watch.sync(stale_now=next(stale_now))
+    reason = "CompletionsReached" if outcome == "Complete" else "BackoffLimitExceeded"
+    counts = {"succeeded": 1} if outcome == "Complete" else {"failed": 1}
+    if decided_first:
+        sim.master("chj-master", **counts, finished=(outcome, reason, "done"), decided_only=True)
+        watch.sync(stale_now=next(stale_now))
+    sim.master("chj-master", **counts, finished=(outcome, reason, "done"))
+    for _ in range(1 + extra_syncs):
+        watch.sync(stale_now=next(stale_now))
+    if delete_master:
+        sim.delete(JOB_KEY, "chj-master")
+    for _ in range(3):
+        watch.sync(stale_now=next(stale_now))
+    assert [entry for entry in sim.created if entry.startswith("Job.")] == ["Job.batch/v1/chj-master"]
+    if workers:
+        _assert_finished_and_scaled_to_zero(sim, watch, outcome)
+    else:
+        assert sim.state() == outcome
+        watch.check()
+    assert sim.status.get("completionTime") == (rfc3339(sim.now) if outcome == "Complete" else None)
