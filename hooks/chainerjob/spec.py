@@ -10,14 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.chainerjob.names import (
-    ASSETS_DIR,
-    ASSETS_VOLUME,
-    KUBECTL_DIR,
-    KUBECTL_INIT_CONTAINER,
-    KUBECTL_VOLUME,
-    master_of,
-)
+from hooks.chainerjob import names
+from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.shared.errors import SpecError
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.podtemplate import (
@@ -222,7 +216,7 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
     if not isinstance(containers, list) or not containers:
         problems.append(f"{spath}.containers: required; {fix}")
         return None
-    names: list[str] = []
+    container_names: list[str] = []
     for i, container in enumerate(containers):
         here = f"{spath}.containers[{i}]"
         if not isinstance(container, Mapping):
@@ -232,12 +226,12 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
             problems.append(f"{here}.name: required when a template has several containers; "
                             f"name every container")
             continue
-        if check_container_name(here, container["name"], names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
-            names.append(container["name"])
+        if check_container_name(here, container["name"], container_names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
+            container_names.append(container["name"])
         check_image(f"{here}.image", container.get("image"), problems)
         check_env(f"{here}.env", container.get("env"), problems)
         check_ports(f"{here}.ports", container.get("ports"), problems)
-    check_pod_spec(spath, pod_spec, names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
+    check_pod_spec(spath, pod_spec, container_names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
                    reserved_volumes=(ASSETS_VOLUME, KUBECTL_VOLUME))
     for kind in ("containers", "initContainers"):
         listed = pod_spec.get(kind)
@@ -246,9 +240,9 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
                 _check_container_extras(f"{spath}.{kind}[{i}]", container, problems)
                 if merged:
                     check_merged_lists(f"{spath}.{kind}[{i}]", container, problems)
-    if len(names) != len(containers):
+    if len(container_names) != len(containers):
         return None
-    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]
+    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in container_names else container_names[0]
 
 
 def _check_container_extras(path: str, container: Mapping[str, Any], problems: list[str]) -> None:
@@ -326,11 +320,11 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
         problems.append(f"metadata.name: {name!r} must contain only lower-case letters, digits and "
                         f"'-', and start and end with a letter or digit (it is a label value)")
         return
-    master = master_of(name)
+    master = names.master(name)
     if len(master) > MAX_LABEL_LENGTH:
         problems.append(f"metadata.name: too long: the master's host name {master!r} would have "
                         f"{len(master)} characters (the limit is {MAX_LABEL_LENGTH}); use a job name "
-                        f"of at most {MAX_LABEL_LENGTH - len('-master')} characters")
+                        f"of at most {MAX_LABEL_LENGTH - (len(master) - len(name))} characters")
     for key, ws in worker_sets.items():
         path = f"spec.workerSets.{key}"
         if not DNS_1123_LABEL.match(key):
@@ -338,14 +332,14 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
                             f"digits and '-', and start and end with a letter or digit (it is part of "
                             f"StatefulSet and pod names)")
             continue
-        statefulset = f"{name}-workerset-{key}"
+        statefulset = names.worker_set(name, key)
         if len(statefulset) > MAX_STATEFULSET_NAME:
             problems.append(f"{path}: names too long: the StatefulSet {statefulset!r} would have "
                             f"{len(statefulset)} characters (the limit is {MAX_STATEFULSET_NAME}, so that "
                             f"its pods' revision label fits in 63); shorten the job name or the worker "
                             f"set name by {_characters(len(statefulset) - MAX_STATEFULSET_NAME)}")
             continue
-        host = f"{statefulset}-{max(ws.replicas - 1, 0)}"
+        host = names.worker_pod(name, key, max(ws.replicas - 1, 0))
         if len(host) > MAX_LABEL_LENGTH:
             problems.append(f"{path}: names too long: the host name {host!r} would have {len(host)} "
                             f"characters (the limit is {MAX_LABEL_LENGTH}); shorten the job name or the "
