@@ -13,8 +13,10 @@ from typing import Any
 from hooks.chainerjob import names
 from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.shared.errors import SpecError
+from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.podtemplate import (
+    A_CONTAINER,
     check_container_name,
     check_env,
     check_image,
@@ -22,6 +24,8 @@ from hooks.shared.podtemplate import (
     check_pod_spec,
     check_ports,
     check_template_metadata,
+    each_object,
+    optional_map,
     show,
 )
 from hooks.shared.quantity import parse_quantity
@@ -68,21 +72,13 @@ class WorkerSet:
 
 
 @dataclass(frozen=True)
-class ChainerJob:
+class ChainerJob(JobIdentity):
     """A valid ChainerJob: identity plus the parsed spec, worker sets in name order."""
 
-    name: str
-    namespace: str
-    uid: str
     labels: Mapping[str, str]
     master: Master
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
     backend: str = ""
-
-    @property
-    def key(self) -> str:
-        """namespace/name, as messages name the job."""
-        return f"{self.namespace}/{self.name}"
 
     @property
     def distributed(self) -> bool:
@@ -217,11 +213,7 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
         problems.append(f"{spath}.containers: required; {fix}")
         return None
     container_names: list[str] = []
-    for i, container in enumerate(containers):
-        here = f"{spath}.containers[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
+    for here, container in each_object(f"{spath}.containers", containers, problems, expected=A_CONTAINER):
         if not container.get("name"):
             problems.append(f"{here}.name: required when a template has several containers; "
                             f"name every container")
@@ -255,19 +247,11 @@ def _check_container_extras(path: str, container: Mapping[str, Any], problems: l
             if mount.get("mountPath") in (ASSETS_DIR, KUBECTL_DIR):
                 problems.append(f"{path}.volumeMounts[{j}].mountPath: {mount['mountPath']} is where the "
                                 f"operator mounts its launcher files; use another path")
-    resources = container.get("resources")
-    if resources is None:
-        return
-    if not isinstance(resources, Mapping):
-        problems.append(f"{path}.resources: must be an object with limits and requests")
-        return
+    resources = optional_map(f"{path}.resources", container.get("resources"), problems,
+                             expected="an object with limits and requests")
     for field_name in ("limits", "requests"):
-        values = resources.get(field_name)
-        if values is None:
-            continue
-        if not isinstance(values, Mapping):
-            problems.append(f"{path}.resources.{field_name}: must be a map of resource name to quantity")
-            continue
+        values = optional_map(f"{path}.resources.{field_name}", resources.get(field_name), problems,
+                              expected="a map of resource name to quantity")
         for resource, value in values.items():
             try:
                 parse_quantity(value)

@@ -24,14 +24,17 @@ from hooks.mxjob.vocabulary import (
 )
 from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
+from hooks.shared.identity import JobIdentity
 from hooks.shared.merge import collapsed
 from hooks.shared.podtemplate import (
+    A_CONTAINER,
     check_container_name,
     check_env,
     check_image,
     check_pod_spec,
     check_ports,
     check_template_metadata,
+    each_object,
     is_port_number,
     show,
 )
@@ -95,21 +98,13 @@ class RunPolicy:
 
 
 @dataclass(frozen=True)
-class MXJob:
+class MXJob(JobIdentity):
     """A valid MXJob: identity plus the parsed spec."""
 
-    name: str
-    namespace: str
-    uid: str
     job_mode: str
     success_policy: str
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
-
-    @property
-    def key(self) -> str:
-        """namespace/name, as messages name the job."""
-        return f"{self.namespace}/{self.name}"
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -312,11 +307,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
         return DEFAULT_PORT
     main, main_path = None, ""
     names: list[str] = []
-    for i, container in enumerate(containers):
-        here = f"{cpath}[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
+    for here, container in each_object(cpath, containers, problems, expected=A_CONTAINER):
         name = container.get("name")
         if check_container_name(here, name, names, problems):
             names.append(str(name))
