@@ -302,7 +302,7 @@ class _State:
         """What decided the success, as a clause."""
         rtype = self.job.deciding_type
         n = self.job.replicas[rtype].replicas
-        return f"all {n} Worker replicas succeeded" if rtype == WORKER else f"{rtype} 0 succeeded"
+        return f"all {n} {WORKER} replicas succeeded" if rtype == WORKER else f"{rtype} 0 succeeded"
 
     def success_message(self) -> str:
         """Names what decided the success."""
