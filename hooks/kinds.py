@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from hooks.chainerjob import vocabulary as chainerjob_vocabulary
 from hooks.chainerjob.children import KUBECTL_IMAGE
 from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
+from hooks.mxjob import vocabulary as mxjob_vocabulary
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import SyncResponse
@@ -44,7 +46,7 @@ class Kind:
 
 
 MXJOB = Kind(
-    name="MXJob",
+    name=mxjob_vocabulary.KIND,
     # `/sync` is the MXJob route every installed CompositeController already calls.
     routes=("/sync", "/mxjob/sync"),
     sync=sync_mxjob,
@@ -52,7 +54,7 @@ MXJOB = Kind(
 )
 
 CHAINERJOB = Kind(
-    name="ChainerJob",
+    name=chainerjob_vocabulary.KIND,
     routes=("/chainerjob/sync",),
     sync=sync_chainerjob,
     settings={"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE)},

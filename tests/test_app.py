@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from helpers.requests import mxjob_sync_request
 from prometheus_client.parser import text_string_to_metric_families
 
 import hooks.shared.errors
@@ -40,21 +41,14 @@ def sync_request(name: str = "digits", namespace: str = "team-a") -> dict:
             ]
         }
     }
-    return {
-        "controller": {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-                       "metadata": {"name": "mxjob-controller"}},
-        "parent": {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "MXJob",
-            "metadata": {"name": name, "namespace": namespace, "uid": "0f1e2d3c-aaaa-bbbb-cccc-123456789abc",
-                         "generation": 3},
-            "spec": {"jobMode": "MXTrain",
-                     "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": template}}},
-        },
-        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
-        "related": {},
-        "finalizing": False,
-    }
+    return mxjob_sync_request({
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "MXJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": "0f1e2d3c-aaaa-bbbb-cccc-123456789abc",
+                     "generation": 3},
+        "spec": {"jobMode": "MXTrain",
+                 "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": template}}},
+    })
 
 
 class FakeCore:

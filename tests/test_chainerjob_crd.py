@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_crd import _keys_anywhere, _untyped_nodes, pruned_paths, schema_errors
+from helpers.crd import keys_anywhere, pruned_paths, schema_errors, untyped_nodes
 
 from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 
@@ -43,9 +43,9 @@ def test_printer_columns_show_state_from_last_condition_and_age():
 
 
 def test_schema_is_structural_and_declares_no_defaults():
-    assert _untyped_nodes(SCHEMA) == []
-    assert _keys_anywhere(SCHEMA, "default") == []
-    assert _keys_anywhere(SCHEMA, "$ref") == []
+    assert untyped_nodes(SCHEMA) == []
+    assert keys_anywhere(SCHEMA, "default") == []
+    assert keys_anywhere(SCHEMA, "$ref") == []
 
 
 def test_the_seed_manifests_are_here():
@@ -61,7 +61,7 @@ def test_seed_manifest_validates_unchanged(path):
     assert pruned_paths(doc, SCHEMA) == [], "the API server would drop these fields"
 
 
-def _set(doc: dict, dotted: str, value) -> dict:
+def with_field(doc: dict, dotted: str, value) -> dict:
     doc = copy.deepcopy(doc)
     *path, last = dotted.split(".")
     node = doc
@@ -87,7 +87,7 @@ SCHEMA_REJECTS = {
 
 @pytest.mark.parametrize("dotted,value", SCHEMA_REJECTS.values(), ids=list(SCHEMA_REJECTS))
 def test_schema_rejects(dotted, value):
-    doc = _set(load(ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml"), dotted, value)
+    doc = with_field(load(ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml"), dotted, value)
     assert schema_errors(doc, SCHEMA) != []
 
 

@@ -16,10 +16,10 @@ import json
 import kubernetes_validate
 from apiserver_rules import KUBERNETES_VERSION
 from chainersim import chainerjob
+from helpers.chainer_strategies import MASTER_STATES, observed_sim
+from helpers.fuzz import FUZZ, garbage, paths, set_at
 from hypothesis import given
 from hypothesis import strategies as st
-from test_chainerjob_properties import MASTER_STATES, observed_sim
-from test_fuzz_properties import FUZZ, garbage, paths, set_at
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.shared.errors import InvalidRequest

@@ -4,13 +4,12 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from chainersim import JOB_KEY, chainerjob
+from helpers.chainer_strategies import MASTER_STATES, observed_sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hooks.chainerjob.sync import sync_chainerjob
-
-MASTER_STATES = [None, "active", "Complete", "Failed", "deleted-after-finish"]
 
 jobs = st.builds(
     lambda sets, backoff: chainerjob(workers=sets or None, master={
@@ -23,28 +22,6 @@ observations = st.tuples(st.lists(st.one_of(st.none(), st.integers(0, 4)), min_s
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True)
 
 
-def observed_sim(parent: dict, obs: tuple) -> ChainerSim:
-    """A job after its first syncs, its StatefulSets and master in the generated states."""
-    ready, master, elapsed = obs
-    sim = ChainerSim(parent)
-    sim.sync()
-    sim.all_ready()
-    sim.sync()
-    for name, count in zip(sim.names(STATEFULSET_KEY), ready, strict=False):
-        if count is not None:
-            sim.ready(name, count)
-    if sim.names(JOB_KEY) and master is not None:
-        job = sim.names(JOB_KEY)[0]
-        if master == "active":
-            sim.master(job, active=1)
-        else:
-            outcome = "Failed" if master == "Failed" else "Complete"
-            sim.master(job, succeeded=int(outcome == "Complete"), finished=(outcome, "Reason", "a message"))
-            if master == "deleted-after-finish":
-                sim.sync()
-                sim.delete(JOB_KEY, job)
-    sim.tick(elapsed)
-    return sim
 
 
 def dumps(value) -> str:

@@ -166,7 +166,6 @@ def test_labels_both_families_operator_wins_and_master_role():
     pytest.param({"TunerTracker": 1, "TunerServer": 2, "Tuner": 1}, {"jobMode": "MXTune"}, ["mx-tuner-0"], id="tuner"),
 ])
 def test_job_role_master_marks_exactly_the_pod_whose_exit_decides_the_job(replicas, spec, master):
-    from hooks.mxjob.names import is_master
     from hooks.mxjob.spec import parse_mxjob
 
     parent = mxjob(replicas=replicas, **spec)
@@ -178,7 +177,7 @@ def test_job_role_master_marks_exactly_the_pod_whose_exit_decides_the_job(replic
     # The label and the success rule come from the same place: labelled pods are deciding pods.
     deciding = {f"mx-{t.lower()}-{i}" for t, i in job.deciding_slots()}
     assert set(labelled) <= deciding
-    assert all(is_master(job, t) == (len(deciding) == 1 and t == job.deciding_type) for t in job.replicas)
+    assert all(job.is_master(t) == (len(deciding) == 1 and t == job.deciding_type) for t in job.replicas)
 
 
 def test_service_is_headless_with_every_mxnet_port_named_in_order():

@@ -273,3 +273,43 @@ def test_make_lint_type_checks_hooks_as_mypy_strict_does():
     assert config["warn_unused_configs"] is True and config["warn_redundant_casts"] is True
     [hooks_override] = [o for o in config["overrides"] if "hooks.*" in o["module"]]
     assert {key: hooks_override.get(key) for key in STRICT_PER_MODULE} == STRICT_PER_MODULE
+
+
+TESTS = REPO / "tests"
+
+
+def cross_test_imports(source: str, module: str) -> list[str]:
+    """Why a test module breaks the test contract; [] if it keeps it. Test modules are imported by their bare
+    name (tests/ is on sys.path), so `test_x`, `tests.test_x` and a relative `.test_x` all name one. Shared code
+    lives in tests/helpers/ (or a helper module without the test_ prefix): importing a test module would
+    collect and run its tests again, and couples two test files that should fail alone."""
+    return [f"{module}:{imported.line} imports {imported.module}: a test module imports no other test module; "
+            f"move what it shares to tests/helpers/"
+            for imported in imports_of(source, module)
+            if any(part.startswith("test_") for part in imported.module.split("."))
+            and "." not in imported.module.removeprefix("tests.")]
+
+
+def test_no_test_module_imports_another():
+    found = sorted(TESTS.glob("test_*.py"))
+    assert len(found) > 40  # the glob found the test modules, not nothing
+    problems = [p for path in found for p in cross_test_imports(path.read_text(), f"tests.{path.stem}")]
+    assert problems == []
+
+
+@pytest.mark.parametrize("source", [
+    "from test_crd import SCHEMA\n",
+    "import test_crd\n",
+    "from tests.test_crd import SCHEMA\n",
+    "from .test_crd import SCHEMA\n",
+    "def helper():\n    from test_crd import SCHEMA\n",
+])
+def test_the_test_module_checker_finds_a_deliberate_violation(source):
+    assert cross_test_imports(source, "tests.test_bad") == [
+        "tests.test_bad:" + str(source.count("\n")) + f" imports {'tests.' if '.test' in source else ''}test_crd: a "
+        "test module imports no other test module; move what it shares to tests/helpers/"]
+
+
+def test_the_test_module_checker_accepts_helpers():
+    assert cross_test_imports("from helpers.crd import SCHEMA\nimport mcsim\nfrom hooks.mxjob import names\n",
+                                "tests.test_ok") == []

@@ -17,9 +17,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from helpers.crd import SCHEMA, broken_rules, pruned_paths, schema_errors
 from mcsim import T0
 from ruamel.yaml import YAML
-from test_crd import SCHEMA, broken_rules, pruned_paths, schema_errors
 
 from hooks.cli.mxjob_convert import main
 from hooks.mxjob.convert import convert_document

@@ -9,23 +9,33 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
-from typing import Any
 
 import celpy
 import pytest
 import yaml
-from openapi_schema_validator import OAS30Validator, oas30_format_checker
+from helpers.crd import (
+    CRD,
+    ROOT,
+    RULES,
+    SCHEMA,
+    VALID,
+    VERSION,
+    Rule,
+    broken_rules,
+    keys_anywhere,
+    lower_ascii,
+    mxjob,
+    mxnet,
+    pruned_paths,
+    schema_errors,
+    untyped_nodes,
+    with_field,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-CRD_PATH = ROOT / "crd" / "mxjob-crd.yaml"
 EXAMPLES = ROOT / "examples"
 
-CRD = yaml.safe_load(CRD_PATH.read_text())
-VERSION = CRD["spec"]["versions"][0]
-SCHEMA = VERSION["schema"]["openAPIV3Schema"]
 SPEC_SCHEMA = SCHEMA["properties"]["spec"]
 STATUS_SCHEMA = SCHEMA["properties"]["status"]
 
@@ -42,126 +52,24 @@ RUN_POLICY_FIELDS = (
 # Helpers: schema validation, pruning, CEL
 
 
-def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
-    validator = OAS30Validator(schema, format_checker=oas30_format_checker)
-    return [
-        f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
-        for err in validator.iter_errors(obj)
-    ]
 
 
-def pruned_paths(obj: Any, schema: dict, path: str = "") -> list[str]:
-    """Fields of obj that the API server would silently drop because the schema lacks them."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    if isinstance(obj, dict) and schema.get("type") == "object":
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        if props is None and not isinstance(extra, dict):
-            return []  # metadata: the API server has its own schema for it
-        found = []
-        for key, value in obj.items():
-            sub = (props or {}).get(key, extra if isinstance(extra, dict) else None)
-            if sub is None:
-                found.append(f"{path}.{key}".lstrip("."))
-            else:
-                found.extend(pruned_paths(value, sub, f"{path}.{key}"))
-        return found
-    if isinstance(obj, list) and "items" in schema:
-        found = []
-        for i, item in enumerate(obj):
-            found.extend(pruned_paths(item, schema["items"], f"{path}[{i}]"))
-        return found
-    return []
 
 
-def lower_ascii(text: celpy.celtypes.StringType) -> celpy.celtypes.StringType:
-    """Kubernetes' lowerAscii() (cel-go strings extension), which cel-python lacks."""
-    return celpy.celtypes.StringType(
-        "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
-    )
 
 
-CEL_ENV = celpy.Environment()
 
 
-class Rule:
-    def __init__(self, path: tuple[str, ...], rule: dict):
-        self.path = path
-        self.source = rule["rule"]
-        self.message = rule["message"]
-        self.is_transition = "oldSelf" in self.source
-        self.program = CEL_ENV.program(
-            CEL_ENV.compile(self.source), functions={"lowerAscii": lower_ascii}
-        )
-
-    def holds(self, value: Any, old: Any = None) -> bool:
-        activation = {"self": celpy.json_to_cel(value)}
-        if self.is_transition:
-            activation["oldSelf"] = celpy.json_to_cel(old)
-        result = self.program.evaluate(activation)
-        # An evaluation error fails the request in the API server, so it fails here too.
-        return isinstance(result, celpy.celtypes.BoolType) and bool(result)
-
-    def __repr__(self) -> str:
-        return f"Rule({'.'.join(self.path)}: {self.source})"
 
 
-def collect_rules(schema: dict, path: tuple[str, ...] = ()) -> Iterator[Rule]:
-    for rule in schema.get("x-kubernetes-validations", []):
-        yield Rule(path, rule)
-    for name, sub in schema.get("properties", {}).items():
-        yield from collect_rules(sub, path + (name,))
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from collect_rules(schema["additionalProperties"], path + ("*",))
-    if "items" in schema:
-        yield from collect_rules(schema["items"], path + ("[]",))
 
 
-RULES = list(collect_rules(SCHEMA))
 
 
-def nodes_at(obj: Any, path: tuple[str, ...], where: tuple = ()) -> Iterator[tuple[tuple, Any]]:
-    """(concrete path, value) for every value the schema path matches in obj."""
-    if not path:
-        yield where, obj
-        return
-    head, rest = path[0], path[1:]
-    if head == "*" and isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from nodes_at(value, rest, where + (key,))
-    elif head == "[]" and isinstance(obj, list):
-        for i, value in enumerate(obj):
-            yield from nodes_at(value, rest, where + (i,))
-    elif isinstance(obj, dict) and head in obj:
-        yield from nodes_at(obj[head], rest, where + (head,))
 
 
-def lookup(obj: Any, where: tuple) -> tuple[bool, Any]:
-    for step in where:
-        if isinstance(obj, dict) and step in obj:
-            obj = obj[step]
-        else:
-            return False, None
-    return True, obj
 
 
-def broken_rules(obj: dict, old: dict | None = None) -> list[Rule]:
-    """The rules the API server would reject obj for (old: the stored object on an update)."""
-    broken = []
-    for rule in RULES:
-        for where, value in nodes_at(obj, rule.path):
-            if rule.is_transition:
-                if old is None:
-                    continue
-                found, old_value = lookup(old, where)
-                if not found:
-                    continue  # transition rules only run when the old value exists
-                if not rule.holds(value, old_value):
-                    broken.append(rule)
-            elif not rule.holds(value):
-                broken.append(rule)
-    return broken
 
 
 def rule_with(fragment: str) -> Rule:
@@ -170,23 +78,8 @@ def rule_with(fragment: str) -> Rule:
     return matches[0]
 
 
-def mxnet(image: str = "mxjob/mxnet:1.9.1") -> dict:
-    return {"spec": {"containers": [{"name": "mxnet", "image": image}]}}
 
 
-def mxjob(replica_specs: dict, **spec_fields: Any) -> dict:
-    """An MXJob; replica_specs maps type -> replicas (None: leave replicas out)."""
-    specs = {}
-    for rtype, replicas in replica_specs.items():
-        specs[rtype] = {"template": mxnet()}
-        if replicas is not None:
-            specs[rtype]["replicas"] = replicas
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "MXJob",
-        "metadata": {"name": "job"},
-        "spec": {**spec_fields, "mxReplicaSpecs": specs},
-    }
 
 
 def example_files() -> list[Path]:
@@ -242,37 +135,21 @@ def test_printer_columns_show_state_from_last_condition_and_age():
     assert columns["Age"]["type"] == "date"
 
 
-def _keys_anywhere(node: Any, key: str) -> list[str]:
-    if isinstance(node, dict):
-        here = [key] if key in node else []
-        return here + [k for v in node.values() for k in _keys_anywhere(v, key)]
-    if isinstance(node, list):
-        return [k for v in node for k in _keys_anywhere(v, key)]
-    return []
 
 
 def test_schema_declares_only_the_defaults_clients_need_and_the_hook_assumes():
     # The hook applies defaults; the schema declares just two, for clients that read stored
     # objects (docs/ecosystem.md): the training SDK needs runPolicy, Kueue needs jobMode.
-    assert _keys_anywhere(SCHEMA, "default") == ["default", "default"]
+    assert keys_anywhere(SCHEMA, "default") == ["default", "default"]
     assert SPEC_SCHEMA["properties"]["runPolicy"]["default"] == {}
     assert SPEC_SCHEMA["properties"]["jobMode"]["default"] == "MXTrain"
 
 
-def _untyped_nodes(schema: dict, path: str = "") -> list[str]:
-    found = [] if "type" in schema or schema.get("x-kubernetes-int-or-string") else [path]
-    for name, sub in schema.get("properties", {}).items():
-        found += _untyped_nodes(sub, f"{path}.{name}")
-    if isinstance(schema.get("additionalProperties"), dict):
-        found += _untyped_nodes(schema["additionalProperties"], f"{path}.*")
-    if "items" in schema:
-        found += _untyped_nodes(schema["items"], f"{path}[]")
-    return found
 
 
 def test_schema_is_structural_every_node_has_a_type():
     # The API server refuses a CRD whose schema is not structural.
-    assert _untyped_nodes(SCHEMA) == []
+    assert untyped_nodes(SCHEMA) == []
 
 
 def test_inline_run_policy_fields_match_run_policy():
@@ -346,17 +223,8 @@ def test_example_has_an_mxnet_container_with_an_image_in_every_replica(doc):
         assert len(images) == 1 and images[0], rtype
 
 
-def _set(obj: dict, dotted: str, value: Any) -> dict:
-    obj = copy.deepcopy(obj)
-    *parents, last = dotted.split(".")
-    node = obj
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-    return obj
 
 
-VALID = mxjob({"Scheduler": 1, "Server": 2, "Worker": 2})
 
 SCHEMA_REJECTS = {
     "restartPolicy-Sometimes": ("spec.mxReplicaSpecs.Worker.restartPolicy", "Sometimes"),
@@ -393,7 +261,7 @@ SCHEMA_REJECTS = {
 )
 def test_schema_rejects(dotted, value):
     assert schema_errors(VALID) == []
-    assert schema_errors(_set(VALID, dotted, value)) != []
+    assert schema_errors(with_field(VALID, dotted, value)) != []
 
 
 def test_schema_requires_spec_and_mxreplicaspecs():
@@ -424,7 +292,7 @@ SCHEMA_ACCEPTS = {
     "dotted,value", SCHEMA_ACCEPTS.values(), ids=SCHEMA_ACCEPTS.keys()
 )
 def test_schema_accepts(dotted, value):
-    obj = _set(VALID, dotted, value)
+    obj = with_field(VALID, dotted, value)
     assert schema_errors(obj) == []
     assert pruned_paths(obj, SCHEMA) == []
 
@@ -768,13 +636,13 @@ def _hook_accepts(obj: dict) -> bool:
 
 # The numeric bounds: the hook rejects exactly past the CRD's maximums.
 BOUND_CASES = {
-    "deadline-at-maximum": (_set(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31 - 1), True),
-    "deadline-over-maximum": (_set(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31), False),
-    "ttl-at-maximum": (_set(VALID, "spec.ttlSecondsAfterFinished", 2**31 - 1), True),
-    "ttl-over-maximum": (_set(VALID, "spec.ttlSecondsAfterFinished", 2**31), False),
-    "backoff-at-maximum": (_set(VALID, "spec.runPolicy.backoffLimit", 2**31 - 1), True),
-    "backoff-over-maximum": (_set(VALID, "spec.runPolicy.backoffLimit", 2**31), False),
-    "replicas-over-maximum": (_set(VALID, "spec.mxReplicaSpecs.Worker.replicas", 5001), False),
+    "deadline-at-maximum": (with_field(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31 - 1), True),
+    "deadline-over-maximum": (with_field(VALID, "spec.runPolicy.activeDeadlineSeconds", 2**31), False),
+    "ttl-at-maximum": (with_field(VALID, "spec.ttlSecondsAfterFinished", 2**31 - 1), True),
+    "ttl-over-maximum": (with_field(VALID, "spec.ttlSecondsAfterFinished", 2**31), False),
+    "backoff-at-maximum": (with_field(VALID, "spec.runPolicy.backoffLimit", 2**31 - 1), True),
+    "backoff-over-maximum": (with_field(VALID, "spec.runPolicy.backoffLimit", 2**31), False),
+    "replicas-over-maximum": (with_field(VALID, "spec.mxReplicaSpecs.Worker.replicas", 5001), False),
 }
 
 AGREEMENT_CASES = {

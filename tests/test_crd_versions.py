@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.crd import CRD, CRD_PATH, Rule, collect_rules, lookup, nodes_at, pruned_paths, schema_errors
 from mcsim import Sim
-from test_crd import CRD, CRD_PATH, Rule, collect_rules, lookup, nodes_at, pruned_paths, schema_errors
 
 VERSIONS = {v["name"]: v for v in CRD["spec"]["versions"]}
 OLD_VERSIONS = ("v1beta1", "v1alpha2")

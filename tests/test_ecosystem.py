@@ -38,11 +38,11 @@ from ecosystem_oracles import (
     printer_state,
     selector_matches,
 )
+from helpers.crd import SCHEMA, broken_rules
 from kubeflow.training import TrainingClient
 from kubeflow.training.constants import constants as sdk_constants
 from kubernetes import client as k8s
 from mcsim import T0, Sim, mxjob
-from test_crd import SCHEMA, broken_rules
 
 from hooks.mxjob.sync import sync_mxjob
 

@@ -16,32 +16,20 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from apiserver_rules import refusals
-from hypothesis import HealthCheck, given, settings
+from helpers.fuzz import FUZZ, garbage, paths, set_at
+from helpers.strategies import jobs, observed_sim, pod_states, run_policies
+from hypothesis import given
 from hypothesis import strategies as st
-from test_properties import jobs, observed_sim, pod_states, run_policies
 
 from hooks.kinds import KINDS, MXJOB
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
 from hooks.shared.errors import InvalidRequest
-
-EXAMPLES = int(os.environ.get("MXJOB_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 60,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-garbage = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 2**31, 2**63 - 1]),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
-    st.sampled_from(["", "Never", "9999-12-31T23:59:59Z", "2026-01-01T00:00:00", "0-2147483647"]),
-    st.lists(st.integers(), max_size=3), st.just({}), st.just([]),
-    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
-)
 
 
 def with_rich_templates(parent: dict) -> dict:
@@ -62,23 +50,8 @@ observed_jobs = st.builds(observed_sim, jobs.map(with_rich_templates), run_polic
                           st.integers(0, 200))
 
 
-def paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every path into a JSON value, containers included."""
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            found += paths(value, (*prefix, i))
-    return found
 
 
-def set_at(root: Any, path: tuple, value: Any) -> None:
-    node = root
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
 
 
 def answer_or_400(request: dict, now: datetime) -> dict | None:

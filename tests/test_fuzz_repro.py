@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from apiserver_rules import refusals
-from test_fuzz_repro_shell import GENERATED_CHUNKED, GENERATED_MALFORMED
+from helpers.fuzz_repro import GENERATED_CHUNKED, GENERATED_MALFORMED
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app

@@ -358,9 +358,9 @@ def test_upstream_schemas_reject_what_they_should():
 ])
 @pytest.mark.parametrize("layout", ["spec.runPolicy.schedulingPolicy", "spec.schedulingPolicy"])
 def test_crd_schema_of_scheduling_policy(layout, dotted, value, valid):
-    from test_crd import VALID, _set, schema_errors
+    from helpers.crd import VALID, schema_errors, with_field
 
-    assert (schema_errors(_set(VALID, f"{layout}.{dotted}", value)) == []) is valid
+    assert (schema_errors(with_field(VALID, f"{layout}.{dotted}", value)) == []) is valid
 
 
 # --- ChainerJob under a gang -----------------------------------------------------------------------

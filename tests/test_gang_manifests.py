@@ -3,38 +3,20 @@ CompositeController they produce turns gang scheduling on in the hooks exactly a
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 import pytest
 import yaml
-from test_manifests import render, the, validation_errors
+from helpers.gang_manifests import ROOT, readme_kustomizations, write_kustomization
+from helpers.manifests import render, the, validation_errors
 
 from hooks.shared.gang import COSCHEDULING_API, VOLCANO_API, Gang, read_gang
 
-ROOT = Path(__file__).resolve().parent.parent
-GUIDE = ROOT / "docs" / "gang-scheduling.md"
-CHECKOUT = "../mxjob-operator/"  # how the guide's kustomizations refer to this repository
 COMPONENTS = {"volcano": (VOLCANO_API, "volcano"),
               "scheduler-plugins": (COSCHEDULING_API, "scheduler-plugins-scheduler")}
 
 
-def readme_kustomizations() -> dict[str, str]:
-    """The guide's gang-scheduling kustomizations, by the component each one adds."""
-    section = GUIDE.read_text()
-    found = {}
-    for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
-        doc = yaml.safe_load(block)
-        if doc.get("kind") == "Kustomization":
-            found[doc["components"][0].rsplit("/", 1)[1]] = block
-    return found
 
 
-def write_kustomization(directory: Path, text: str) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    checkout = os.path.relpath(ROOT, directory) + "/"
-    (directory / "kustomization.yaml").write_text(text.replace(CHECKOUT, checkout))
-    return directory
 
 
 def test_readme_shows_one_kustomization_per_component():

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from helpers.requests import mxjob_sync_request
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,16 +28,10 @@ STARTUP_TIMEOUT = 30.0
 def mxjob_request(name: str) -> dict:
     """A valid sync request for a new single-worker MXJob."""
     template = {"spec": {"containers": [{"name": "mxnet", "image": "mxjob/digits:1"}]}}
-    return {
-        "controller": {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-                       "metadata": {"name": "mxjob-controller"}},
-        "parent": {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
-                   "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
-                   "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}}},
-        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
-        "related": {},
-        "finalizing": False,
-    }
+    return mxjob_sync_request({
+        "apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": 1},
+        "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}}})
 
 
 def free_port() -> int:
@@ -166,7 +161,7 @@ def test_the_server_logs_only_json_lines_one_per_sync(server):
     entries = [json.loads(line) for line in server.log_lines()]  # fails on any non-JSON line
     syncs = [e for e in entries if e.get("logger") == "hooks.server.app"]
     assert sorted(e["name"] for e in syncs) == ["alpha", "beta"]
-    assert all(e["outcome"] == "ok" and e["status"] == 200 and e["children"] >= 1 for e in syncs)
+    assert all(e["outcome"] == "ok" and e["status"] == 200 and e["children"] == 3 for e in syncs)  # pod, service, config map
     assert any(e.get("logger") == "gunicorn.error" for e in entries)  # gunicorn's own lines are JSON too
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import yaml
-from test_manifests import render
+from helpers.manifests import render
 
 import hooks
 

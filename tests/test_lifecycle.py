@@ -37,13 +37,21 @@ def step(sim: Sim) -> dict:
     return answer
 
 
-def delete_then_recreate(sim: Sim) -> dict:
-    """The one allowed multi-step: the failure is recorded in a restart record, the failed pod is
-    then left out (deleted) by the sync that sees the record, then given again."""
+def delete_then_recreate(sim: Sim, name: str) -> dict:
+    """The one allowed multi-step, synced through to its end: the failure is recorded in a restart
+    record (the pod stays until it is), the sync that sees the record leaves the failed pod out
+    (Metacontroller deletes it), and the next gives it again: a new pod under the same name. Returns
+    the last answer, a fixed point like every step's."""
+    old_uid = sim.pods[name]["metadata"]["uid"]
     since = len(sim.created)
     sim.sync()
-    assert new_records(sim, since, "-restart-")  # the pod stays until its restart is recorded
-    return sim.sync()
+    assert new_records(sim, since, "-restart-") and sim.pods[name]["metadata"]["uid"] == old_uid
+    deleted, created = len(sim.deleted), len(sim.created)
+    sim.sync()
+    assert name not in sim.pods and sim.deleted[deleted:] == [f"Pod/{name}"]
+    answer = step(sim)
+    assert sim.pods[name]["metadata"]["uid"] != old_uid and sim.created[created:] == [f"Pod/{name}"]
+    return answer
 
 
 def pods(sim: Sim) -> list[str]:
@@ -219,16 +227,11 @@ def test_retryable_exit_under_exitcode_restarts_then_succeeds():
     step(sim)
     sim.run()
     step(sim)
-    old_uid = sim.pods["mx-worker-0"]["metadata"]["uid"]
     sim.set_phase("mx-worker-0", "Failed", exit_code=137)
-    delete_then_recreate(sim)  # the failed pod is left out: Metacontroller deletes it
-    assert "mx-worker-0" not in sim.pods
+    delete_then_recreate(sim, "mx-worker-0")  # left out (Metacontroller deletes it), then created anew
     assert sim.state() == "Restarting"
     assert "exited with code 137" in sim.condition("Restarting")["message"]
     assert sim.condition("Running")["status"] == "False"
-    step(sim)  # and once it is gone, given again: created anew
-    assert sim.pods["mx-worker-0"]["metadata"]["uid"] != old_uid
-    assert sim.state() == "Restarting"
     sim.run("mx-worker-0")
     step(sim)
     assert sim.state() == "Running"
@@ -260,10 +263,11 @@ def test_backoff_limit_reached_by_recreations():
         sim.run()
         step(sim)
         sim.set_phase("mx-worker-0", "Failed", exit_code=143)
-        (delete_then_recreate if attempt == 0 else step)(sim)
         if attempt == 0:
+            delete_then_recreate(sim, "mx-worker-0")
             assert sim.state() == "Restarting"
-            step(sim)  # recreated
+        else:
+            step(sim)
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
     assert sim.condition("Failed")["message"].endswith("; last exit codes: mx-worker-0 143.")
@@ -278,7 +282,7 @@ def test_stale_cache_counts_the_same_failed_pod_once():
     step(sim)
     sim.set_phase("mx-worker-0", "Failed", exit_code=137)
     stale = sim.request()
-    delete_then_recreate(sim)
+    delete_then_recreate(sim, "mx-worker-0")
     # Metacontroller's cache may show the deleted pod again; that must not count twice.
     stale["parent"]["status"] = sim.status
     answer = sync_mxjob(stale, now=sim.now)
@@ -310,11 +314,9 @@ def test_evicted_pod_under_onfailure_is_recreated_not_a_failure():
     sim.run()
     step(sim)
     sim.set_phase("mx-worker-0", "Failed")
-    delete_then_recreate(sim)
+    delete_then_recreate(sim, "mx-worker-0")
     assert sim.state() == "Restarting"
     assert "without an exit code" in sim.condition("Restarting")["message"]
-    step(sim)
-    assert "mx-worker-0" in sim.pods
 
 
 def test_deadline_fires_on_time_without_another_event():

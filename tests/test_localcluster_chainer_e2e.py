@@ -99,7 +99,8 @@ def test_workers_that_never_become_ready_keep_the_master_from_being_created(clus
     assert not [p for p in cluster.pods("never-ready") if "master" in p["metadata"]["name"]]
     waiting = condition(current, "Waiting")
     assert waiting is not None and waiting["status"] == "True", current["status"]
-    assert "0" in waiting["message"] and "2" in waiting["message"]  # how many of the workers are ready
+    assert waiting["message"] == (f"ChainerJob {current['metadata']['namespace']}/never-ready is waiting for its "
+                                  "workers: 0 of 2 ready (ws0 0/2); the master starts when all are ready.")
     assert current["status"]["workerSets"]["ws0"]["readyReplicas"] == 0
 
 

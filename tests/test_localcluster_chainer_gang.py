@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_localcluster_gang import gang_controller, refuse_creating, scheduled
+from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
 
 from localcluster.cluster import LocalCluster, finished
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_localcluster_gang import gang_controller
+from helpers.localcluster_gang import gang_controller
 
 from localcluster.cluster import LocalCluster, finished
 from localcluster.store import ADDED, DELETED

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_crd import pruned_paths, schema_errors
+from helpers.crd import pruned_paths, schema_errors
 
 from localcluster.cli import load_job
 from localcluster.cluster import finished

@@ -111,7 +111,12 @@ def test_an_invalid_count_is_reported_once_not_again_as_a_missing_worker(replica
 
 def test_every_problem_is_reported_at_once():
     parent = mxjob(replicas={"Worker": -1, "Chief": 1}, cleanPodPolicy="Some")
-    assert len(problems_of(parent)) >= 3
+    assert problems_of(parent) == [
+        "spec.cleanPodPolicy: 'Some' is not one of All, Running, None",
+        "spec.mxReplicaSpecs.Worker.replicas: must be a non-negative integer of at most 5000, got -1",
+        "spec.mxReplicaSpecs.Chief: unknown replica type; use one of Scheduler, Server, Worker, TunerTracker, "
+        "TunerServer, Tuner",
+    ]
 
 
 def test_a_name_of_exactly_the_limit_is_accepted():

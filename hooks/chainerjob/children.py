@@ -26,7 +26,7 @@ HOSTFILE_MODE = 0o444
 def service_account_for(job: ChainerJob) -> JSON:
     """The master pod's ServiceAccount."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(job, names.service_account(job), names.common_labels(job))}
+            "metadata": _meta(job, names.service_account(job.name), names.common_labels(job.name))}
 
 
 def role_for(job: ChainerJob) -> JSON:
@@ -35,7 +35,7 @@ def role_for(job: ChainerJob) -> JSON:
     A rule with an empty resourceNames list would cover every pod in the namespace, so with no
     worker pods at all the pod rules are left out instead.
     """
-    pods = sorted(names.worker_pods(job))
+    pods = sorted(names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()}))
     rules: list[JSON] = []
     if pods:
         rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"],
@@ -44,39 +44,39 @@ def role_for(job: ChainerJob) -> JSON:
         # and what clusters with the WebSocket create check ask for.
         rules.append({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"],
                       "resourceNames": pods})
-    statefulsets = sorted(names.worker_set(job, w) for w in job.worker_sets)
+    statefulsets = sorted(names.worker_set(job.name, w) for w in job.worker_sets)
     if statefulsets:
         rules.append({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"],
                       "resourceNames": statefulsets})
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": _meta(job, names.role(job), names.common_labels(job)), "rules": rules}
+            "metadata": _meta(job, names.role(job.name), names.common_labels(job.name)), "rules": rules}
 
 
 def role_binding_for(job: ChainerJob) -> JSON:
     """Grants the Role to the master's ServiceAccount."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": _meta(job, names.role_binding(job), names.common_labels(job)),
-            "subjects": [{"kind": "ServiceAccount", "name": names.service_account(job),
+            "metadata": _meta(job, names.role_binding(job.name), names.common_labels(job.name)),
+            "subjects": [{"kind": "ServiceAccount", "name": names.service_account(job.name),
                           "namespace": job.namespace}],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.role(job)}}
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.role(job.name)}}
 
 
 def assets_for(job: ChainerJob, *, gang: Gang | None = None) -> JSON:
     """The ConfigMap with the rsh agent and the complete hostfile."""
     agent = launch.agent_script(job, wait_for_target=gang is not None)
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(job, names.assets(job), names.common_labels(job)),
+            "metadata": _meta(job, names.assets(job.name), names.common_labels(job.name)),
             "data": {names.AGENT_KEY: agent, names.HOSTFILE_KEY: launch.hostfile(job)}}
 
 
 def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
     """A worker set's governing headless Service: stable DNS names for its pods."""
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": _meta(job, names.worker_set(job, ws.name), names.worker_labels(job, ws.name)),
+            "metadata": _meta(job, names.worker_set(job.name, ws.name), names.worker_labels(job.name, ws.name)),
             "spec": {"clusterIP": "None",
                      # MPI wires up while pods come and go; names must resolve before Ready.
                      "publishNotReadyAddresses": True,
-                     "selector": names.worker_labels(job, ws.name)}}
+                     "selector": names.worker_labels(job.name, ws.name)}}
 
 
 # A StatefulSet created before OnDelete has RollingUpdate with a `rollingUpdate` the API server
@@ -94,7 +94,7 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     must never roll running workers (mpiexec would lose a rank); a pod created later (a replaced
     worker) takes the template as it is then. `observed` is the StatefulSet as it exists, if it does.
     """
-    labels = names.worker_labels(job, ws.name)
+    labels = names.worker_labels(job.name, ws.name)
     pod_spec = json_copy(dict(ws.template.get("spec") or {}))
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
@@ -102,11 +102,11 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=ws.name, priority_class=None)
     return {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": _meta(job, names.worker_set(job, ws.name), {**job.labels, **labels}),
+            "metadata": _meta(job, names.worker_set(job.name, ws.name), {**job.labels, **labels}),
             "spec": {"replicas": 0 if done else ws.replicas,
                      "podManagementPolicy": "Parallel",
                      "updateStrategy": _update_strategy(observed),
-                     "serviceName": names.worker_set(job, ws.name),
+                     "serviceName": names.worker_set(job.name, ws.name),
                      "selector": {"matchLabels": labels},
                      "template": {"metadata": template_meta, "spec": pod_spec}}}
 
@@ -122,11 +122,11 @@ def _update_strategy(observed: Mapping[str, Any] | None) -> JSON:
 
 def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None) -> JSON:
     """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile."""
-    labels = names.master_labels(job)
+    labels = names.master_labels(job.name)
     pod_spec = json_copy(dict(job.master.template.get("spec") or {}))
     if job.distributed:
-        pod_spec["serviceAccountName"] = names.service_account(job)
-        pod_spec["hostname"] = names.master(job)
+        pod_spec["serviceAccountName"] = names.service_account(job.name)
+        pod_spec["hostname"] = names.master(job.name)
         pod_spec["volumes"] = [*(pod_spec.get("volumes") or []),
                                {"name": KUBECTL_VOLUME, "emptyDir": {}}, _assets_volume(job)]
         mounts = [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}, _assets_mount()]
@@ -147,7 +147,7 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=MASTER_TASK, priority_class=None)
     spec["template"] = {"metadata": template_meta, "spec": pod_spec}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": _meta(job, names.master(job), {**job.labels, **labels}), "spec": spec}
+            "metadata": _meta(job, names.master(job.name), {**job.labels, **labels}), "spec": spec}
 
 
 def podgroup_for_job(job: ChainerJob, gang: Gang) -> JSON:
@@ -163,7 +163,7 @@ def podgroup_for_job(job: ChainerJob, gang: Gang) -> JSON:
     resources = min_resources(members, 1 + job.workers, problems)
     if problems:
         raise SpecError(problems)
-    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=names.common_labels(job),
+    return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=names.common_labels(job.name),
                         min_member=1 + job.workers, policy=SchedulingPolicy(), resources=resources)
 
 
@@ -182,7 +182,7 @@ def _template_meta(template: Mapping[str, Any], labels: Mapping[str, str]) -> JS
 
 def _assets_volume(job: ChainerJob) -> JSON:
     # Items with their own modes: the agent must be executable wherever the image's user is.
-    return {"name": ASSETS_VOLUME, "configMap": {"name": names.assets(job), "items": [
+    return {"name": ASSETS_VOLUME, "configMap": {"name": names.assets(job.name), "items": [
         {"key": names.HOSTFILE_KEY, "path": names.HOSTFILE_KEY, "mode": HOSTFILE_MODE},
         {"key": names.AGENT_KEY, "path": names.AGENT_KEY, "mode": AGENT_MODE},
     ]}}

@@ -52,9 +52,9 @@ def hostfile(job: ChainerJob) -> str:
 
     The master last, as in the original, so `mpiexec -n <workers>` leaves it out.
     """
-    lines = [f"{names.worker_pod(job, ws.name, i)} slots={ws.slots}"
+    lines = [f"{names.worker_pod(job.name, ws.name, i)} slots={ws.slots}"
              for ws in job.worker_sets.values() for i in range(ws.replicas)]
-    lines.append(f"{names.master(job)} slots={job.master.slots}")
+    lines.append(f"{names.master(job.name)} slots={job.master.slots}")
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +68,7 @@ def agent_script(job: ChainerJob, *, wait_for_target: bool = False) -> str:
     # Longest set name first: `a-[0-9]*` also matches the pods of a set named `a-1` (a-1-0), but
     # `a-1-[0-9]*` never matches a pod of `a` (its names have only digits after `a-`).
     by_length = sorted(job.worker_sets.values(), key=lambda ws: (-len(ws.name), ws.name))
-    cases = "".join(f"  {names.worker_set(job, ws.name)}-[0-9]*) container={ws.main_container} ;;\n"
+    cases = "".join(f"  {names.worker_set(job.name, ws.name)}-[0-9]*) container={ws.main_container} ;;\n"
                     for ws in by_length)
     return (
         "#!/bin/sh\n"

@@ -1,14 +1,13 @@
 """ChainerJob child names, host names and labels: computed here and nowhere else.
 
 The names and label keys are the original operator's, so `kubectl get all -l
-chainerjob.kubeflow.org/name=<job>` and scripts written for it keep working.
+chainerjob.kubeflow.org/name=<job>` and scripts written for it keep working. Plain values in (the
+job's name, a worker set's name), so the spec validates names through these functions and imports
+this module without a cycle.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # spec reads the reserved names below, so only the type is needed here
-    from hooks.chainerjob.spec import ChainerJob
+from collections.abc import Mapping
 
 NAME_LABEL = "chainerjob.kubeflow.org/name"
 ROLE_LABEL = "chainerjob.kubeflow.org/role"
@@ -24,63 +23,58 @@ AGENT_KEY = "kubexeb.sh"  # sic: the original's key, which images and docs refer
 HOSTFILE_KEY = "hostfile"
 
 
-def service_account(job: ChainerJob) -> str:
+def service_account(job_name: str) -> str:
     """The master pod's ServiceAccount, the one allowed to exec into the workers."""
-    return f"{job.name}-launcher"
+    return f"{job_name}-launcher"
 
 
-def role(job: ChainerJob) -> str:
-    return f"{job.name}-launcher-role"
+def role(job_name: str) -> str:
+    return f"{job_name}-launcher-role"
 
 
-def role_binding(job: ChainerJob) -> str:
-    return f"{job.name}-launcher-rolebinding"
+def role_binding(job_name: str) -> str:
+    return f"{job_name}-launcher-rolebinding"
 
 
-def assets(job: ChainerJob) -> str:
+def assets(job_name: str) -> str:
     """The ConfigMap holding the rsh agent and the hostfile."""
-    return f"{job.name}-assets"
+    return f"{job_name}-assets"
 
 
-def master(job: ChainerJob) -> str:
+def master(job_name: str) -> str:
     """The master Job's name, which is also the master pod's host name."""
-    return master_of(job.name)
-
-
-def master_of(job_name: str) -> str:
-    """The master Job's name from the job's name alone (for a job whose spec cannot be parsed)."""
     return f"{job_name}-master"
 
 
-def worker_set(job: ChainerJob, ws_name: str) -> str:
+def worker_set(job_name: str, ws_name: str) -> str:
     """A worker set's StatefulSet and its governing headless Service."""
-    return f"{job.name}-workerset-{ws_name}"
+    return f"{job_name}-workerset-{ws_name}"
 
 
-def worker_pod(job: ChainerJob, ws_name: str, ordinal: int) -> str:
+def worker_pod(job_name: str, ws_name: str, ordinal: int) -> str:
     """A worker pod's name, which the StatefulSet controller also makes its host name."""
-    return f"{worker_set(job, ws_name)}-{ordinal}"
+    return f"{worker_set(job_name, ws_name)}-{ordinal}"
 
 
-def worker_pods(job: ChainerJob) -> list[str]:
-    """Every worker pod the spec asks for: worker sets in name order, ordinals in order."""
-    return [worker_pod(job, ws.name, i) for ws in job.worker_sets.values() for i in range(ws.replicas)]
+def worker_pods(job_name: str, replicas: Mapping[str, int]) -> list[str]:
+    """Every worker pod of these worker sets (name -> replicas), in their order, ordinals in order."""
+    return [worker_pod(job_name, ws_name, i) for ws_name, count in replicas.items() for i in range(count)]
 
 
-def common_labels(job: ChainerJob) -> dict[str, str]:
+def common_labels(job_name: str) -> dict[str, str]:
     """Labels of the objects every pod of the job shares (ServiceAccount, Role, ConfigMap...)."""
-    return {NAME_LABEL: job.name}
+    return {NAME_LABEL: job_name}
 
 
-def master_labels(job: ChainerJob) -> dict[str, str]:
+def master_labels(job_name: str) -> dict[str, str]:
     """Operator labels of the master Job and its pods."""
-    return {NAME_LABEL: job.name, ROLE_LABEL: "master"}
+    return {NAME_LABEL: job_name, ROLE_LABEL: "master"}
 
 
-def worker_labels(job: ChainerJob, ws_name: str) -> dict[str, str]:
+def worker_labels(job_name: str, ws_name: str) -> dict[str, str]:
     """Operator labels of a worker set's pods; also the StatefulSet's and the Service's selector.
 
     Only operator labels: a selector with the user's template labels in it (as the original had)
     breaks for good when a user edits them, because a StatefulSet's selector is immutable.
     """
-    return {NAME_LABEL: job.name, ROLE_LABEL: "workerset", WORKER_SET_LABEL: ws_name}
+    return {NAME_LABEL: job_name, ROLE_LABEL: "workerset", WORKER_SET_LABEL: ws_name}

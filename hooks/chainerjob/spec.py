@@ -10,17 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.chainerjob.names import (
-    ASSETS_DIR,
-    ASSETS_VOLUME,
-    KUBECTL_DIR,
-    KUBECTL_INIT_CONTAINER,
-    KUBECTL_VOLUME,
-    master_of,
-)
+from hooks.chainerjob import names
+from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.shared.errors import SpecError
+from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.podtemplate import (
+    A_CONTAINER,
     check_container_name,
     check_env,
     check_image,
@@ -28,6 +24,8 @@ from hooks.shared.podtemplate import (
     check_pod_spec,
     check_ports,
     check_template_metadata,
+    each_object,
+    optional_map,
     show,
 )
 from hooks.shared.quantity import parse_quantity
@@ -74,21 +72,13 @@ class WorkerSet:
 
 
 @dataclass(frozen=True)
-class ChainerJob:
+class ChainerJob(JobIdentity):
     """A valid ChainerJob: identity plus the parsed spec, worker sets in name order."""
 
-    name: str
-    namespace: str
-    uid: str
     labels: Mapping[str, str]
     master: Master
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
     backend: str = ""
-
-    @property
-    def key(self) -> str:
-        """namespace/name, as messages name the job."""
-        return f"{self.namespace}/{self.name}"
 
     @property
     def distributed(self) -> bool:
@@ -222,22 +212,18 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
     if not isinstance(containers, list) or not containers:
         problems.append(f"{spath}.containers: required; {fix}")
         return None
-    names: list[str] = []
-    for i, container in enumerate(containers):
-        here = f"{spath}.containers[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
+    container_names: list[str] = []
+    for here, container in each_object(f"{spath}.containers", containers, problems, expected=A_CONTAINER):
         if not container.get("name"):
             problems.append(f"{here}.name: required when a template has several containers; "
                             f"name every container")
             continue
-        if check_container_name(here, container["name"], names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
-            names.append(container["name"])
+        if check_container_name(here, container["name"], container_names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
+            container_names.append(container["name"])
         check_image(f"{here}.image", container.get("image"), problems)
         check_env(f"{here}.env", container.get("env"), problems)
         check_ports(f"{here}.ports", container.get("ports"), problems)
-    check_pod_spec(spath, pod_spec, names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
+    check_pod_spec(spath, pod_spec, container_names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
                    reserved_volumes=(ASSETS_VOLUME, KUBECTL_VOLUME))
     for kind in ("containers", "initContainers"):
         listed = pod_spec.get(kind)
@@ -246,9 +232,9 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
                 _check_container_extras(f"{spath}.{kind}[{i}]", container, problems)
                 if merged:
                     check_merged_lists(f"{spath}.{kind}[{i}]", container, problems)
-    if len(names) != len(containers):
+    if len(container_names) != len(containers):
         return None
-    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in names else names[0]
+    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in container_names else container_names[0]
 
 
 def _check_container_extras(path: str, container: Mapping[str, Any], problems: list[str]) -> None:
@@ -261,19 +247,11 @@ def _check_container_extras(path: str, container: Mapping[str, Any], problems: l
             if mount.get("mountPath") in (ASSETS_DIR, KUBECTL_DIR):
                 problems.append(f"{path}.volumeMounts[{j}].mountPath: {mount['mountPath']} is where the "
                                 f"operator mounts its launcher files; use another path")
-    resources = container.get("resources")
-    if resources is None:
-        return
-    if not isinstance(resources, Mapping):
-        problems.append(f"{path}.resources: must be an object with limits and requests")
-        return
+    resources = optional_map(f"{path}.resources", container.get("resources"), problems,
+                             expected="an object with limits and requests")
     for field_name in ("limits", "requests"):
-        values = resources.get(field_name)
-        if values is None:
-            continue
-        if not isinstance(values, Mapping):
-            problems.append(f"{path}.resources.{field_name}: must be a map of resource name to quantity")
-            continue
+        values = optional_map(f"{path}.resources.{field_name}", resources.get(field_name), problems,
+                              expected="a map of resource name to quantity")
         for resource, value in values.items():
             try:
                 parse_quantity(value)
@@ -326,11 +304,11 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
         problems.append(f"metadata.name: {name!r} must contain only lower-case letters, digits and "
                         f"'-', and start and end with a letter or digit (it is a label value)")
         return
-    master = master_of(name)
+    master = names.master(name)
     if len(master) > MAX_LABEL_LENGTH:
         problems.append(f"metadata.name: too long: the master's host name {master!r} would have "
                         f"{len(master)} characters (the limit is {MAX_LABEL_LENGTH}); use a job name "
-                        f"of at most {MAX_LABEL_LENGTH - len('-master')} characters")
+                        f"of at most {MAX_LABEL_LENGTH - (len(master) - len(name))} characters")
     for key, ws in worker_sets.items():
         path = f"spec.workerSets.{key}"
         if not DNS_1123_LABEL.match(key):
@@ -338,14 +316,14 @@ def _check_names(name: str, worker_sets: Mapping[str, WorkerSet], problems: list
                             f"digits and '-', and start and end with a letter or digit (it is part of "
                             f"StatefulSet and pod names)")
             continue
-        statefulset = f"{name}-workerset-{key}"
+        statefulset = names.worker_set(name, key)
         if len(statefulset) > MAX_STATEFULSET_NAME:
             problems.append(f"{path}: names too long: the StatefulSet {statefulset!r} would have "
                             f"{len(statefulset)} characters (the limit is {MAX_STATEFULSET_NAME}, so that "
                             f"its pods' revision label fits in 63); shorten the job name or the worker "
                             f"set name by {_characters(len(statefulset) - MAX_STATEFULSET_NAME)}")
             continue
-        host = f"{statefulset}-{max(ws.replicas - 1, 0)}"
+        host = names.worker_pod(name, key, max(ws.replicas - 1, 0))
         if len(host) > MAX_LABEL_LENGTH:
             problems.append(f"{path}: names too long: the host name {host!r} would have {len(host)} "
                             f"characters (the limit is {MAX_LABEL_LENGTH}); shorten the job name or the "

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob.spec import ChainerJob
+from hooks.chainerjob.vocabulary import CREATED, FAILED, FAILED_VALIDATION, RUNNING, SUCCEEDED, subject
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import JSON
 from hooks.shared.status import condition_problem, is_counter, parse_time
@@ -23,7 +24,6 @@ OWN_CONDITIONS = ("Created", "Waiting", "Running")
 JOB_CONDITIONS = ("Complete", "Failed")  # newer Jobs also say SuccessCriteriaMet, FailureTarget...
 JOB_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
 JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "failed")
-VALIDATION_REASON = "ChainerJobFailedValidation"
 
 
 def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str, Any], *,
@@ -63,14 +63,14 @@ def finished(record: Mapping[str, Any]) -> str | None:
 
 def failed_validation(old_status: Mapping[str, Any]) -> bool:
     """Whether the job was refused at creation (Failed is terminal: it is never started later)."""
-    return any(c.get("type") == "Failed" and c.get("status") == "True" and c.get("reason") == VALIDATION_REASON
+    return any(c.get("type") == "Failed" and c.get("status") == "True" and c.get("reason") == FAILED_VALIDATION
                for c in old_status.get("conditions") or [] if isinstance(c, Mapping))
 
 
 def validation_failed_status(old_status: Mapping[str, Any], message: str, now: datetime) -> JSON:
     """A new job with an invalid spec: Failed, with every problem in the message."""
     conds = Conditions(old_status.get("conditions"), now)
-    conds.set("Failed", True, VALIDATION_REASON, message)
+    conds.set("Failed", True, FAILED_VALIDATION, message)
     return {"conditions": conds.ordered(STATE_ORDER)}
 
 
@@ -84,14 +84,14 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[s
     """
     own = _own_conditions(old_status, now)
     outcome = finished(record)
-    own.set("Created", True, "ChainerJobCreated", f"ChainerJob {job.key} was accepted and its children created.")
+    own.set("Created", True, CREATED, f"{subject(job.key)} was accepted and its children created.")
     if podgroup_wait is not None and outcome is None:
         own.set("Waiting", True, "WaitingForPodGroup", podgroup_wait)
     elif master_wanted and gang:
-        own.clear("Waiting", "PodGroupCreated", f"ChainerJob {job.key}: its PodGroup exists, so the master "
+        own.clear("Waiting", "PodGroupCreated", f"{subject(job.key)}: its PodGroup exists, so the master "
                                                 f"and the workers were created; the gang starts them together.")
     elif master_wanted:
-        own.clear("Waiting", "WorkersReady", f"ChainerJob {job.key}: all {job.workers} workers were "
+        own.clear("Waiting", "WorkersReady", f"{subject(job.key)}: all {job.workers} workers were "
                                               f"ready, so the master was started.")
     elif job.distributed and outcome is None:
         own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
@@ -99,7 +99,7 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[s
         _finish(own, job.key, record, outcome)
     elif record.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", True, "ChainerJobRunning", f"ChainerJob {job.key}: the master is running{workers}.")
+        own.set("Running", True, RUNNING, f"{subject(job.key)}: the master is running{workers}.")
 
     status = _with_record(own, record, now)
     if job.distributed:
@@ -133,10 +133,10 @@ def _own_conditions(old_status: Mapping[str, Any], now: datetime) -> Conditions:
 
 
 def _finish(own: Conditions, key: str, record: Mapping[str, Any], outcome: str) -> None:
-    reason = "ChainerJobSucceeded" if outcome == "Complete" else "ChainerJobFailed"
+    reason = SUCCEEDED if outcome == "Complete" else FAILED
     final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
-    own.clear("Running", reason, f"ChainerJob {key} has finished: the master Job is {outcome}{why}.")
+    own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.")
 
 
 def _with_record(own: Conditions, record: Mapping[str, Any], now: datetime) -> JSON:
@@ -150,5 +150,5 @@ def _with_record(own: Conditions, record: Mapping[str, Any], now: datetime) -> J
 def _waiting_message(job: ChainerJob, ready: Mapping[str, int]) -> str:
     counts = ", ".join(f"{name} {min(ready[name], ws.replicas)}/{ws.replicas}" for name, ws in job.worker_sets.items())
     total = sum(min(ready[name], ws.replicas) for name, ws in job.worker_sets.items())
-    return (f"ChainerJob {job.key} is waiting for its workers: {total} of {job.workers} ready ({counts}); "
+    return (f"{subject(job.key)} is waiting for its workers: {total} of {job.workers} ready ({counts}); "
             f"the master starts when all are ready.")

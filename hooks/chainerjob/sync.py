@@ -22,6 +22,7 @@ from hooks.chainerjob.status import (
     status_for,
     validation_failed_status,
 )
+from hooks.chainerjob.vocabulary import KIND
 from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
@@ -30,7 +31,7 @@ from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
 PARENT_API_VERSION = "kubeflow.org/v1alpha1"
-PARENT_KIND = "ChainerJob"
+PARENT_KIND = KIND
 
 SERVICE_ACCOUNT_KEY = "ServiceAccount.v1"
 ROLE_KEY = "Role.rbac.authorization.k8s.io/v1"
@@ -110,7 +111,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
 
-    master_job = observed[JOB_KEY].get(names.master(job))
+    master_job = observed[JOB_KEY].get(names.master(job.name))
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
     observed_outcome = observed[CONFIG_MAP_KEY].get(outcome_name(job.name))
@@ -118,7 +119,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     record = master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
     done = finished(record) is not None
     statefulsets = observed[STATEFULSET_KEY]
-    ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job, name))) for name in job.worker_sets}
+    ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job.name, name))) for name in job.worker_sets}
     workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
     if done:
         podgroup = None  # only while the job runs: a finished job's PodGroup would keep its queue's share
@@ -139,9 +140,9 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     if podgroup is not None:
         wanted.insert(0, podgroup)
     if observed_outcome is not None:
-        wanted.append(observed_record_as_desired(observed_outcome, job.namespace, names.common_labels(job)))
+        wanted.append(observed_record_as_desired(observed_outcome, job.namespace, names.common_labels(job.name)))
     elif done:
-        wanted.append(record_config_map(outcome_name(job.name), job.namespace, names.common_labels(job), record))
+        wanted.append(record_config_map(outcome_name(job.name), job.namespace, names.common_labels(job.name), record))
     waiting = podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its master Job and worker StatefulSets") \
         if withheld and podgroup is not None else None
     status = status_for(job, old_status, record, ready, master_wanted, now, gang=gang is not None,
@@ -155,7 +156,7 @@ def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_sta
     ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
     node, and its GPUs, until someone repairs the spec."""
     answer = keep_children(old_status, kept, message)
-    record = master_record(observed[JOB_KEY].get(names.master_of(parent["metadata"]["name"])), old_status)
+    record = master_record(observed[JOB_KEY].get(names.master(parent["metadata"]["name"])), old_status)
     outcome = finished(record)
     if outcome is None:
         return answer
@@ -182,7 +183,7 @@ def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
         observed = observed_statefulsets or {}
         wanted += [children.statefulset_for(job, ws, done=done, gang=gang,
-                                            observed=observed.get(names.worker_set(job, ws.name)))
+                                            observed=observed.get(names.worker_set(job.name, ws.name)))
                    for ws in job.worker_sets.values()]
     if with_master:
         wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang))

@@ -51,7 +51,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
-            "labels": {**template_labels, **labels_for(job, spec.type, index)},
+            "labels": {**template_labels, **labels_for(job.name, spec.type, index, master=job.is_master(spec.type))},
         }
         if attempt:
             # The restart count survives a stale status through the pods themselves.
@@ -112,7 +112,7 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
         "metadata": {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
-            "labels": labels_for(job, spec.type, index),
+            "labels": labels_for(job.name, spec.type, index, master=job.is_master(spec.type)),
         },
         "spec": {
             "clusterIP": "None",

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME
+from hooks.mxjob.vocabulary import KIND, SCHEDULER, SERVER, TRAIN_TYPES
 
 V1ALPHA1 = "kubeflow.org/v1alpha1"
 V1 = "kubeflow.org/v1"
 SERVED_AS_THEY_ARE = ("kubeflow.org/v1", "kubeflow.org/v1beta1", "kubeflow.org/v1alpha2")
 
-_REPLICA_TYPES = {"SCHEDULER": "Scheduler", "SERVER": "Server", "WORKER": "Worker"}
+_REPLICA_TYPES = {t.upper(): t for t in TRAIN_TYPES}
 _JOB_MODES = ("dist", "local")
 _CLEAN_POD_POLICIES = ("All", "Running", "None")
 _POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")
@@ -44,7 +45,7 @@ class Conversion:
 
 def convert_document(doc: Any) -> Conversion:
     """Convert one YAML document; anything but a v1alpha1 MXJob is returned unchanged."""
-    if not isinstance(doc, Mapping) or doc.get("kind") != "MXJob":
+    if not isinstance(doc, Mapping) or doc.get("kind") != KIND:
         return Conversion(doc)
     api_version = doc.get("apiVersion")
     if api_version != V1ALPHA1:
@@ -63,7 +64,7 @@ class _Converter:
         self.warnings.append(f"{path}: {message}")
 
     def run(self) -> Conversion:
-        out: dict[str, Any] = {"apiVersion": V1, "kind": "MXJob",
+        out: dict[str, Any] = {"apiVersion": V1, "kind": KIND,
                                "metadata": self.metadata(self.doc.get("metadata"))}
         spec = self.doc.get("spec")
         if isinstance(spec, Mapping):
@@ -111,7 +112,7 @@ class _Converter:
         out["runPolicy"] = {"cleanPodPolicy": self.clean_pod_policy(spec.get("cleanupPodPolicy"))}
         replicas = self.replica_specs(spec.get("replicaSpecs"), spec.get("schedulerName"))
         out["mxReplicaSpecs"] = replicas
-        if mode == "local" and ("Scheduler" in replicas or "Server" in replicas):
+        if mode == "local" and (SCHEDULER in replicas or SERVER in replicas):
             self.warn("spec.jobMode", "local, but the job has a SCHEDULER or SERVER: v1 runs it as a "
                                       "distributed job (remove them for a single-process job)")
         self.termination_policy(spec.get("terminationPolicy"), replicas)
@@ -146,7 +147,7 @@ class _Converter:
         index = chief.get("replicaIndex", 0)
         # v1 cannot name a chief: the Scheduler decides, or every Worker when there is none.
         # The v1alpha1 default (WORKER 0) and SCHEDULER 0 are what v1 does anyway in practice.
-        if (name, index) == ("WORKER", 0) or ((name, index) == ("SCHEDULER", 0) and "Scheduler" in replicas):
+        if (name, index) == ("WORKER", 0) or ((name, index) == ("SCHEDULER", 0) and SCHEDULER in replicas):
             return
         self.warn("spec.terminationPolicy.chief",
                   f"not carried: v1 cannot end a job on {name or '?'} {index}; it succeeds when "

@@ -13,6 +13,7 @@ from typing import Any
 
 from hooks.mxjob.names import child_name, cluster_config_map_name
 from hooks.mxjob.spec import MXJob
+from hooks.mxjob.vocabulary import SCHEDULER, SERVER, WORKER
 from hooks.shared.k8s import JSON
 
 CLUSTER_ENV = "MXJOB_CLUSTER"
@@ -75,23 +76,23 @@ def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> lis
         {"name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": wiring.config_map, "key": CLUSTER_KEY}}},
         {"name": "MX_CONFIG", "value": wiring.mx_config(rtype, index)},
     ]
-    scheduler = job.replicas.get("Scheduler")
+    scheduler = job.replicas.get(SCHEDULER)
     # Without a Scheduler there is nothing to point at; an empty value would be dropped by the
     # API server and make the pod differ from what we applied.
     if scheduler is not None and scheduler.replicas > 0:
         env.append({"name": "DMLC_PS_ROOT_PORT", "value": str(scheduler.port)})
-        env.append({"name": "DMLC_PS_ROOT_URI", "value": child_name(job.name, "Scheduler", 0)})
+        env.append({"name": "DMLC_PS_ROOT_URI", "value": child_name(job.name, SCHEDULER, 0)})
     env.extend({"name": name, "value": value} for name, value in layout_env(job).items())
     env.append({"name": "DMLC_ROLE", "value": rtype.lower()})
     env.append({"name": "DMLC_USE_KUBERNETES", "value": "1"})
-    if rtype == "Worker":
+    if rtype == WORKER:
         env.append({"name": "DMLC_WORKER_ID", "value": str(index)})
     return env
 
 
 def layout_env(job: MXJob) -> dict[str, str]:
     """The env entries that carry the job's replica counts, by name (the layout guard reads them back)."""
-    return {"DMLC_NUM_SERVER": str(_count(job, "Server")), "DMLC_NUM_WORKER": str(_count(job, "Worker"))}
+    return {"DMLC_NUM_SERVER": str(_count(job, SERVER)), "DMLC_NUM_WORKER": str(_count(job, WORKER))}
 
 
 def merge_env(operator_env: list[JSON], user_env: list[Any]) -> list[Any]:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.spec import MXJob
+from hooks.mxjob.vocabulary import CREATED, FAILED, RESTARTING, RESUMED, RUNNING, SUCCEEDED, SUSPENDED, WORKER, subject
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, restart_record_name
@@ -100,21 +101,21 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
         late = state.failed_in_grace()
         waiting, grace_left = state.still_running_in_grace()
         if late:
-            state.conclude("Failed", "MXJobFailed", _fatal_message(job, late, after=state.success_part()))
+            state.conclude("Failed", FAILED, _fatal_message(job, late, after=state.success_part()))
         elif waiting and grace_left is not None:
             return state.wait_for(waiting, grace_left, slots)
         else:
-            state.conclude("Succeeded", "MXJobSucceeded", state.success_message())
+            state.conclude("Succeeded", SUCCEEDED, state.success_message())
     elif failures.fatal:
-        state.conclude("Failed", "MXJobFailed", _fatal_message(job, failures.fatal))
+        state.conclude("Failed", FAILED, _fatal_message(job, failures.fatal))
     elif state.over_backoff_limit():
-        state.conclude("Failed", "MXJobFailed",
-                       f"MXJob {job.key} has reached the specified backoff limit: "
+        state.conclude("Failed", FAILED,
+                       f"{subject(job.key)} has reached the specified backoff limit: "
                        f"{state.restart_total()} restarts, backoffLimit "
                        f"{job.run_policy.backoff_limit}{state.exit_codes_note()}.")
     elif deadline is not None and now >= deadline:
-        state.conclude("Failed", "MXJobFailed",
-                       f"MXJob {job.key} was active longer than activeDeadlineSeconds "
+        state.conclude("Failed", FAILED,
+                       f"{subject(job.key)} was active longer than activeDeadlineSeconds "
                        f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
     if state.conds.terminal():
         return state.finish_unrecorded(slots, observed_services)
@@ -177,19 +178,19 @@ class _State:
         """Created on the first sync; startTime when children are first created or on resume."""
         key = self.job.key
         if self.conds.is_true("Suspended"):
-            self.conds.set("Suspended", False, "MXJobResumed", f"MXJob {key} is resumed.")
+            self.conds.set("Suspended", False, RESUMED, f"{subject(key)} is resumed.")
             self.start_time = None
-        self.conds.set("Created", True, "MXJobCreated", f"MXJob {key} is created.")
+        self.conds.set("Created", True, CREATED, f"{subject(key)} is created.")
         if self.start_time is None:
             self.start_time = rfc3339(self.now)
 
     def suspend(self) -> Plan:
         """No pods or services; startTime and the restart records are kept."""
         key = self.job.key
-        self.conds.set("Created", True, "MXJobCreated", f"MXJob {key} is created.")
-        self.conds.set("Suspended", True, "MXJobSuspended", f"MXJob {key} is suspended.")
+        self.conds.set("Created", True, CREATED, f"{subject(key)} is created.")
+        self.conds.set("Suspended", True, SUSPENDED, f"{subject(key)} is suspended.")
         for ctype in ("Running", "Restarting"):
-            self.conds.clear(ctype, "MXJobSuspended", f"MXJob {key} is suspended.")
+            self.conds.clear(ctype, SUSPENDED, f"{subject(key)} is suspended.")
         return Plan(status=self.status(not_counted=frozenset(self.pods)))
 
     def conclude(self, ctype: str, reason: str, message: str) -> None:
@@ -226,11 +227,11 @@ class _State:
             # outcome, which cannot be read. It stays finished: a rerun is the worse mistake.
             why = outcome.problem or "it holds no Succeeded or Failed condition"
             conds = Conditions(self.old.conditions(), parse_rfc3339(completion) if completion else self.now)
-            conds.set("Failed", True, "MXJobFailed",
-                      f"MXJob {self.job.key} has an outcome record that cannot be read ({why}); "
+            conds.set("Failed", True, FAILED,
+                      f"{subject(self.job.key)} has an outcome record that cannot be read ({why}); "
                       f"the job is treated as finished.")
             for other in ("Running", "Restarting"):
-                conds.clear(other, "MXJobFailed", "The outcome record cannot be read.")
+                conds.clear(other, FAILED, "The outcome record cannot be read.")
             recorded = OldStatus({**self.old.raw, "conditions": conds.ordered()})
         self.conds = conds
         self.start_time = recorded.time("startTime")
@@ -259,8 +260,8 @@ class _State:
     def wait_for(self, waiting: list[PodView], grace_left: float, slots: Mapping[str, Slot]) -> Plan:
         """The deciding pods succeeded and others still run: Running stays True, nothing new starts."""
         names = ", ".join(f"{p.rtype} {p.index}" for p in waiting)
-        self.conds.set("Running", True, "MXJobRunning",
-                       f"MXJob {self.job.key}: {self.success_part()}; waiting up to "
+        self.conds.set("Running", True, RUNNING,
+                       f"{subject(self.job.key)}: {self.success_part()}; waiting up to "
                        f"{SUCCESS_GRACE_SECONDS} s for the pods still running to end ({names}) "
                        f"before the job is Succeeded.")
         keep = [name for name in slots if name in self.pods]
@@ -281,13 +282,13 @@ class _State:
         key = self.job.key
         if waiting:
             message = self._restart_message(waiting)
-            self.conds.set("Restarting", True, "MXJobRestarting", message)
-            self.conds.clear("Running", "MXJobRestarting", message)
+            self.conds.set("Restarting", True, RESTARTING, message)
+            self.conds.clear("Running", RESTARTING, message)
         else:
-            self.conds.clear("Restarting", "MXJobRunning",
-                             f"MXJob {key}: every recreated pod is running again.")
+            self.conds.clear("Restarting", RUNNING,
+                             f"{subject(key)}: every recreated pod is running again.")
             if self._deciding_pods_run():
-                self.conds.set("Running", True, "MXJobRunning", f"MXJob {key} is running.")
+                self.conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
         return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
                     restart_records=failures.new_records)
 
@@ -301,11 +302,11 @@ class _State:
         """What decided the success, as a clause."""
         rtype = self.job.deciding_type
         n = self.job.replicas[rtype].replicas
-        return f"all {n} Worker replicas succeeded" if rtype == "Worker" else f"{rtype} 0 succeeded"
+        return f"all {n} {WORKER} replicas succeeded" if rtype == WORKER else f"{rtype} 0 succeeded"
 
     def success_message(self) -> str:
         """Names what decided the success."""
-        return f"MXJob {self.job.key} successfully completed: {self.success_part()}."
+        return f"{subject(self.job.key)} successfully completed: {self.success_part()}."
 
     def _others(self) -> list[PodView]:
         deciding = set(self.job.deciding_slots())
@@ -416,7 +417,7 @@ class _State:
             parts.append(f"pod {name} {cause} and is recreated")
         limit = self.job.run_policy.backoff_limit
         budget = f" of backoffLimit {limit}" if limit is not None else ""
-        return (f"MXJob {self.job.key} is restarting: {'; '.join(parts)} "
+        return (f"{subject(self.job.key)} is restarting: {'; '.join(parts)} "
                 f"(restarts so far: {self.restart_total()}{budget}).")
 
     # --- output ------------------------------------------------------------------------------
@@ -584,7 +585,7 @@ def _fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
                else "a permanent error under restartPolicy ExitCode")
         when = f" after {after}" if after else ""
         parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}{when}; {why}")
-    return f"MXJob {job.key} failed: {'; '.join(parts)}."
+    return f"{subject(job.key)} failed: {'; '.join(parts)}."
 
 
 def _completed_before(job: MXJob, old: OldStatus) -> dict[str, set[int]]:

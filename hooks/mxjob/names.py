@@ -1,7 +1,9 @@
-"""Child names and labels: computed here and nowhere else."""
-from __future__ import annotations
+"""Child names and labels: computed here and nowhere else.
 
-from hooks.mxjob.spec import MXJob
+Plain values in (the job's name, a replica type, an index), so the spec can validate names through
+these functions without an import cycle.
+"""
+from __future__ import annotations
 
 OPERATOR_NAME = "mxjob-controller"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
@@ -30,14 +32,6 @@ def cluster_config_map_name(job_name: str) -> str:
     return f"{job_name}-cluster"
 
 
-def is_master(job: MXJob, rtype: str) -> bool:
-    """Whether pods of this type carry job-role: master: the one pod whose exit decides the job.
-
-    When several pods decide (every Worker), none of them is "the" master, so none is labelled.
-    """
-    return rtype == job.deciding_type and job.replicas[rtype].replicas == 1
-
-
 def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:
     """Labels a Service selects its one pod by."""
     return {
@@ -55,15 +49,16 @@ def job_labels(job_name: str) -> dict[str, str]:
             LEGACY_GROUP_LABEL: LEGACY_GROUP, LEGACY_JOB_NAME_LABEL: job_name}
 
 
-def labels_for(job: MXJob, rtype: str, index: int) -> dict[str, str]:
-    """Operator labels of a pod or service: the current family and the legacy one."""
-    labels = selector_for(job.name, rtype, index)
+def labels_for(job_name: str, rtype: str, index: int, *, master: bool) -> dict[str, str]:
+    """Operator labels of a pod or service: the current family and the legacy one; job-role: master
+    on the pods of the type whose one pod decides the job (`MXJob.is_master`)."""
+    labels = selector_for(job_name, rtype, index)
     labels.update({
         LEGACY_GROUP_LABEL: LEGACY_GROUP,
-        LEGACY_JOB_NAME_LABEL: job.name,
+        LEGACY_JOB_NAME_LABEL: job_name,
         "replica-type": rtype.lower(),
         "replica-index": str(index),
     })
-    if is_master(job, rtype):
+    if master:
         labels[JOB_ROLE_LABEL] = "master"
     return labels

@@ -10,24 +10,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hooks.mxjob.names import child_name
+from hooks.mxjob.vocabulary import (
+    REPLICA_TYPES,
+    SCHEDULER,
+    SERVER,
+    TRAIN_TYPES,
+    TUNE_TYPES,
+    TUNER,
+    TUNER_SERVER,
+    TUNER_TRACKER,
+    WORKER,
+)
 from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
+from hooks.shared.identity import JobIdentity
 from hooks.shared.merge import collapsed
 from hooks.shared.podtemplate import (
+    A_CONTAINER,
     check_container_name,
     check_env,
     check_image,
     check_pod_spec,
     check_ports,
     check_template_metadata,
+    each_object,
     is_port_number,
     show,
 )
 from hooks.shared.validation import DNS_1035_LABEL, MAX_INT32, is_non_negative_int
 
-REPLICA_TYPES = ("Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner")
-TRAIN_TYPES = ("Scheduler", "Server", "Worker")
-TUNE_TYPES = ("TunerTracker", "TunerServer", "Tuner")
 JOB_MODES = ("MXTrain", "MXTune")
 RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("All", "Running", "None")
@@ -86,21 +98,13 @@ class RunPolicy:
 
 
 @dataclass(frozen=True)
-class MXJob:
+class MXJob(JobIdentity):
     """A valid MXJob: identity plus the parsed spec."""
 
-    name: str
-    namespace: str
-    uid: str
     job_mode: str
     success_policy: str
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
-
-    @property
-    def key(self) -> str:
-        """namespace/name, as messages name the job."""
-        return f"{self.namespace}/{self.name}"
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -115,10 +119,17 @@ class MXJob:
         AllWorkers; then every Worker.
         """
         if self.job_mode == "MXTune":
-            return "Tuner"
-        if not self.has("Scheduler") or self.success_policy == "AllWorkers":
-            return "Worker"
-        return "Scheduler"
+            return TUNER
+        if not self.has(SCHEDULER) or self.success_policy == "AllWorkers":
+            return WORKER
+        return SCHEDULER
+
+    def is_master(self, rtype: str) -> bool:
+        """Whether pods of this type carry job-role: master: the one pod whose exit decides the job.
+
+        When several pods decide (every Worker), none of them is "the" master, so none is labelled.
+        """
+        return rtype == self.deciding_type and self.replicas[rtype].replicas == 1
 
     @property
     def total_replicas(self) -> int:
@@ -296,11 +307,7 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
         return DEFAULT_PORT
     main, main_path = None, ""
     names: list[str] = []
-    for i, container in enumerate(containers):
-        here = f"{cpath}[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
+    for here, container in each_object(cpath, containers, problems, expected=A_CONTAINER):
         name = container.get("name")
         if check_container_name(here, name, names, problems):
             names.append(str(name))
@@ -386,17 +393,17 @@ def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[
             problems.append(f"spec.mxReplicaSpecs.{rtype}.replicas: {rule}, got {got}")
 
     if job_mode == "MXTrain":
-        need("Worker", (count("Worker") or 0) >= 1, "at least 1 Worker is required")
-        distributed = "Scheduler" in replicas or "Server" in replicas
+        need(WORKER, (count(WORKER) or 0) >= 1, f"at least 1 {WORKER} is required")
+        distributed = SCHEDULER in replicas or SERVER in replicas
         if distributed:
-            need("Scheduler", count("Scheduler") == 1,
-                 "a distributed job needs exactly 1 Scheduler")
-            need("Server", (count("Server") or 0) >= 1,
-                 "a distributed job needs at least 1 Server")
+            need(SCHEDULER, count(SCHEDULER) == 1,
+                 f"a distributed job needs exactly 1 {SCHEDULER}")
+            need(SERVER, (count(SERVER) or 0) >= 1,
+                 f"a distributed job needs at least 1 {SERVER}")
     else:
-        need("TunerTracker", count("TunerTracker") == 1, "MXTune needs exactly 1 TunerTracker")
-        need("TunerServer", (count("TunerServer") or 0) >= 1, "MXTune needs at least 1 TunerServer")
-        need("Tuner", count("Tuner") == 1, "MXTune needs exactly 1 Tuner")
+        need(TUNER_TRACKER, count(TUNER_TRACKER) == 1, f"MXTune needs exactly 1 {TUNER_TRACKER}")
+        need(TUNER_SERVER, (count(TUNER_SERVER) or 0) >= 1, f"MXTune needs at least 1 {TUNER_SERVER}")
+        need(TUNER, count(TUNER) == 1, f"MXTune needs exactly 1 {TUNER}")
 
 
 def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
@@ -407,7 +414,7 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
         problems.append(f"metadata.name: {show(name)} must start with a letter and contain only "
                         f"lower-case letters, digits and '-' (it prefixes Service names)")
         return
-    longest = max(((f"{name}-{s.name}-{max(s.replicas - 1, 0)}") for s in replicas.values()),
+    longest = max((child_name(name, s.type, max(s.replicas - 1, 0)) for s in replicas.values()),
                   key=len, default="")
     if len(longest) > MAX_NAME_LENGTH:
         allowed = MAX_NAME_LENGTH - (len(longest) - len(name))

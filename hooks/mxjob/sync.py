@@ -17,6 +17,7 @@ from hooks.mxjob.lifecycle import Memory, Plan, decide
 from hooks.mxjob.names import job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
+from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
 from hooks.shared.answers import invalid_spec_message
 from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
@@ -33,7 +34,7 @@ from hooks.shared.request import as_last_applied, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
-PARENT_KIND = "MXJob"
+PARENT_KIND = KIND
 MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
 
 # Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: a leaf
@@ -234,7 +235,7 @@ def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, no
     status stays a fixed point while the job waits; the lifecycle sets it back once pods come.
     """
     conds = Conditions(OldStatus(old_status).conditions(), now)
-    conds.set("Created", True, "MXJobCreated", podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
+    conds.set("Created", True, CREATED, podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
     created = conds.get("Created")
     status["conditions"] = [created if c.get("type") == "Created" else c for c in status["conditions"]]
 
@@ -261,7 +262,7 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed
                     for key, group in observed.by_key() for name, obj in group.items()]
     else:
         conds = Conditions(old.conditions(), now)
-        conds.set("Failed", True, "MXJobFailedValidation", message)
+        conds.set("Failed", True, FAILED_VALIDATION, message)
         status = {"conditions": conds.ordered(),
                   "completionTime": old.time("completionTime") or rfc3339(now)}
         children = []

@@ -8,18 +8,51 @@ child the API server refuses.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hooks.shared.merge import collapsed
 from hooks.shared.validation import DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
+A_CONTAINER = "an object (a Container)"
 _IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[\x21-\x3c\x3e-\x7e]+$")  # printable ASCII but '=' (Kubernetes 1.30+)
+
+
+def optional_map(path: str, value: Any, problems: list[str], *, expected: str) -> Mapping[str, Any]:
+    """An optional object field: itself, or {} when absent; {} and a problem (`must be <expected>`) when not an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{path}: must be {expected}")
+        return {}
+    return value
+
+
+def optional_list(path: str, value: Any, problems: list[str], *, expected: str) -> list[Any]:
+    """An optional list field: itself, or [] when absent; [] and a problem (`must be <expected>`) when not a list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.append(f"{path}: must be {expected}")
+        return []
+    return value
+
+
+def each_object(path: str, items: list[Any], problems: list[str], *,
+                expected: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The entries of a list that are objects, each with its path (`path[i]`); the others are
+    reported (`must be <expected>`) in list order, as the iteration reaches them."""
+    for i, item in enumerate(items):
+        here = f"{path}[{i}]"
+        if isinstance(item, Mapping):
+            yield here, item
+        else:
+            problems.append(f"{here}: must be {expected}")
 
 
 def check_image(path: str, image: Any, problems: list[str]) -> None:
@@ -28,20 +61,11 @@ def check_image(path: str, image: Any, problems: list[str]) -> None:
 
 
 def check_template_metadata(path: str, meta: Any, problems: list[str]) -> None:
-    if meta is None:
-        return
-    if not isinstance(meta, Mapping):
-        problems.append(f"{path}: must be an object with labels and annotations")
-        return
+    meta = optional_map(path, meta, problems, expected="an object with labels and annotations")
     for kind, value_ok, rule in (("labels", _LABEL_VALUE.match, "at most 63 letters, digits, "
                                    "'-', '_' or '.', starting and ending with a letter or digit"),
                                   ("annotations", None, "")):
-        entries = meta.get(kind)
-        if entries is None:
-            continue
-        if not isinstance(entries, Mapping):
-            problems.append(f"{path}.{kind}: must be a map of strings to strings")
-            continue
+        entries = optional_map(f"{path}.{kind}", meta.get(kind), problems, expected="a map of strings to strings")
         for key, value in entries.items():
             here = f"{path}.{kind}[{show(key)}]"
             if not is_qualified_key(key):
@@ -61,16 +85,8 @@ def is_qualified_key(key: str) -> bool:
 
 
 def check_env(path: str, env: Any, problems: list[str]) -> None:
-    if env is None:
-        return
-    if not isinstance(env, list):
-        problems.append(f"{path}: must be a list of {{name, value}} objects")
-        return
-    for i, entry in enumerate(env):
-        here = f"{path}[{i}]"
-        if not isinstance(entry, Mapping):
-            problems.append(f"{here}: must be an object with a name and a value or valueFrom")
-            continue
+    env = optional_list(path, env, problems, expected="a list of {name, value} objects")
+    for here, entry in each_object(path, env, problems, expected="an object with a name and a value or valueFrom"):
         name = entry.get("name")
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             problems.append(f"{here}.name: must be a non-empty string of printable characters "
@@ -85,17 +101,9 @@ def check_env(path: str, env: Any, problems: list[str]) -> None:
 
 
 def check_ports(path: str, ports: Any, problems: list[str]) -> None:
-    if ports is None:
-        return
-    if not isinstance(ports, list):
-        problems.append(f"{path}: must be a list of {{name, containerPort}} objects")
-        return
+    ports = optional_list(path, ports, problems, expected="a list of {name, containerPort} objects")
     names: set[str] = set()
-    for i, port in enumerate(ports):
-        here = f"{path}[{i}]"
-        if not isinstance(port, Mapping):
-            problems.append(f"{here}: must be an object with a containerPort")
-            continue
+    for here, port in each_object(path, ports, problems, expected="an object with a containerPort"):
         if not is_port_number(port.get("containerPort")):
             problems.append(f"{here}.containerPort: must be an integer from 1 to 65535, "
                             f"got {show(port.get('containerPort'))}")
@@ -191,16 +199,8 @@ def check_container_name(path: str, name: Any, taken: list[str], problems: list[
 
 def check_init_containers(path: str, init: Any, taken: list[str], problems: list[str], *,
                           reserved: tuple[str, ...] = ()) -> None:
-    if init is None:
-        return
-    if not isinstance(init, list):
-        problems.append(f"{path}: must be a list of containers")
-        return
-    for i, container in enumerate(init):
-        here = f"{path}[{i}]"
-        if not isinstance(container, Mapping):
-            problems.append(f"{here}: must be an object (a Container)")
-            continue
+    init = optional_list(path, init, problems, expected="a list of containers")
+    for here, container in each_object(path, init, problems, expected=A_CONTAINER):
         if check_container_name(here, container.get("name"), taken, problems, reserved=reserved):
             taken.append(container["name"])
         check_image(f"{here}.image", container.get("image"), problems)
@@ -208,11 +208,7 @@ def check_init_containers(path: str, init: Any, taken: list[str], problems: list
 
 
 def check_volumes(path: str, volumes: Any, problems: list[str], *, reserved: tuple[str, ...] = ()) -> None:
-    if volumes is None:
-        return
-    if not isinstance(volumes, list):
-        problems.append(f"{path}: must be a list of volumes")
-        return
+    volumes = optional_list(path, volumes, problems, expected="a list of volumes")
     seen: set[str] = set()
     for i, volume in enumerate(volumes):
         name = volume.get("name") if isinstance(volume, Mapping) else None

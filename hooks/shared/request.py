@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hooks.shared.errors import InvalidRequest
+from hooks.shared.identity import job_key
 from hooks.shared.k8s import JSON, LAST_APPLIED
 
 # What every kind reads of an observed child, in the format of a kind's OBSERVED_FIELDS (a leaf is
@@ -50,7 +51,7 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
 def parent_key(parent: Mapping[str, Any]) -> str:
     """`namespace/name` of a parent read by read_parent, as messages name a job."""
     meta = parent["metadata"]
-    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+    return job_key(meta.get("namespace") or "default", meta["name"])
 
 
 def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
