@@ -423,6 +423,12 @@ def proc_status(pid: int) -> dict[str, str]:
     return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
+def ok_syncs(metrics: bytes) -> float | None:
+    """The successful syncs a /metrics page counts, over every kind; None when it has no such series."""
+    counts = re.findall(rb'^job_hooks_syncs_total\{kind="[^"]*",outcome="ok"\} (\S+)$', metrics, re.M)
+    return sum(float(c) for c in counts) if counts else None
+
+
 def check_running_hooks(env: dict[str, str], deployment: dict, report: Report | None = None, *, name: str) -> None:
     """Run the hooks image as `deployment` says and check what it answers; remove the container after."""
     import hooks.kinds
@@ -478,27 +484,26 @@ def check_running_hooks(env: dict[str, str], deployment: dict, report: Report | 
             raise CheckFailed(f"expected gunicorn's master and workers, found {len(pids)} process(es)")
 
         bodies, sent = sync_bodies(), 0
-        for kind, routes in hooks.kinds.ROUTES.items():
-            for route in routes:
-                raw = json.dumps(bodies[kind]).encode()
-                before = in_process_answer(route, bodies[kind])
+        for kind in hooks.kinds.KINDS:
+            for route in kind.routes:
+                raw = json.dumps(bodies[kind.name]).encode()
+                before = in_process_answer(route, bodies[kind.name])
                 status, answer, _ = request(port, "POST", route, body=raw, timeout=10)
-                after = in_process_answer(route, bodies[kind])
+                after = in_process_answer(route, bodies[kind.name])
                 if status != 200:
                     raise CheckFailed(f"POST {route} answered {status}: {answer[:300]!r}")
                 if json.loads(answer) not in (before, after):  # `now` may tick between them
                     raise CheckFailed(f"POST {route}: the image answers differently from the repository's code")
                 sent += 1
         status, metrics, content_type = request(port, "GET", "/metrics", timeout=5)
-        ok_total = re.search(rb'^mxjob_hooks_syncs_total\{outcome="ok"\} (\S+)$', metrics, re.M)
-        if status != 200 or not content_type.startswith("text/plain") or ok_total is None:
+        if status != 200 or not content_type.startswith("text/plain") or ok_syncs(metrics) is None:
             raise CheckFailed(f"/metrics answered {status} {content_type}: {metrics[:300]!r}")
         # Several scrapes, since any worker may answer: each sums every worker's syncs.
         for _ in range(4):
             _, metrics, _ = request(port, "GET", "/metrics", timeout=5)
-            total = re.search(rb'^mxjob_hooks_syncs_total\{outcome="ok"\} (\S+)$', metrics, re.M)
-            if total is None or float(total.group(1)) != sent:
-                raise CheckFailed(f"/metrics counts {total and total.group(1)!r} syncs, {sent} were sent")
+            total = ok_syncs(metrics)
+            if total != sent:
+                raise CheckFailed(f"/metrics counts {total!r} syncs, {sent} were sent")
 
         diff = run(["podman", "diff", name], env=env, quiet=True).stdout.splitlines()
         if unexpected_writes(diff):

@@ -104,3 +104,24 @@ def test_only_podmans_own_mount_points_and_tmp_may_change():
     assert image_check.unexpected_writes([*diff, "A /app/hooks/x.pyc", "A /var/lib/prometheus"]) == [
         "/app/hooks/x.pyc", "/var/lib/prometheus"]
     assert image_check.unexpected_writes(["A /tmpfile"]) == ["/tmpfile"]
+
+
+def test_every_route_of_every_kind_answers_in_process_and_is_counted():
+    # What check_running_hooks sends the image and reads back from /metrics, against the
+    # repository's own app: one sync per route of each kind, all counted as "ok".
+    from hooks.kinds import KINDS
+    from hooks.server.app import create_app
+
+    client = create_app().test_client()
+    bodies, sent = image_check.sync_bodies(), 0
+    for kind in KINDS:
+        for route in kind.routes:
+            assert image_check.in_process_answer(route, bodies[kind.name])["children"]
+            assert client.post(route, json=bodies[kind.name]).status_code == 200
+            sent += 1
+    assert sent == 3
+    assert image_check.ok_syncs(client.get("/metrics").get_data()) == sent
+
+
+def test_ok_syncs_is_none_without_the_series():
+    assert image_check.ok_syncs(b"# HELP other\nother_total 1.0\n") is None
