@@ -14,9 +14,9 @@ from localcluster.config import (
     parse_composite_controller,
 )
 from localcluster.dns import ClusterDNS
-from localcluster.kubelet import exit_code, expand
 from localcluster.metacontroller import three_way_merge
-from localcluster.podenv import EnvError, resolve_env
+from localcluster.podenv import EnvError, expand, resolve_env
+from localcluster.podprocess import exit_code
 from localcluster.store import Store, StoreError
 
 
