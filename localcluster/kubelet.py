@@ -76,16 +76,8 @@ VOLUME_RETRY_SECONDS = 0.2  # how soon a pod waiting for a configMap volume's Co
 class ProcessKubelet:
     """Watches the store for Pods and runs each in a PodWorker thread."""
 
-    def __init__(
-        self,
-        store: Store,
-        dns: ClusterDNS,
-        log_dir: Path,
-        *,
-        workdir: Path = REPO_ROOT,
-        restart_backoff: tuple[float, float] = RESTART_BACKOFF,
-        gate: SchedulingGate | None = None,
-    ):
+    def __init__(self, store: Store, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
+                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None):
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
         self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
         self.restart_backoff = restart_backoff
