@@ -115,7 +115,7 @@ class ProcessKubelet:
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
-                self._pod_dirs.add(worker.pod_dir)
+                self._pod_dirs.add(worker.sandbox.pod_dir)
                 worker.start()
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
@@ -237,7 +237,6 @@ class PodWorker(threading.Thread):
         self.runs = [ContainerRun(c) for c in self.spec.get("containers", [])]
         self.sandbox = PodSandbox(pod, pods_dir=kubelet.pods_dir, store=kubelet.store, dns=kubelet.dns,
                                   workdir=kubelet.workdir)
-        self.pod_dir = self.sandbox.pod_dir
         self.report = PodStatusReport(kubelet.store, *self.key)
         self._lock = threading.Lock()
         self._wake = threading.Event()
