@@ -16,10 +16,11 @@ from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
-from .kubelet import RESTART_BACKOFF, ProcessKubelet
+from .kubelet import ProcessKubelet
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
+from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
-from .store import Store, StoreError
+from .store import Store, StoreError, controller_uid
 from .types import KubeObject
 
 T = TypeVar("T")
@@ -248,10 +249,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (
-                obj for obj in self.store.list("v1", kind, namespace)
-                if any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences", []))
-            ),
+            (obj for obj in self.store.list("v1", kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -262,7 +260,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (obj for obj in self.store.list(api_version, kind, namespace) if _controller_uid(obj) == uid),
+            (obj for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -273,9 +271,9 @@ class LocalCluster:
             return []
         owners = {job["metadata"]["uid"]}
         for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "StatefulSet")):
-            owners |= {obj["metadata"]["uid"] for obj in self.store.list(api_version, kind, namespace) if _controller_uid(obj) in owners}
+            owners |= {obj["metadata"]["uid"] for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) in owners}
         return sorted(
-            (pod for pod in self.store.list("v1", "Pod", namespace) if _controller_uid(pod) in owners),
+            (pod for pod in self.store.list("v1", "Pod", namespace) if controller_uid(pod) in owners),
             key=lambda pod: pod["metadata"]["name"],
         )
 
@@ -324,8 +322,3 @@ class LocalCluster:
             return job if finished(job) else None
 
         return cast(KubeObject, self.wait_for(check, timeout, what=f"job {name} to finish"))
-
-
-def _controller_uid(obj: KubeObject) -> str | None:
-    """The uid of an object's controller (its ownerReference with controller: true)."""
-    return next((ref.get("uid") for ref in obj["metadata"].get("ownerReferences", []) if ref.get("controller")), None)

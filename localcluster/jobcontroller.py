@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import cast
 
 from .reconciler import Key, Reconciler
-from .store import Store, StoreError, now_rfc3339
+from .store import Store, StoreError, controller_reference, now_rfc3339
 from .types import KubeObject
 
 DEFAULT_BACKOFF_LIMIT = 6
@@ -160,7 +160,7 @@ class JobController(Reconciler):
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": generated_name(f"{name}-"), "namespace": job["metadata"]["namespace"], "labels": labels,
-                         "annotations": dict(meta.get("annotations", {})), "ownerReferences": [self.owner_reference(job)]},
+                         "annotations": dict(meta.get("annotations", {})), "ownerReferences": [controller_reference(job)]},
             "spec": template.get("spec", {}),
         }
         for _ in range(5):

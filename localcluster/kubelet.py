@@ -1,4 +1,13 @@
-"""The process kubelet: runs each Pod's containers as local processes and reports Pod status.
+"""The process kubelet: watches the store for Pods and runs each one's lifecycle in a PodWorker thread.
+
+Owns: admission (the scheduling gate, the binding), the order of a pod's life (volumes, init
+containers one after another, app containers together, restarts, eviction, termination and removal
+from the store), the requests other threads make (delete, evict, kill, stop), `pod.json` copies for
+the kubectl stand-in, log file locations and the cleanup of pod folders. The parts it drives live
+beside it: podprocess.py (a container's process: start, signals, exit codes, restart backoff, log
+lines), podsandbox.py (what a process sees: env, `$(NAME)` expansion, volumes and mountPaths,
+stand-in binaries, hosts file and DNS registration, exec registrations), podstatus.py (phase,
+conditions, readiness, containerStatuses, the status write).
 
 Decisions (docs/localcluster.md says the same):
 - The image is ignored; `command` + `args` run in the current Python environment (`python` means
@@ -8,7 +17,7 @@ Decisions (docs/localcluster.md says the same):
   whole host env, so host DMLC_* settings cannot leak in; then the container's env resolved as the
   kubelet does (podenv: configMapKeyRef, fieldRef, `$(VAR)` expansion), then the DNS stand-in's
   rewrite (ports; names too where DNS cannot be strict, see dns.py), then loopback-only ps-lite
-  settings (LOOPBACK_ENV). A missing ConfigMap keeps the
+  settings (podsandbox.LOOPBACK_ENV). A missing ConfigMap keeps the
   container waiting (CreateContainerConfigError) and is retried, as in a cluster.
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
@@ -26,104 +35,49 @@ Decisions (docs/localcluster.md says the same):
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any
 
 from .config import REPO_ROOT
-from .dns import LOOPBACK, ClusterDNS
-from .podenv import EnvError, expand, resolve_env
-from .store import DELETED, Store, StoreError, now_rfc3339
-from .types import Container, ContainerState, ContainerStatus, KubeObject, PodStatus
-from .volumes import MissingConfigMap, PathMap, path_map, prepare_volumes, rewrite_configmap_files
+from .dns import ClusterDNS
+from .podenv import EnvError
+from .podprocess import (
+    POLL_SECONDS,
+    RESTART_BACKOFF,
+    ContainerRun,
+    backoff,
+    is_kubectl_image,
+    record_completed_without_process,
+    record_exit,
+    record_start_error,
+    settle,
+    signal_all,
+    signal_one,
+    spawn,
+)
+from .podsandbox import NODE_NAME, PodSandbox
+from .podstatus import PodStatusReport, pod_phase
+from .store import DELETED, Store, StoreError, controller_of, now_rfc3339
+from .types import KubeObject
+from .volumes import MissingConfigMap
 
-NODE_NAME = "localcluster"
-# ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
-# use of DMLC_USE_KUBERNETES is to make the scheduler bind 0.0.0.0 (in a cluster its Service name
-# does not resolve to its own address); locally that would leave loopback, so it is turned off.
-LOOPBACK_ENV = {"DMLC_NODE_HOST": LOOPBACK, "DMLC_INTERFACE": "lo"}
-LOOPBACK_OVERRIDES = {"DMLC_USE_KUBERNETES": "0"}
-# OpenMPI 5's hierarchical collectives (HAN) hang in Allreduce when the "hosts" of a hostfile are
-# pods that all share this one machine (verified with 5.0.11); the other collectives work. A
-# default only: a container that sets OMPI_MCA_coll itself keeps its value.
-LOCAL_DEFAULT_ENV = {"OMPI_MCA_coll": "^han"}
-HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM")
-PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
-RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
-POLL_SECONDS = 0.05
 GATE_POLL_SECONDS = 0.1
 SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
 CONFIG_RETRY_SECONDS = 0.5  # how soon a container waiting for its ConfigMap tries again
-
-
-def is_kubectl_image(image: str) -> bool:
-    """An image whose repository's last path element is `kubectl` (bitnami/kubectl, registry.k8s.io/kubectl)."""
-    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
-    return repository == "kubectl"
-
-
-def exit_code(returncode: int) -> int:
-    """A Popen return code as the kubelet reports it: a signal N becomes 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-@dataclass
-class _Run:
-    """One container's process, or its last outcome."""
-
-    container: Container
-    init: bool = False
-    process: subprocess.Popen | None = None
-    log: TextIO | None = None
-    restart_count: int = 0
-    state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
-    last_state: dict[str, Any] = field(default_factory=dict)
-    restart_at: float | None = None
-    exit_code: int | None = None
-    settled: bool = False  # the restart decision for the last exit has been taken
-    config_retry_at: float | None = None  # waiting for a ConfigMap (CreateContainerConfigError)
-
-    @property
-    def name(self) -> str:
-        return self.container["name"]
-
-    def status(self) -> ContainerStatus:
-        """containerStatuses[] entry."""
-        running = "running" in self.state
-        return ContainerStatus(
-            name=self.name,
-            image=self.container.get("image", ""),
-            ready=running and not self.init,
-            started=running,
-            restartCount=self.restart_count,
-            state=cast(ContainerState, dict(self.state)),
-            lastState=cast(ContainerState, dict(self.last_state)),
-        )
+VOLUME_RETRY_SECONDS = 0.2  # how soon a pod waiting for a configMap volume's ConfigMap tries again
 
 
 class ProcessKubelet:
     """Watches the store for Pods and runs each in a PodWorker thread."""
 
-    def __init__(
-        self,
-        store: Store,
-        dns: ClusterDNS,
-        log_dir: Path,
-        *,
-        workdir: Path = REPO_ROOT,
-        restart_backoff: tuple[float, float] = RESTART_BACKOFF,
-        gate: SchedulingGate | None = None,
-    ):
+    def __init__(self, store: Store, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
+                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None):
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
         self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
         self.restart_backoff = restart_backoff
@@ -161,7 +115,7 @@ class ProcessKubelet:
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
-                self._pod_dirs.add(worker.pod_dir)
+                self._pod_dirs.add(worker.sandbox.pod_dir)
                 worker.start()
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
@@ -212,7 +166,7 @@ class ProcessKubelet:
         name = None
         for _ in range(5):
             meta = obj["metadata"]
-            ref = next((r for r in meta.get("ownerReferences", []) if r.get("controller")), None)
+            ref = controller_of(obj)
             if ref is None:
                 return name
             name = ref["name"]
@@ -237,7 +191,7 @@ class ProcessKubelet:
         with self._lock:
             workers = list(self._workers.values()) + self._stopping
         for worker in workers:
-            worker._kill_all(signal.SIGKILL)
+            worker.kill_all(signal.SIGKILL)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
@@ -279,26 +233,19 @@ class PodWorker(threading.Thread):
         self.uid = meta["uid"]
         self.spec: dict[str, Any] = pod.get("spec", {})
         self.policy = self.spec.get("restartPolicy", "Always")
-        self.init_runs = [_Run(c, init=True) for c in self.spec.get("initContainers", [])]
-        self.runs = [_Run(c) for c in self.spec.get("containers", [])]
+        self.init_runs = [ContainerRun(c, init=True) for c in self.spec.get("initContainers", [])]
+        self.runs = [ContainerRun(c) for c in self.spec.get("containers", [])]
+        self.sandbox = PodSandbox(pod, pods_dir=kubelet.pods_dir, store=kubelet.store, dns=kubelet.dns,
+                                  workdir=kubelet.workdir)
+        self.report = PodStatusReport(kubelet.store, *self.key)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._terminate_grace: float | None = None
         self._evict_message: str | None = None
         self._shutdown = False
         self._forced = False
-        self._status: PodStatus = {}
-        self._start_time = now_rfc3339()
-        self._conditions: dict[str, tuple[str, str]] = {}
         self._containers_started = False
         self._init_failed = False
-        self._unschedulable: str | None = None  # why the scheduling gate holds the pod back
-        self.pod_dir = kubelet.pods_dir / meta["namespace"] / meta["name"]
-        self.state_root = self.pod_dir / self.uid  # this pod's volumes and bin/; a recreated pod gets its own
-        self.hostname = self.spec.get("hostname") or meta["name"]
-        self.hosts_file = self.state_root / "etc-hosts"  # its /etc/hosts when names are strict (dns.py)
-        self.maps = {c["name"]: path_map(self.state_root, pod, c)
-                     for c in self.spec.get("initContainers", []) + self.spec.get("containers", [])}
         self._first_container = self.runs[0].name if self.runs else None
 
     # --- requests from other threads -------------------------------------------------------------
@@ -329,13 +276,12 @@ class PodWorker(threading.Thread):
 
     def signal(self, container: str | None, sig: int) -> int:
         with self._lock:
-            for run in self.init_runs + self.runs:
-                if (container is None and not run.init) or run.name == container:
-                    if run.process is None or run.process.poll() is not None:
-                        raise ProcessLookupError(f"container {run.name} of pod {self.key[1]} is not running")
-                    os.killpg(run.process.pid, sig)
-                    return run.process.pid
-        raise KeyError(f"pod {self.key[1]} has no container {container}")
+            return signal_one(self.init_runs + self.runs, container, sig, pod=self.key[1])
+
+    def kill_all(self, sig: int) -> None:
+        """Send `sig` to every container's process group now."""
+        with self._lock:
+            signal_all(self.init_runs + self.runs, sig)
 
     # --- the worker thread -----------------------------------------------------------------------
 
@@ -344,11 +290,10 @@ class PodWorker(threading.Thread):
             self._run()
         except Exception:  # a kubelet bug must not leave processes behind
             traceback.print_exc()
-            self._kill_all(signal.SIGKILL)
+            self.kill_all(signal.SIGKILL)
         finally:
             for run in self.init_runs + self.runs:
-                if run.log is not None:
-                    run.log.close()
+                run.close_log()
             self.kubelet._forget(self)
 
     def _run(self) -> None:
@@ -363,7 +308,7 @@ class PodWorker(threading.Thread):
             for run in self.runs:
                 self._start(run)
             self._containers_started = True
-            self._condition("Initialized", "True")
+            self.report.condition("Initialized", "True")
             self._step()  # a container that failed to start goes to CrashLoopBackOff before the first report
         self._write_status()
         while init_ok and not self._stopping():
@@ -386,24 +331,14 @@ class PodWorker(threading.Thread):
         """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing, as the kubelet does."""
         while True:
             try:
-                unsupported = prepare_volumes(self.state_root, self.pod, self._get_configmap)
+                unsupported = self.sandbox.prepare()
                 break
             except MissingConfigMap as err:
                 for run in self.init_runs + self.runs:
                     run.state = {"waiting": {"reason": "ContainerCreating", "message": f"MountVolume.SetUp failed: {err}"}}
                 self._write_status()
-                if not self._sleep_until(time.monotonic() + 0.2):
+                if not self._sleep_until(time.monotonic() + VOLUME_RETRY_SECONDS):
                     return False
-        union: dict[str, Path] = {}
-        for mapping in self.maps.values():
-            union = {**{p: Path(d) for p, d in mapping.as_dict().items()}, **union}
-        rewrite_configmap_files(self.state_root, self.pod, PathMap(union))
-        bin_dir = self.state_root / "bin"
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        self._write_script(bin_dir / "hostname", f"#!/bin/sh\necho {shlex.quote(self.hostname)}\n")
-        self._write_script(bin_dir / "kubectl", self._kubectl_wrapper())
-        if self.kubelet.dns.strict:
-            self.kubelet.dns.register(*self.key, self.hostname, self.hosts_file)
         if unsupported:
             log = self.kubelet.log_path(self.pod, self._first_container or "pod")
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -411,49 +346,9 @@ class PodWorker(threading.Thread):
                 out.write(f"=== localcluster: volumes not emulated (left out of the path mapping): {', '.join(unsupported)}\n")
         return True
 
-    def _get_configmap(self, namespace: str, name: str) -> KubeObject | None:
-        return self.kubelet.store.get("v1", "ConfigMap", namespace, name)
-
-    def _kubectl_wrapper(self) -> str:
-        python, repo = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
-        pods, namespace = shlex.quote(str(self.kubelet.pods_dir)), shlex.quote(self.key[0])
-        return (f"#!/bin/sh\n# kubectl stand-in of the local cluster: only `kubectl exec` (localcluster/kubectl.py)\n"
-                f"PYTHONPATH={repo} exec {python} -m localcluster.kubectl --pods-dir {pods} --namespace-default {namespace} \"$@\"\n")
-
-    @staticmethod
-    def _write_script(path: Path, text: str) -> None:
-        path.write_text(text)
-        os.chmod(path, 0o755)
-
-    def _publish(self, run: _Run, env: dict[str, str], workdir: Path) -> None:
-        """Tell the kubectl stand-in how to exec into this running container."""
-        info = {"uid": self.uid, "container": run.name, "first": run.name == self._first_container and not run.init,
-                "env": env, "cwd": str(workdir), "mounts": self.maps[run.name].as_dict()}
-        path = self.pod_dir / f"exec-{run.name}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(path)
-
-    def _unpublish(self, run: _Run) -> None:
-        """The container stopped: no new execs, and the processes exec'd into it die with it."""
-        path = self.pod_dir / f"exec-{run.name}.json"
-        try:
-            if json.loads(path.read_text()).get("uid") == self.uid:
-                path.unlink()
-        except (OSError, ValueError):
-            pass
-        registry = self.pod_dir / f"exec-{run.name}.pids"
-        for marker in sorted(registry.glob("*")) if registry.is_dir() else []:
-            try:
-                if marker.read_text() == self.uid:
-                    os.killpg(int(marker.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-            marker.unlink(missing_ok=True)
-
     def _stopping(self) -> bool:
         with self._lock:
-            evicting = self._evict_message is not None and self._status.get("reason") != "Evicted"
+            evicting = self._evict_message is not None and not self.report.evicted
             return self._terminate_grace is not None or evicting
 
     def _wait_for_gate(self) -> bool:
@@ -465,11 +360,11 @@ class PodWorker(threading.Thread):
                 return False
             reason = gate(current)
             if reason is None:
-                self._unschedulable = None
+                self.report.unschedulable = None
                 return True
-            if reason != self._unschedulable:
-                self._unschedulable = reason
-                self._condition("PodScheduled", "False")
+            if reason != self.report.unschedulable:
+                self.report.unschedulable = reason
+                self.report.condition("PodScheduled", "False")
                 self._write_status()
             self._wake.wait(GATE_POLL_SECONDS)
             self._wake.clear()
@@ -486,7 +381,7 @@ class PodWorker(threading.Thread):
             current["spec"]["nodeName"] = NODE_NAME
             try:
                 self.kubelet.store.update(current)
-                self._condition("PodScheduled", "True")
+                self.report.condition("PodScheduled", "True")
                 return True
             except StoreError as err:
                 if err.code != 409:
@@ -504,7 +399,7 @@ class PodWorker(threading.Thread):
                         return False
                     run.config_retry_at = None
                     continue
-                while run.process is not None and run.process.poll() is None:
+                while run.alive():
                     if self._stopping():
                         return False
                     self._wake.wait(POLL_SECONDS)
@@ -517,7 +412,7 @@ class PodWorker(threading.Thread):
                     self._write_status()
                     return False
                 self._write_status()
-                if not self._sleep_until(time.monotonic() + self._backoff(run)):
+                if not self._sleep_until(time.monotonic() + backoff(run, self.kubelet.restart_backoff)):
                     return False
                 run.last_state, run.restart_count = {"terminated": run.state["terminated"]}, run.restart_count + 1
         return True
@@ -529,10 +424,6 @@ class PodWorker(threading.Thread):
             self._wake.wait(min(POLL_SECONDS * 4, deadline - time.monotonic()))
             self._wake.clear()
         return not self._stopping()
-
-    def _backoff(self, run: _Run) -> float:
-        first, cap = self.kubelet.restart_backoff
-        return min(cap, first * (2 ** run.restart_count))
 
     def _step(self) -> bool:
         """Reap exits, restart per policy; True when the status needs writing."""
@@ -551,198 +442,62 @@ class PodWorker(threading.Thread):
                 self._record_exit(run)
                 changed = True
             if "terminated" in run.state and not run.settled:
-                run.settled = True
+                settle(run, policy=self.policy, now=now, restart_backoff=self.kubelet.restart_backoff)
                 changed = True
-                if self.policy == "Always" or (self.policy == "OnFailure" and run.exit_code != 0):
-                    run.restart_at = now + self._backoff(run)
-                    run.last_state = {"terminated": run.state["terminated"]}
-                    run.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off restarting failed container {run.name}"}}
             if run.config_retry_at is not None and now >= run.config_retry_at:
                 run.config_retry_at = None
                 self._start(run)
                 changed = True
         return changed
 
-    def _env(self, container: Container) -> tuple[dict[str, str], dict[str, str]]:
-        """The process env (host allowlist, the container's env expanded and DNS-rewritten, loopback
-        settings), and the container's declared env alone, which is all `$(NAME)` sees (as the kubelet's)."""
-        host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
-        host["PATH"] = os.pathsep.join([str(self.state_root / "bin"), str(Path(sys.executable).parent),
-                                        os.environ.get("PATH", os.defpath)])
-        host["HOSTNAME"] = self.hostname
-        namespace = self.key[0]
-        runtime = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
-                   "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
-        # The kubelet expands $(NAME) with the declared entries only: a host or image variable
-        # such as $(HOME) stays as written in a cluster, so it does here too.
-        declared = resolve_env(container, self.pod, runtime=runtime,
-                               config_map=lambda name: self.kubelet.store.get("v1", "ConfigMap", namespace, name))
-        rewritten = self.kubelet.dns.rewrite_env(self.key[0], declared)
-        if not self.kubelet.dns.strict:
-            # Names rewritten to loopback: a scheduler told to bind 0.0.0.0 would leave loopback for nothing.
-            for name, value in LOOPBACK_OVERRIDES.items():
-                if name in rewritten:
-                    rewritten[name] = value
-        mapping = self.maps[container["name"]]
-        rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
-        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}, rewritten
-
-    def _start(self, run: _Run) -> None:
+    def _start(self, run: ContainerRun) -> None:
         """Start a container's process; a start failure is a terminated state with exit code 128."""
         try:
-            env, declared = self._env(run.container)
+            env, declared = self.sandbox.env(run.container)
         except EnvError as err:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(err)}}
             run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
             return
-        mapping = self.maps[run.name]
-        argv = [mapping.rewrite(expand(part, declared)) for part in run.container.get("command", []) + run.container.get("args", [])]
-        workdir = Path(mapping.rewrite(run.container.get("workingDir", "")) or self.kubelet.workdir)
-        if not workdir.is_absolute():
-            workdir = self.kubelet.workdir / workdir
-        if run.log is None:
-            path = self.kubelet.log_path(self.pod, run.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            run.log = path.open("a", buffering=1)
+        argv, workdir = self.sandbox.command(run.container, declared)
+        log = run.open_log(self.kubelet.log_path(self.pod, run.name))
         started = now_rfc3339()
         run.settled = False
-        run.log.write(f"=== localcluster: pod {self.key[1]} container {run.name} start #{run.restart_count} at {started}: {argv}\n")
-        error = None
+        log.write(f"=== localcluster: pod {self.key[1]} container {run.name} start #{run.restart_count} at {started}: {argv}\n")
         if run.init and is_kubectl_image(run.container.get("image", "")):
-            self._deliver_kubectl(run, started)
+            targets = self.sandbox.deliver_kubectl(run.container)
+            log.write(f"=== localcluster: image {run.container.get('image')} is a kubectl image: not run; the kubectl "
+                      f"stand-in was put into {', '.join(targets) or 'no emptyDir'} instead\n")
+            record_completed_without_process(run, started)
             return
-        if not run.container.get("command"):
-            error = "the local cluster ignores images, so a container needs `command` (the image's entrypoint is unknown)"
-        else:
-            if argv[0] in PYTHON_NAMES:
-                argv[0] = sys.executable
-            elif os.sep not in argv[0]:
-                argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
-            strict = self.kubelet.dns.strict
-            program = workdir / argv[0]  # an absolute argv[0] stays itself; a relative one runs from workdir
-            if strict and not (program.is_file() and os.access(program, os.X_OK)):
-                # The namespace wrapper would start and then fail; a command that cannot start is a StartError.
-                error = f"failed to start container process: [Errno 2] No such file or directory: {argv[0]!r}"
-            else:
-                try:
-                    with self._lock:
-                        run.process = subprocess.Popen(
-                            self.kubelet.dns.wrap(argv, self.hosts_file) if strict else argv,
-                            cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=run.log, stderr=subprocess.STDOUT,
-                            start_new_session=True,  # its own process group: signals reach its children too
-                        )
-                except OSError as err:
-                    error = f"failed to start container process: {err}"
-                else:
-                    self._publish(run, env, workdir)
+        with self._lock:
+            error = spawn(run, argv, env=env, workdir=workdir, wrap=self.sandbox.wrapper())
         if error is not None:
-            run.log.write(f"=== localcluster: {error}\n")
-            run.process = None
-            run.exit_code = 128
-            run.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": error,
-                                        "startedAt": started, "finishedAt": started}}
+            record_start_error(run, error, started)
             return
+        self.sandbox.publish(run.name, first=run.name == self._first_container and not run.init, env=env, workdir=workdir)
         run.state = {"running": {"startedAt": started}}
 
-    def _deliver_kubectl(self, run: _Run, started: str) -> None:
-        """What a kubectl image's init container would do: put kubectl into the emptyDirs it mounts."""
-        targets = []
-        emptydirs = {v["name"] for v in self.spec.get("volumes", []) if "emptyDir" in v}
-        for mount in run.container.get("volumeMounts", []):
-            if mount.get("name") in emptydirs:
-                target = self.state_root / "volumes" / mount["name"] / "kubectl"
-                self._write_script(target, self._kubectl_wrapper())
-                targets.append(mount["mountPath"])
-        assert run.log is not None
-        run.log.write(f"=== localcluster: image {run.container.get('image')} is a kubectl image: not run; the kubectl "
-                      f"stand-in was put into {', '.join(targets) or 'no emptyDir'} instead\n")
-        run.process, run.exit_code = None, 0
-        run.state = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}}
-
-    def _record_exit(self, run: _Run) -> None:
+    def _record_exit(self, run: ContainerRun) -> None:
         if run.process is None or "terminated" in run.state:
             return
-        self._unpublish(run)
-        code = exit_code(run.process.wait())
-        run.process = None
-        run.exit_code = code
-        finished = now_rfc3339()
-        reason = "Completed" if code == 0 else "Error"
-        started = run.state.get("running", {}).get("startedAt", finished)
-        run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}
-        if run.log is not None:
-            run.log.write(f"=== localcluster: container {run.name} exited with code {code} at {finished}\n")
-
-    def _phase(self) -> str:
-        """Pending until containers start; Succeeded/Failed once every container is done for good."""
-        if self._init_failed or self._status.get("reason") == "Evicted":
-            return "Failed"
-        if not self._containers_started:
-            return "Pending"
-        if any(r.config_retry_at is not None for r in self.runs) and not any("running" in r.state for r in self.runs):
-            return "Pending"
-        if any("running" in r.state or r.restart_at is not None for r in self.runs):
-            return "Running"
-        # A container that will be restarted keeps the pod Running, even before its restart is
-        # scheduled (a StartError is recorded before the restart decision).
-        if self.policy == "Always" or (self.policy == "OnFailure" and any(r.exit_code != 0 for r in self.runs)):
-            return "Running"
-        if all(r.exit_code == 0 for r in self.runs):
-            return "Succeeded"
-        return "Failed"
-
-    def _condition(self, kind: str, value: str) -> None:
-        if self._conditions.get(kind, ("", ""))[0] != value:
-            self._conditions[kind] = (value, now_rfc3339())
+        self.sandbox.unpublish(run.name)
+        record_exit(run)
 
     def _write_status(self) -> None:
-        """Compute the Pod's status and write it when it changed (each write wakes the controller)."""
-        phase = self._phase()
-        ready = "True" if phase == "Running" and all("running" in r.state for r in self.runs) else "False"
-        self._condition("ContainersReady", ready)
-        self._condition("Ready", ready)
-        status: PodStatus = {
-            "phase": phase,
-            "hostIP": LOOPBACK,
-            "podIP": LOOPBACK,
-            "startTime": self._start_time,
-            "conditions": [
-                {"type": kind, "status": value, "lastTransitionTime": at} for kind, (value, at) in self._conditions.items()
-            ],
-            "containerStatuses": [r.status() for r in self.runs],
-        }
-        if self.init_runs:
-            status["initContainerStatuses"] = [r.status() for r in self.init_runs]
-        if self._unschedulable is not None:
-            for cond in status["conditions"]:
-                if cond["type"] == "PodScheduled":
-                    cond.update(reason="Unschedulable", message=self._unschedulable)
-        if self._status.get("reason"):
-            status["reason"], status["message"] = self._status["reason"], self._status.get("message", "")
-        self._status = status
-        if self._forced:
-            return
-        try:
-            self.kubelet.store.update_status("v1", "Pod", *self.key, dict(status))
-        except StoreError:
-            pass  # the Pod is gone; nothing to report to
-
-    def _kill_all(self, sig: int) -> None:
-        with self._lock:
-            for run in self.init_runs + self.runs:
-                if run.process is not None and run.process.poll() is None:
-                    try:
-                        os.killpg(run.process.pid, sig)
-                    except ProcessLookupError:
-                        pass
+        """Compute the Pod's status and write it (each write wakes the controller)."""
+        phase = pod_phase(self.runs, policy=self.policy, containers_started=self._containers_started,
+                          failed=self._init_failed or self.report.evicted)
+        status = self.report.compose(phase, self.runs, self.init_runs)
+        if not self._forced:
+            self.report.write(status)
 
     def _stop_processes(self, grace: float) -> None:
         """SIGTERM, then SIGKILL once `grace` has passed."""
-        self._kill_all(signal.SIGTERM)
+        self.kill_all(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(r.process is not None and r.process.poll() is None for r in self.init_runs + self.runs):
+        while time.monotonic() < deadline and any(r.alive() for r in self.init_runs + self.runs):
             time.sleep(POLL_SECONDS)
-        self._kill_all(signal.SIGKILL)
+        self.kill_all(signal.SIGKILL)
         for run in self.init_runs + self.runs:
             self._record_exit(run)
             run.restart_at = None
@@ -751,7 +506,7 @@ class PodWorker(threading.Thread):
     def _evict(self) -> None:
         grace = float(self.spec.get("terminationGracePeriodSeconds", 30))
         self._stop_processes(grace)
-        self._status["reason"], self._status["message"] = "Evicted", self._evict_message or ""
+        self.report.evict(self._evict_message or "")
         self._write_status()
 
     def _terminate(self) -> None:
@@ -759,6 +514,6 @@ class PodWorker(threading.Thread):
         with self._lock:
             grace = self._terminate_grace if self._terminate_grace is not None else 0.0
         self._stop_processes(grace)
-        self.kubelet.dns.unregister(*self.key)
+        self.sandbox.unregister()
         if not self._shutdown and not self._forced:
             self.kubelet.store.remove("v1", "Pod", *self.key)

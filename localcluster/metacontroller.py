@@ -79,14 +79,6 @@ class _ParentState:
     children_seen: dict[str, dict[str, KubeObject]] | None = None  # stale="children": the previous sync's view
 
 
-@dataclass
-class SyncOutcome:
-    """What one sync did."""
-
-    wrote: bool
-    resync_after: float | None
-
-
 def selector_matches(labels: dict[str, str] | None, selector: dict[str, str]) -> bool:
     """matchLabels semantics."""
     labels = labels or {}
@@ -355,11 +347,11 @@ class Emulation:
     def on_resync_after(self, uid: str, seconds: float) -> None:
         """The answer asked for another sync after `seconds` (the loop enqueues it; a stepped test ignores it)."""
 
-    def sync(self, uid: str) -> SyncOutcome:
-        """One sync: call the hook, then apply its answer (children first, then status)."""
+    def sync(self, uid: str) -> bool:
+        """One sync: call the hook, then apply its answer (children first, then status); whether it wrote anything."""
         parent = self._find_parent(uid)
         if parent is None or parent["metadata"].get("deletionTimestamp"):
-            return SyncOutcome(False, None)  # no finalize hook: the garbage collector does the rest
+            return False  # no finalize hook: the garbage collector does the rest
         state = self._states[uid]
         fresh = self.claim_children(parent)
         observed_by_rule = fresh
@@ -392,7 +384,7 @@ class Emulation:
                 errors.append(f"status update: {err}")
         if errors:
             raise SyncError("applying the sync answer failed: " + "; ".join(errors))
-        return SyncOutcome(wrote, float(resync) if resync is not None else None)
+        return wrote
 
     def _write_status(self, parent: KubeObject, state: _ParentState, status: dict) -> bool:
         """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer)."""
@@ -591,7 +583,7 @@ class MetacontrollerStandIn(Emulation):
         if state is None or state.hot_loop:
             return
         try:
-            outcome = self.sync(uid)
+            wrote = self.sync(uid)
         except SyncError as err:
             state.failures += 1
             state.last_error = str(err)
@@ -602,7 +594,7 @@ class MetacontrollerStandIn(Emulation):
         state.failures = 0
         state.last_error = None
         now = time.monotonic()
-        if outcome.wrote:
+        if wrote:
             state.writing_syncs = [t for t in state.writing_syncs if now - t <= self.hot_loop_window] + [now]
             if len(state.writing_syncs) >= self.hot_loop_syncs:
                 state.hot_loop = (

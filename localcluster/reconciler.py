@@ -12,8 +12,8 @@ import threading
 import traceback
 
 from .delayqueue import DelayQueue
-from .store import DELETED, Store, StoreError, controller_reference
-from .types import KubeObject, OwnerReference
+from .store import DELETED, Store, StoreError, controller_of, controller_uid
+from .types import KubeObject
 
 Key = tuple[str, str]  # namespace, name
 
@@ -55,9 +55,9 @@ class Reconciler:
                 self.enqueue((meta["namespace"], meta["name"]))
             return
         if obj.get("apiVersion") == "v1" and obj.get("kind") == "Pod":
-            for ref in meta.get("ownerReferences", []):
-                if ref.get("controller") and ref.get("kind") == self.kind and ref.get("apiVersion") == self.api_version:
-                    self.enqueue((meta["namespace"], ref["name"]))
+            ref = controller_of(obj)
+            if ref is not None and ref.get("kind") == self.kind and ref.get("apiVersion") == self.api_version:
+                self.enqueue((meta["namespace"], ref["name"]))
 
     def _work(self) -> None:
         while (key := self._queue.get()) is not None:
@@ -79,14 +79,9 @@ class Reconciler:
         uid = owner["metadata"]["uid"]
         return sorted(
             (pod for pod in self.store.list("v1", "Pod", owner["metadata"]["namespace"])
-             if any(ref.get("uid") == uid and ref.get("controller") for ref in pod["metadata"].get("ownerReferences", []))),
+             if controller_uid(pod) == uid),
             key=lambda pod: pod["metadata"]["name"],
         )
-
-    @staticmethod
-    def owner_reference(owner: KubeObject) -> OwnerReference:
-        """The controller ownerReference for an object this controller creates."""
-        return controller_reference(owner)
 
     @staticmethod
     def terminating(pod: KubeObject) -> bool:

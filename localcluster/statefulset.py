@@ -21,7 +21,7 @@ import json
 from typing import cast
 
 from .reconciler import Key, Reconciler
-from .store import StoreError
+from .store import StoreError, controller_reference
 from .types import KubeObject
 
 
@@ -126,7 +126,7 @@ class StatefulSetController(Reconciler):
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name, "namespace": sts["metadata"]["namespace"], "labels": labels,
-                         "annotations": dict(meta.get("annotations", {})), "ownerReferences": [self.owner_reference(sts)]},
+                         "annotations": dict(meta.get("annotations", {})), "ownerReferences": [controller_reference(sts)]},
             "spec": spec,
         }
         try:

@@ -53,10 +53,16 @@ def controller_reference(owner: KubeObject) -> OwnerReference:
                           uid=owner["metadata"]["uid"], controller=True, blockOwnerDeletion=True)
 
 
-def controller_uid(obj: KubeObject) -> str | None:
-    """The uid of the object's controller (its ownerReference with controller: true), or None."""
+def controller_of(obj: KubeObject) -> OwnerReference | None:
+    """The object's controller: its ownerReference with controller: true, or None."""
     refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return next((ref.get("uid") for ref in refs if ref.get("controller")), None)
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+def controller_uid(obj: KubeObject) -> str | None:
+    """The uid of the object's controller, or None."""
+    ref = controller_of(obj)
+    return None if ref is None else ref.get("uid")
 
 
 def _validate(obj: KubeObject) -> None:

@@ -16,7 +16,7 @@ from localcluster.cluster import finished
 from localcluster.config import load_controller_configs
 from localcluster.jobcontroller import JobController
 from localcluster.kubectl import parse
-from localcluster.kubelet import is_kubectl_image
+from localcluster.podprocess import is_kubectl_image
 from localcluster.statefulset import StatefulSetController
 from localcluster.store import Store
 from localcluster.volumes import MissingConfigMap, PathMap, prepare_volumes

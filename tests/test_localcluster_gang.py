@@ -68,7 +68,8 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path)
 
         def held() -> list[dict] | None:
             # Metacontroller creates the PodGroup after the pods: they first wait for it, then for the gang.
-            # Each pod's condition is updated as the gang grows, so wait until both say two exist.
+            # Each pod's gate is polled on its own, so the first pod may still report the count it saw
+            # before the second existed: wait until both report the two.
             pods = cluster.pods("gang")
             ok = len(pods) == 2 and all(scheduled(p).get("reason") == "Unschedulable"
                                         and "2 of its minMember" in scheduled(p).get("message", "") for p in pods)

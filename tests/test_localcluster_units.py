@@ -14,9 +14,10 @@ from localcluster.config import (
     parse_composite_controller,
 )
 from localcluster.dns import ClusterDNS
-from localcluster.kubelet import exit_code, expand
 from localcluster.metacontroller import three_way_merge
-from localcluster.podenv import EnvError, resolve_env
+from localcluster.podenv import EnvError, expand, resolve_env
+from localcluster.podprocess import ContainerRun, backoff, exit_code, settle
+from localcluster.podstatus import PodStatusReport, pod_phase
 from localcluster.store import Store, StoreError
 
 
@@ -137,6 +138,82 @@ def test_a_missing_config_map_value_stops_the_container_unless_optional(ref, err
 
 def test_signals_are_reported_as_128_plus_the_signal():
     assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(3) == 3
+
+
+def _ended(code: int | None, *, name: str = "c") -> ContainerRun:
+    """A container whose process ended with `code` (None: it never ran to an exit)."""
+    run = ContainerRun({"name": name, "image": "img"})
+    run.exit_code = code
+    run.state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}
+    return run
+
+
+@pytest.mark.parametrize(("policy", "codes", "phase"), [
+    ("Never", [0, 0], "Succeeded"),
+    ("Never", [0, 1], "Failed"),
+    ("OnFailure", [0, 0], "Succeeded"),
+    ("OnFailure", [0, 1], "Running"),  # the failed one will be restarted
+    ("Always", [0, 0], "Running"),
+])
+def test_the_phase_of_ended_containers_follows_the_restart_policy(policy, codes, phase):
+    runs = [_ended(code, name=f"c{i}") for i, code in enumerate(codes)]
+    assert pod_phase(runs, policy=policy, containers_started=True, failed=False) == phase
+
+
+def test_the_phase_is_pending_before_the_containers_start_and_failed_when_the_pod_failed():
+    waiting = ContainerRun({"name": "c"})
+    assert pod_phase([waiting], policy="Never", containers_started=False, failed=False) == "Pending"
+    waiting.config_retry_at = 1.0  # CreateContainerConfigError: waits for its ConfigMap
+    assert pod_phase([waiting], policy="Never", containers_started=True, failed=False) == "Pending"
+    assert pod_phase([_ended(0)], policy="Always", containers_started=True, failed=True) == "Failed"
+
+
+@pytest.mark.parametrize(("policy", "code", "restarts"), [
+    ("Never", 1, False), ("OnFailure", 0, False), ("OnFailure", 1, True), ("Always", 0, True),
+])
+def test_settling_an_exit_restarts_it_after_the_backoff_only_when_the_policy_says_so(policy, code, restarts):
+    run = _ended(code)
+    run.restart_count = 2
+    settle(run, policy=policy, now=100.0, restart_backoff=(0.5, 8.0))
+    assert run.settled
+    if restarts:
+        assert run.restart_at == 102.0  # 0.5 doubled twice
+        assert run.state["waiting"]["reason"] == "CrashLoopBackOff"
+        assert run.last_state == {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}
+    else:
+        assert run.restart_at is None and "terminated" in run.state
+
+
+def test_the_restart_backoff_doubles_up_to_its_cap():
+    run = ContainerRun({"name": "c"})
+    delays = []
+    for count in range(7):
+        run.restart_count = count
+        delays.append(backoff(run, (0.5, 8.0)))
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_the_status_reports_readiness_an_unschedulable_reason_and_an_eviction():
+    store = Store()
+    report = PodStatusReport(store, "default", "p")
+    report.unschedulable = "waiting for 2 more pods"
+    report.condition("PodScheduled", "False")
+    running = ContainerRun({"name": "c", "image": "img"}, state={"running": {"startedAt": "t"}})
+    status = report.compose("Running", [running], [])
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == conditions["ContainersReady"]["status"] == "True"
+    assert conditions["PodScheduled"]["reason"] == "Unschedulable"
+    assert conditions["PodScheduled"]["message"] == "waiting for 2 more pods"
+    assert status["containerStatuses"][0]["ready"] is True and "initContainerStatuses" not in status
+    report.evict("The node was low on resource.")
+    status = report.compose("Failed", [_ended(137)], [ContainerRun({"name": "i"}, init=True)])
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False" and report.evicted
+    assert (status["reason"], status["message"]) == ("Evicted", "The node was low on resource.")
+    assert status["initContainerStatuses"][0]["ready"] is False
+    report.conditions["Ready"] = ("False", "2000-01-01T00:00:00Z")
+    again = {c["type"]: c for c in report.compose("Failed", [_ended(137)], [])["conditions"]}
+    assert again["Ready"]["lastTransitionTime"] == "2000-01-01T00:00:00Z"  # no transition: the time stays
 
 
 def test_three_way_merge_removes_what_was_applied_before_and_keeps_server_fields():

@@ -1,0 +1,170 @@
+"""A pod's sandbox on this machine: what its containers' processes see instead of their own namespaces.
+
+Owns: the pod's state dir (`<pods_dir>/<ns>/<name>/<uid>/`: volumes, `bin/`, `etc-hosts`), the
+volumes made ready (volumes.py) and the mountPath mapping of each container, the `hostname` and
+`kubectl` stand-ins on its PATH (and the copy a kubectl image's init container would make), the
+registration of its hostname and hosts file with the DNS stand-in (dns.py), each container's process
+env (a host allowlist, the declared env as podenv.py resolves it, the DNS rewrite, loopback-only
+settings), its argv and working directory with `$(NAME)` expanded and mountPaths rewritten, and the
+exec registrations (`exec-<container>.json`) the kubectl stand-in reads. Starting and stopping the
+processes is podprocess.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import REPO_ROOT
+from .dns import LOOPBACK, ClusterDNS
+from .podenv import expand, resolve_env
+from .store import Store
+from .types import Container, KubeObject
+from .volumes import PathMap, path_map, prepare_volumes, rewrite_configmap_files
+
+NODE_NAME = "localcluster"
+# ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
+# use of DMLC_USE_KUBERNETES is to make the scheduler bind 0.0.0.0 (in a cluster its Service name
+# does not resolve to its own address); locally that would leave loopback, so it is turned off.
+LOOPBACK_ENV = {"DMLC_NODE_HOST": LOOPBACK, "DMLC_INTERFACE": "lo"}
+LOOPBACK_OVERRIDES = {"DMLC_USE_KUBERNETES": "0"}
+# OpenMPI 5's hierarchical collectives (HAN) hang in Allreduce when the "hosts" of a hostfile are
+# pods that all share this one machine (verified with 5.0.11); the other collectives work. A
+# default only: a container that sets OMPI_MCA_coll itself keeps its value.
+LOCAL_DEFAULT_ENV = {"OMPI_MCA_coll": "^han"}
+HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM")
+# What the kubelet knows of a running pod, for fieldRef: every address is loopback here.
+RUNTIME_FIELDS = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
+                  "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
+
+
+def write_script(path: Path, text: str) -> None:
+    """An executable shell script."""
+    path.write_text(text)
+    os.chmod(path, 0o755)
+
+
+class PodSandbox:
+    """One pod's state dir, stand-ins, DNS registration and the env and paths of its containers."""
+
+    def __init__(self, pod: KubeObject, *, pods_dir: Path, store: Store, dns: ClusterDNS, workdir: Path):
+        meta = pod["metadata"]
+        self.pod, self.store, self.dns, self.workdir, self.pods_dir = pod, store, dns, workdir, pods_dir
+        self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
+        self.spec = pod.get("spec", {})
+        self.pod_dir = pods_dir / self.namespace / self.name
+        self.state_root = self.pod_dir / self.uid  # this pod's volumes and bin/; a recreated pod gets its own
+        self.hostname = self.spec.get("hostname") or self.name
+        self.hosts_file = self.state_root / "etc-hosts"  # its /etc/hosts when names are strict (dns.py)
+        self.maps = {c["name"]: path_map(self.state_root, pod, c)
+                     for c in self.spec.get("initContainers", []) + self.spec.get("containers", [])}
+
+    def prepare(self) -> list[str]:
+        """Volumes, stand-in binaries and the DNS registration; the names of volumes not emulated.
+
+        Raises volumes.MissingConfigMap while a configMap volume's ConfigMap is missing.
+        """
+        unsupported = prepare_volumes(self.state_root, self.pod,
+                                      lambda namespace, name: self.store.get("v1", "ConfigMap", namespace, name))
+        union: dict[str, Path] = {}
+        for mapping in self.maps.values():
+            union = {**{p: Path(d) for p, d in mapping.as_dict().items()}, **union}
+        rewrite_configmap_files(self.state_root, self.pod, PathMap(union))
+        bin_dir = self.state_root / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        write_script(bin_dir / "hostname", f"#!/bin/sh\necho {shlex.quote(self.hostname)}\n")
+        write_script(bin_dir / "kubectl", self._kubectl_wrapper())
+        if self.dns.strict:
+            self.dns.register(self.namespace, self.name, self.hostname, self.hosts_file)
+        return unsupported
+
+    def unregister(self) -> None:
+        """The pod is gone: its name no longer resolves."""
+        self.dns.unregister(self.namespace, self.name)
+
+    def env(self, container: Container) -> tuple[dict[str, str], dict[str, str]]:
+        """The process env (host allowlist, the container's env expanded and DNS-rewritten, loopback
+        settings), and the container's declared env alone, which is all `$(NAME)` sees (as the kubelet's).
+
+        Raises podenv.EnvError when the env cannot be resolved (a missing ConfigMap).
+        """
+        host = {name: os.environ[name] for name in HOST_ENV_ALLOWLIST if name in os.environ}
+        host["PATH"] = os.pathsep.join([str(self.state_root / "bin"), str(Path(sys.executable).parent),
+                                        os.environ.get("PATH", os.defpath)])
+        host["HOSTNAME"] = self.hostname
+        # The kubelet expands $(NAME) with the declared entries only: a host or image variable
+        # such as $(HOME) stays as written in a cluster, so it does here too.
+        declared = resolve_env(container, self.pod, runtime=RUNTIME_FIELDS,
+                               config_map=lambda name: self.store.get("v1", "ConfigMap", self.namespace, name))
+        rewritten = self.dns.rewrite_env(self.namespace, declared)
+        if not self.dns.strict:
+            # Names rewritten to loopback: a scheduler told to bind 0.0.0.0 would leave loopback for nothing.
+            for name, value in LOOPBACK_OVERRIDES.items():
+                if name in rewritten:
+                    rewritten[name] = value
+        mapping = self.maps[container["name"]]
+        rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
+        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}, rewritten
+
+    def command(self, container: Container, declared: dict[str, str]) -> tuple[list[str], Path]:
+        """argv (`command` + `args`, `$(NAME)` expanded, mountPaths rewritten) and the working directory."""
+        mapping = self.maps[container["name"]]
+        argv = [mapping.rewrite(expand(part, declared)) for part in container.get("command", []) + container.get("args", [])]
+        workdir = Path(mapping.rewrite(container.get("workingDir", "")) or self.workdir)
+        if not workdir.is_absolute():
+            workdir = self.workdir / workdir
+        return argv, workdir
+
+    def wrapper(self) -> Callable[[list[str]], list[str]] | None:
+        """The DNS namespace wrapper for a command when names are strict (dns.py), else None."""
+        if not self.dns.strict:
+            return None
+        return lambda argv: self.dns.wrap(argv, self.hosts_file)
+
+    def deliver_kubectl(self, container: Container) -> list[str]:
+        """What a kubectl image's init container would do: put kubectl into the emptyDirs it mounts; their mountPaths."""
+        targets = []
+        emptydirs = {v["name"] for v in self.spec.get("volumes", []) if "emptyDir" in v}
+        for mount in container.get("volumeMounts", []):
+            if mount.get("name") in emptydirs:
+                write_script(self.state_root / "volumes" / mount["name"] / "kubectl", self._kubectl_wrapper())
+                targets.append(mount["mountPath"])
+        return targets
+
+    def _kubectl_wrapper(self) -> str:
+        python, repo = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
+        pods, namespace = shlex.quote(str(self.pods_dir)), shlex.quote(self.namespace)
+        return (f"#!/bin/sh\n# kubectl stand-in of the local cluster: only `kubectl exec` (localcluster/kubectl.py)\n"
+                f"PYTHONPATH={repo} exec {python} -m localcluster.kubectl --pods-dir {pods} --namespace-default {namespace} \"$@\"\n")
+
+    def publish(self, container: str, *, first: bool, env: dict[str, str], workdir: Path) -> None:
+        """Tell the kubectl stand-in how to exec into this running container."""
+        info = {"uid": self.uid, "container": container, "first": first,
+                "env": env, "cwd": str(workdir), "mounts": self.maps[container].as_dict()}
+        path = self.pod_dir / f"exec-{container}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path)
+
+    def unpublish(self, container: str) -> None:
+        """The container stopped: no new execs, and the processes exec'd into it die with it."""
+        path = self.pod_dir / f"exec-{container}.json"
+        try:
+            if json.loads(path.read_text()).get("uid") == self.uid:
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+        registry = self.pod_dir / f"exec-{container}.pids"
+        for marker in sorted(registry.glob("*")) if registry.is_dir() else []:
+            try:
+                if marker.read_text() == self.uid:
+                    os.killpg(int(marker.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+            marker.unlink(missing_ok=True)
+
