@@ -530,7 +530,9 @@ def check_running_hooks(env: dict[str, str], deployment: dict, report: Report | 
 def train_digits(env: dict[str, str]) -> str:
     """One short local training in the digits image, as its ENTRYPOINT runs it."""
     result = run(["podman", "run", "--rm", "--pull=never", "--network=none", DIGITS_IMAGE, "--kv-store", "local",
-                  "--epochs", "3", "--min-accuracy", "0.9"], env=env, timeout=600)
+                  # Not bit-reproducible (threaded float sums): 3 epochs gave 0.94 once and 0.897
+                  # another time. 5 epochs and 0.85 prove it learns (chance is 0.1) without flaking.
+                  "--epochs", "5", "--min-accuracy", "0.85"], env=env, timeout=600)
     finals = [line.strip() for line in result.stdout.splitlines() if "final validation-accuracy" in line]
     if len(finals) != 1:
         raise CheckFailed(f"the digits training exited 0 but printed no final accuracy:\n{result.stdout[-1000:]}")
