@@ -78,7 +78,7 @@ class Watch:
         if mode == "parent" and not stale_now:
             emulation.stale = None  # the cache caught up before this sync (the emulation still tracks the write)
         try:
-            self.wrote = emulation.sync(self.sim.uid).wrote
+            self.wrote = emulation.sync(self.sim.uid)
         finally:
             emulation.stale = mode
         answer = self.sim.last
