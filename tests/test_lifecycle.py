@@ -423,21 +423,6 @@ def test_worker_only_job_runs_and_succeeds_when_all_workers_succeed():
     assert sim.state() == "Succeeded"
 
 
-def test_success_policy_all_workers_waits_for_every_worker():
-    sim = Sim(mxjob(successPolicy="AllWorkers"))
-    step(sim)
-    sim.run()
-    step(sim)
-    finish_ok(sim, "mx-scheduler-0", "mx-worker-0")
-    step(sim)
-    assert sim.state() == "Running"
-    finish_ok(sim, "mx-worker-1")
-    step(sim)
-    sim.tick(30)  # the others' grace
-    step(sim)
-    assert sim.state() == "Succeeded"
-
-
 def test_succeeded_worker_whose_pod_disappears_is_not_rerun():
     sim = Sim(mxjob())
     step(sim)
