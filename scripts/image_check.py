@@ -339,6 +339,24 @@ def check_versions(env: dict[str, str], image: str, requirements: str) -> None:
         raise CheckFailed(f"{image}: the installed packages drift from the pins:\n  " + "\n  ".join(problems))
 
 
+def passwd_problem(passwd: str, user: str) -> str | None:
+    """Why an image's USER ("uid" or "uid:gid") has no usable /etc/passwd entry; None when it has one."""
+    uid = user.split(":", 1)[0]
+    if not uid.isdigit():
+        return f"USER {user!r} is not numeric (the kubelet checks runAsNonRoot by number)"
+    if not any(line.split(":")[2:3] == [uid] for line in passwd.splitlines() if line and not line.startswith("#")):
+        return f"uid {uid} has no /etc/passwd entry (tools that look the user up, such as pip, warn or fail)"
+    return None
+
+
+def check_user_entry(env: dict[str, str], image: str) -> None:
+    user = run(["podman", "image", "inspect", "--format", "{{.Config.User}}", image], env=env, quiet=True).stdout.strip()
+    with mounted(env, image) as rootfs:
+        problem = passwd_problem((rootfs / "etc" / "passwd").read_text(), user)
+    if problem:
+        raise CheckFailed(f"{image}: {problem}")
+
+
 def pem_blocks(text: str) -> set[str]:
     return set(re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", text, re.S))
 
@@ -605,6 +623,8 @@ def main(argv: list[str] | None = None) -> int:
             check_hooks_contents(env)
             check_versions(env, HOOKS_IMAGE, "requirements.txt")
             check_versions(env, DIGITS_IMAGE, "requirements-mxnet.txt")
+            check_user_entry(env, HOOKS_IMAGE)
+            check_user_entry(env, DIGITS_IMAGE)
         deployment = yaml.safe_load(DEPLOYMENT.read_text())
         with report.timed("run the hooks image as the Deployment does"):
             check_running_hooks(env, deployment, report, name="image-check-hooks")

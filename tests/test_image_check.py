@@ -125,3 +125,15 @@ def test_every_route_of_every_kind_answers_in_process_and_is_counted():
 
 def test_ok_syncs_is_none_without_the_series():
     assert image_check.ok_syncs(b"# HELP other\nother_total 1.0\n") is None
+
+
+@pytest.mark.parametrize(("passwd", "user", "problem"), [
+    pytest.param("root:x:0:0:root:/root:/bin/bash\ndigits:x:10001:10001::/nonexistent:/usr/sbin/nologin\n",
+                 "10001:10001", None, id="entry"),
+    pytest.param("root:x:0:0:root:/root:/bin/bash\n", "10001", "uid 10001 has no /etc/passwd entry", id="missing"),
+    pytest.param("app:x:100010:1::/:/bin/sh\n", "10001", "uid 10001 has no /etc/passwd entry", id="prefix-only"),
+    pytest.param("digits:x:10001:10001::/:/bin/sh\n", "digits", "is not numeric", id="named-user"),
+])
+def test_an_images_user_needs_a_passwd_entry(passwd, user, problem):
+    found = image_check.passwd_problem(passwd, user)
+    assert (found is None) if problem is None else (problem in found)
