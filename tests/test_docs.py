@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -181,3 +182,12 @@ def test_rbac_comment_lists_what_a_narrowed_metacontroller_role_still_needs():
     comment = (ROOT / "metacontroller" / "rbac.yaml").read_text().split("apiVersion:")[0]
     for need in ("compositecontrollers", "controllerrevisions", "customresourcedefinitions", "events", "leases"):
         assert need in comment
+
+
+def test_no_code_or_test_points_outside_the_project():
+    # The project stands alone: code and tests name its own docs, never notes kept outside it.
+    tracked = subprocess.run(["git", "ls-files", "*.py", "Makefile", "*.yaml", "*.toml", "*.txt", ".ci/*"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    found = [f"{path}: {hit}" for path in tracked if path != "tests/test_docs.py"
+             for hit in OUTSIDE.findall((ROOT / path).read_text(errors="replace"))]
+    assert found == []

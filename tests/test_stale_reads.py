@@ -1,4 +1,4 @@
-"""The hooks under Metacontroller's stale reads (DESIGN 2.1), over the project's one emulation.
+"""The hooks under Metacontroller's stale reads, over the project's one emulation (docs/localcluster.md).
 
 Real Metacontroller reads the parent and the children from separate informer caches, writes the
 children first (deletes, then creates) and the status after, over a fresh read. The next sync,
