@@ -13,7 +13,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run test image-check bench lint clean constraints
+.PHONY: help setup check-python check-tools run test image-check bench lint clean constraints controlplane
 
 ## Show the targets and what they do.
 help:
@@ -54,18 +54,35 @@ setup: check-python
 run: setup
 	$(BIN)/localcluster run $(EXAMPLE)
 
+# The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl),
+# built from source at the versions controlplane/*/go.mod pin; the Go caches stay outside the checkout.
+CONTROLPLANE_BIN := .controlplane/bin
+
+## Build the pinned control plane from source into .controlplane/bin (needs Go; does nothing when up to date).
+controlplane:
+	controlplane/build.sh $(CONTROLPLANE_BIN)
+
+# `make test CONTROLPLANE=skip` runs everything but the tests against the real API server (for a machine
+# without Go); it says so loudly, and those tests are skipped, not passed.
+CONTROLPLANE ?= run
+
 # `make test IMAGE_CHECK=skip` leaves the images out (for a machine where buildah and podman cannot be
 # installed: image-check needs root and apt-get); it says so loudly. Anything else runs it.
 IMAGE_CHECK ?= run
 
-## Run the linters (ruff, mypy), the image check (IMAGE_CHECK=skip leaves it out), then the whole test suite.
+## Lint, image check (IMAGE_CHECK=skip: none), build the control plane (CONTROLPLANE=skip: none), then all the tests.
 test: lint check-tools
 ifeq ($(IMAGE_CHECK),skip)
 	@echo "*** IMAGE_CHECK=skip: the images were NOT built or run (make image-check does that) ***"
 else
 	@$(MAKE) --no-print-directory image-check
 endif
-	$(BIN)/python -m pytest
+ifeq ($(CONTROLPLANE),skip)
+	@echo "*** CONTROLPLANE=skip: nothing was checked against a real API server (make controlplane builds one) ***"
+else
+	@$(MAKE) --no-print-directory controlplane
+endif
+	CONTROLPLANE=$(CONTROLPLANE) $(BIN)/python -m pytest
 
 ## Build both images from their Dockerfiles (buildah, podman; root + apt-get) and run the hooks image as deployed.
 image-check: setup
@@ -87,4 +104,4 @@ constraints: setup
 
 ## Remove .venv and every cache or state file the tools, the local cluster and image-check leave.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info .image-check
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info .image-check .controlplane

@@ -1,0 +1,318 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager, built
+from source by `make controlplane` (controlplane/, docs/real-apiserver.md), started as child processes.
+
+This is the project's envtest: the tests start one per session, and the local cluster can run on it.
+Nothing here is the only way to start the binaries: it passes ordinary flags, and writes an ordinary
+kubeconfig that kubectl and the `kubernetes` Python client read.
+
+What it sets up, and why:
+- etcd on a free loopback port, `--unsafe-no-fsync` (a test cluster, thrown away at the end);
+- kube-apiserver on a free loopback port, self-signed serving certificate (`--cert-dir`; the file holds
+  the certificate then its CA, so it is also the kubeconfig's `certificate-authority`), a bearer token in
+  `system:masters` for the admin, RBAC authorization (so Metacontroller's rights can be checked for
+  real), default admission plugins, a service-account signing key;
+- kube-controller-manager with the controllers the children need (CONTROLLERS below) and nothing that
+  needs a kubelet's heartbeats (node lifecycle, pod GC, endpoints: pods here have no real network).
+
+Every process runs in a process group of its own and is stopped with it (SIGTERM, then SIGKILL), on
+`stop()`, on leaving the `with` block, at interpreter exit, and, through PR_SET_PDEATHSIG, when the
+process that started it dies without cleaning up (a SIGKILLed pytest leaves no etcd behind).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
+DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+# The controllers the children need (Job, StatefulSet), the ones that clean up after them (garbage
+# collector, namespace, TTL after finished), and the ones admission relies on (a `default`
+# ServiceAccount in every namespace, the root CA ConfigMap the projected token volume names).
+CONTROLLERS = (
+    "job-controller",
+    "statefulset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "ttl-after-finished-controller",
+)
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+START_TIMEOUT = 60.0
+STOP_GRACE_SECONDS = 5.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start; the message names the component and its log."""
+
+
+def bin_dir() -> Path:
+    return Path(os.environ.get("CONTROLPLANE_BIN", DEFAULT_BIN_DIR))
+
+
+def missing_binaries(directory: Path | None = None) -> list[str]:
+    directory = directory or bin_dir()
+    return [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Component:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager in `workdir` (a new temporary directory by default).
+
+    `with ControlPlane() as cp:` starts and stops it; `cp.kubeconfig` is the admin kubeconfig,
+    `cp.kubectl(...)` runs kubectl against it, `cp.startup_seconds` says how long each part took.
+    """
+
+    binaries: Path = field(default_factory=bin_dir)
+    workdir: Path | None = None
+    controllers: tuple[str, ...] = CONTROLLERS
+    extra_apiserver_flags: tuple[str, ...] = ()
+    components: list[Component] = field(default_factory=list)
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    token: str = ""
+    port: int = 0
+    _own_workdir: bool = False
+
+    # -- paths ------------------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        assert self.workdir is not None, "start() first"
+        return self.workdir
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.root / "pki" / "apiserver.crt"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    # -- life -------------------------------------------------------------------------------------
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        missing = missing_binaries(self.binaries)
+        if missing:
+            raise ControlPlaneError(
+                f"missing in {self.binaries}: {', '.join(missing)}; run `make controlplane` (needs Go, see docs/real-apiserver.md)"
+            )
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))
+            self._own_workdir = True
+        (self.root / "pki").mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+        self.components.clear()
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self._own_workdir = False
+        atexit.unregister(self.stop)
+
+    def _start_all(self) -> None:
+        begin = time.monotonic()
+        self.token = secrets.token_hex(16)
+        sa_key = self.root / "pki" / "service-account.key"
+        sa_key.write_bytes(_rsa_key_pem())
+        (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+
+        etcd_port, etcd_peer = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._spawn("etcd", [
+            "--name=default", f"--data-dir={self.root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ])
+        self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health"))
+        self.startup_seconds["etcd"] = time.monotonic() - begin
+
+        self.port = free_port()
+        self._spawn("kube-apiserver", [
+            f"--etcd-servers={etcd_url}",
+            f"--cert-dir={self.root / 'pki'}", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            # A loopback bind address makes the server look for the host's default-route IP otherwise.
+            "--advertise-address=127.0.0.1",
+            # The endpoint reconciler would write 127.0.0.1 into the `kubernetes` Endpoints, which validation refuses.
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            f"--service-account-issuer={self.server}",
+            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+            f"--token-auth-file={self.root / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            *self.extra_apiserver_flags,
+        ])
+        self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+        self.startup_seconds["kube-apiserver"] = time.monotonic() - begin - self.startup_seconds["etcd"]
+        self._write_kubeconfig()
+
+        mark = time.monotonic()
+        self._spawn("kube-controller-manager", [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--controllers={','.join(self.controllers)}",
+            f"--service-account-private-key-file={sa_key}", f"--root-ca-file={self.ca_file}",
+            "--leader-elect=false", "--secure-port=0",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        ])
+        if "serviceaccount-controller" in self.controllers:
+            # The controller manager is working once the serviceaccount controller has made `default`.
+            self._wait("kube-controller-manager", lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"))
+        self.startup_seconds["kube-controller-manager"] = time.monotonic() - mark
+        self.startup_seconds["total"] = time.monotonic() - begin
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = self.root / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [str(self.binaries / name), *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.root, preexec_fn=_die_with_parent,
+            )
+        self.components.append(Component(name, process, log))
+
+    def _wait(self, name: str, ready: Callable[[], bool], timeout: float = START_TIMEOUT) -> None:
+        component = next(c for c in self.components if c.name == name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if component.process.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {component.process.returncode} while starting; end of {component.log}:\n{component.tail()}"
+                )
+            if ready():
+                return
+            time.sleep(0.1)
+        raise ControlPlaneError(f"{name} was not ready within {timeout:.0f} s; end of {component.log}:\n{component.tail()}")
+
+    # -- clients ----------------------------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _api_ok(self, path: str) -> bool:
+        if not self.ca_file.exists():
+            return False
+        return _http_ok(f"{self.server}{path}", token=self.token, context=self._ssl_context())
+
+    def get(self, path: str) -> dict:
+        """GET a path of the API as admin, decoded."""
+        request = urllib.request.Request(f"{self.server}{path}", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as response:
+            return json.loads(response.read())
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane: the one built beside it, at the server's version
+        (KUBECTL names another)."""
+        kubectl = os.environ.get("KUBECTL") or str(self.binaries / "kubectl")
+        result = subprocess.run(
+            [kubectl, f"--kubeconfig={self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+        return result
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "local",
+            "clusters": [{"name": "local", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
+
+    def logs(self) -> Iterator[tuple[str, str]]:
+        for component in self.components:
+            yield component.name, component.tail()
+
+
+def _http_ok(url: str, *, token: str = "", context: ssl.SSLContext | None = None) -> bool:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), context=context, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def _rsa_key_pem() -> bytes:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())

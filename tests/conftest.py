@@ -1,0 +1,57 @@
+"""Fixtures every test folder shares: the real control plane, started once per session.
+
+Tests marked `apiserver` use it. Each isolates itself in a namespace of its own (`namespace`), so
+they can share one etcd. `make test CONTROLPLANE=skip` skips them (make says so loudly); anything
+else makes a missing build a failure, not a skip, so a green run always means the server saw them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from localcluster.controlplane import ControlPlane, ControlPlaneError
+
+_STARTED: list[ControlPlane] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CONTROLPLANE") != "skip":
+        return
+    skip = pytest.mark.skip(reason="CONTROLPLANE=skip: not run against a real API server")
+    for item in items:
+        if "apiserver" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    plane = ControlPlane()
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"the real control plane did not start: {exc}", pytrace=False)
+    _STARTED.append(plane)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
+    """A fresh namespace with its `default` ServiceAccount (pods are refused until it exists)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    control_plane.kubectl("create", "namespace", name)
+    control_plane.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=30s")
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for plane in _STARTED:
+        times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in plane.startup_seconds.items())
+        terminalreporter.write_line(f"real control plane started in: {times}")
