@@ -66,6 +66,13 @@ START_TIMEOUT = 60.0
 STOP_GRACE_SECONDS = 5.0
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """kubectl failed; unlike its base class, the message carries what kubectl printed on stderr."""
+
+    def __str__(self) -> str:
+        return f"{' '.join(map(str, self.cmd))} exited with {self.returncode}:\n{self.stderr}"
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not start; the message names the component and its log."""
 
@@ -287,7 +294,7 @@ class ControlPlane:
             input=input, capture_output=True, text=True, timeout=timeout,
         )
         if check and result.returncode != 0:
-            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
+            raise KubectlError(result.returncode, result.args, result.stdout, result.stderr)
         return result
 
     def _write_kubeconfig(self) -> None:
