@@ -9,9 +9,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
+from .apistore import ApiStore
 from .config import ControllerConfig, load_controller_configs
+from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
 from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
@@ -20,10 +22,11 @@ from .kubelet import ProcessKubelet
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
-from .store import Store, StoreError, controller_uid
+from .store import ObjectStore, Store, StoreError, controller_uid
 from .types import KubeObject
 
 T = TypeVar("T")
+Backend = Literal["memory", "kubernetes"]
 TERMINAL = ("Succeeded", "Failed")
 # Kubernetes' rule for namespaces and for the names of objects that become DNS labels; it also
 # keeps a name from being a path ("..", "/etc", "a/b") when it names a folder under the state dir.
@@ -95,19 +98,27 @@ class LocalCluster:
         strict_dns: bool = True,
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
+        backend: Backend = "memory",
+        control_plane: ControlPlane | None = None,
+        gpus: int = 0,
     ):
+        """`backend` "kubernetes" runs it all on the real control plane (`control_plane`, or one started
+        here in the state dir and stopped with the cluster); "memory" on the in-memory store."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
-        self.store = Store()
-        self.dns = ClusterDNS(self.store, strict=strict_dns)
-        if strict_dns and not self.dns.strict:
-            print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
-                  "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
-                  "(docs/localcluster.md, 'DNS').", file=sys.stderr)
-        self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=restart_backoff,
-                                      gate=GangGate(self.store))
-        self.jobs = JobController(self.store)
-        self.statefulsets = StatefulSetController(self.store)
+        self.backend = backend
+        self.control_plane = control_plane
+        self._own_control_plane = False
+        self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
+        self.jobs: JobController | None = None
+        self.statefulsets: StatefulSetController | None = None
+        if backend == "memory":
+            self._wire(Store())
+            # No API server here: the Job and StatefulSet controllers are ours (kube-controller-manager's otherwise).
+            self.jobs = JobController(self.store)  # type: ignore[arg-type]
+            self.statefulsets = StatefulSetController(self.store)  # type: ignore[arg-type]
+        elif backend != "kubernetes":
+            raise ValueError(f"backend must be 'memory' or 'kubernetes', not {backend!r}")
         self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
@@ -117,6 +128,32 @@ class LocalCluster:
         self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self.controllers: dict[str, MetacontrollerStandIn] = {}
         self._backend = ""
+
+    def _wire(self, store: ObjectStore) -> None:
+        """The store and what reads it: DNS, the kubelet and its gang gate."""
+        self.store = store
+        self.dns = ClusterDNS(self.store, strict=self._strict_dns)
+        if self._strict_dns and not self.dns.strict:
+            print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
+                  "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
+                  "(docs/localcluster.md, 'DNS').", file=sys.stderr)
+        self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=self._restart_backoff,
+                                      gate=GangGate(self.store))
+
+    def _start_kubernetes(self) -> None:
+        """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""
+        if self.control_plane is None:
+            self.control_plane = ControlPlane(workdir=self.state_dir / "controlplane")
+            self._own_control_plane = True
+            self.control_plane.start()
+        prepare_cluster(self.control_plane, gpus=self.gpus)
+        kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
+        for config in self.configs:
+            kinds.add((config.parent_api_version, config.parent_kind))
+            kinds |= {(rule["apiVersion"], rule["kind"]) for rule in config.children}
+        store = ApiStore(self.control_plane.kubeconfig, sorted(kinds))
+        store.start()
+        self._wire(store)
 
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
@@ -128,6 +165,8 @@ class LocalCluster:
         """Start the hooks server (unless an external hook URL was given), the controller and the kubelet."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
+            if self.backend == "kubernetes":
+                self._start_kubernetes()
             if self.hooks is not None:
                 self.hooks.start()
             backend = self._hook_url or self.hooks.url  # type: ignore[union-attr]
@@ -140,8 +179,9 @@ class LocalCluster:
                 self.controllers[config.parent_kind] = self._stand_in(config)
             for controller in self.controllers.values():
                 controller.start()
-            self.jobs.start()
-            self.statefulsets.start()
+            for python_controller in (self.jobs, self.statefulsets):
+                if python_controller is not None:
+                    python_controller.start()
             self.kubelet.start()
         except BaseException:
             self.stop()
@@ -168,7 +208,14 @@ class LocalCluster:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
         steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
-        steps += [self.jobs.stop, self.statefulsets.stop, self.kubelet.stop]
+        steps += [c.stop for c in (self.jobs, self.statefulsets) if c is not None]
+        if hasattr(self, "kubelet"):
+            steps.append(self.kubelet.stop)
+        store = getattr(self, "store", None)
+        if isinstance(store, ApiStore):
+            steps.append(store.stop)
+        if self._own_control_plane and self.control_plane is not None:
+            steps.append(self.control_plane.stop)
         if self.proxy is not None:
             steps.append(self.proxy.stop)
         if self.hooks is not None:
@@ -184,7 +231,8 @@ class LocalCluster:
 
     def kill(self) -> None:
         """SIGKILL every process at once (a second Ctrl-C while stopping); `stop` still cleans up after."""
-        self.kubelet.kill_all()
+        if hasattr(self, "kubelet"):
+            self.kubelet.kill_all()
         if self.hooks is not None:
             self.hooks.kill()
 
@@ -205,6 +253,8 @@ class LocalCluster:
         # The name becomes a folder that is emptied: check it before any file operation.
         folder = self.job_dir(meta.get("name"), meta["namespace"])
         shutil.rmtree(folder, ignore_errors=True)
+        if self.control_plane is not None:
+            ensure_namespace(self.control_plane, meta["namespace"])
         return self.store.create(job)
 
     def job_dir(self, name: object, namespace: object = "default") -> Path:

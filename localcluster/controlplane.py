@@ -311,6 +311,49 @@ class ControlPlane:
             yield component.name, component.tail()
 
 
+NODE_NAME = "localcluster"  # the process kubelet's node (podsandbox.NODE_NAME names the same)
+
+
+def node_object(gpus: int = 0) -> dict:
+    """The process kubelet's Node: Ready, generous capacity, and `nvidia.com/gpu` when asked (nothing checks it)."""
+    capacity = {"cpu": "64", "memory": "256Gi", "pods": "10000", "ephemeral-storage": "1Ti"}
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+                                                   "node.kubernetes.io/instance-type": "localcluster"}},
+        "status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "localcluster's process kubelet"}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE_NAME}],
+            "nodeInfo": {"kubeletVersion": "localcluster", "operatingSystem": "linux", "architecture": "amd64",
+                         "containerRuntimeVersion": "localcluster://processes", "kernelVersion": "", "osImage": "",
+                         "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
+        },
+    }
+
+
+def prepare_cluster(cp: ControlPlane, *, gpus: int = 0) -> None:
+    """What the local cluster needs on a fresh control plane: the project's CRDs (crd/), the third-party
+    CRDs its children and CompositeControllers use (localcluster/thirdparty), and the kubelet's Node."""
+    from .thirdparty import third_party_crds
+
+    crds = third_party_crds()
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*crds, node_object(gpus)]}))
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO_ROOT / "crd"))
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds] + ["crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org"]
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+
+
+def ensure_namespace(cp: ControlPlane, namespace: str) -> None:
+    """Create a namespace if it is missing, and wait for its `default` ServiceAccount (pods need it)."""
+    if cp.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        cp.kubectl("create", "namespace", namespace, check=False)
+    cp.kubectl("wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=30s")
+
+
 def _http_ok(url: str, *, token: str = "", context: ssl.SSLContext | None = None) -> bool:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:

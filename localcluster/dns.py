@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .store import Store
+from .store import ObjectStore
 from .types import KubeObject
 
 LOOPBACK = "127.0.0.1"
@@ -88,7 +88,7 @@ def _has_address(pod: KubeObject) -> bool:
 class ClusterDNS:
     """Resolves `<service>[.<namespace>[.svc[.cluster.local]]]` to loopback and remaps its ports."""
 
-    def __init__(self, store: Store, *, strict: bool = True):
+    def __init__(self, store: ObjectStore, *, strict: bool = True):
         self.store = store
         self.fallback_reason = strict_dns_unavailable() if strict else None
         self.strict = strict and self.fallback_reason is None

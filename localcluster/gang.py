@@ -10,7 +10,7 @@ hooks so the local cluster checks what the hooks emit instead of sharing their c
 
 from __future__ import annotations
 
-from .store import Store
+from .store import ObjectStore
 from .types import KubeObject
 
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
@@ -34,7 +34,7 @@ def group_of(pod: KubeObject) -> tuple[str, str] | None:
 class GangGate:
     """Why a pod may not be scheduled yet (a message), or None once it may."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: ObjectStore):
         self.store = store
 
     def __call__(self, pod: KubeObject) -> str | None:

@@ -63,7 +63,7 @@ from .podprocess import (
 )
 from .podsandbox import NODE_NAME, PodSandbox
 from .podstatus import PodStatusReport, pod_phase
-from .store import DELETED, Store, StoreError, controller_of, now_rfc3339
+from .store import DELETED, ObjectStore, StoreError, controller_of, now_rfc3339
 from .types import KubeObject
 from .volumes import MissingConfigMap
 
@@ -76,7 +76,7 @@ VOLUME_RETRY_SECONDS = 0.2  # how soon a pod waiting for a configMap volume's Co
 class ProcessKubelet:
     """Watches the store for Pods and runs each in a PodWorker thread."""
 
-    def __init__(self, store: Store, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
+    def __init__(self, store: ObjectStore, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
                  restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None):
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
         self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
@@ -371,22 +371,17 @@ class PodWorker(threading.Thread):
         return not self._stopping()
 
     def _bind(self) -> bool:
-        """Set spec.nodeName (the scheduler's binding), so deletion becomes graceful."""
-        for _ in range(20):
-            current = self.kubelet.store.get("v1", "Pod", *self.key)
-            if current is None or current["metadata"]["uid"] != self.uid:
-                return False
-            if current.get("spec", {}).get("nodeName"):
-                return True
-            current["spec"]["nodeName"] = NODE_NAME
+        """Bind the pod to this node (the scheduler's binding), so deletion becomes graceful."""
+        current = self.kubelet.store.get("v1", "Pod", *self.key)
+        if current is None or current["metadata"]["uid"] != self.uid:
+            return False
+        if not current.get("spec", {}).get("nodeName"):
             try:
-                self.kubelet.store.update(current)
-                self.report.condition("PodScheduled", "True")
-                return True
-            except StoreError as err:
-                if err.code != 409:
-                    return False
-        return False
+                self.kubelet.store.bind(self.key[0], self.key[1], NODE_NAME)
+            except StoreError:
+                return False  # gone, or deleting: nothing to run
+        self.report.condition("PodScheduled", "True")
+        return True
 
     def _run_init_containers(self) -> bool:
         """Run init containers in order; False if the Pod ends (failed or stopping) before app containers."""

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from .config import ControllerConfig
 from .delayqueue import DelayQueue
-from .store import ADDED, DELETED, Store, StoreError, controller_reference, controller_uid, key_of
+from .store import ADDED, DELETED, ObjectStore, StoreError, controller_reference, controller_uid, key_of
 from .types import ChildRule, KubeObject, SyncRequest
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
@@ -202,7 +202,7 @@ class Emulation:
 
     def __init__(
         self,
-        store: Store,
+        store: ObjectStore,
         config: ControllerConfig,
         hook: Callable[[SyncRequest], dict[str, Any]],
         *,
@@ -293,8 +293,8 @@ class Emulation:
                         self._claim_write(obj)
                     continue
                 if owner is None:
-                    if not matches or meta.get("deletionTimestamp"):
-                        continue
+                    if not matches or meta.get("deletionTimestamp") or parent["metadata"].get("deletionTimestamp"):
+                        continue  # a deleting parent adopts nothing (CanAdopt refuses)
                     meta["ownerReferences"] = meta.get("ownerReferences", []) + [controller_reference(parent)]  # adopt
                     obj = self._claim_write(obj)
                 found[obj["metadata"]["name"]] = obj
@@ -350,8 +350,12 @@ class Emulation:
     def sync(self, uid: str) -> bool:
         """One sync: call the hook, then apply its answer (children first, then status); whether it wrote anything."""
         parent = self._find_parent(uid)
-        if parent is None or parent["metadata"].get("deletionTimestamp"):
-            return False  # no finalize hook: the garbage collector does the rest
+        if parent is None:
+            return False
+        # A parent held by a finalizer or deleted in the foreground: without a finalize hook the sync
+        # hook is still called (finalizing: false) and its status written, but children are no longer
+        # managed; the garbage collector removes them (composite/controller.go in v4.17.2).
+        deleting = bool(parent["metadata"].get("deletionTimestamp"))
         state = self._states[uid]
         fresh = self.claim_children(parent)
         observed_by_rule = fresh
@@ -376,7 +380,7 @@ class Emulation:
             self.on_resync_after(uid, float(resync))  # before the apply, so it survives a failed one
 
         observed = {key_of(obj): obj for objs in observed_by_rule.values() for obj in objs.values()}
-        wrote, errors = self._apply_children(parent, observed, desired)
+        wrote, errors = (False, []) if deleting else self._apply_children(parent, observed, desired)
         try:
             wrote = self._write_status(parent, state, {**status, "observedGeneration": parent["metadata"]["generation"]}) or wrote
         except StoreError as err:
@@ -390,8 +394,9 @@ class Emulation:
         """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer)."""
         self._api_call()
         current = self.store.get(parent["apiVersion"], parent["kind"], *state.key)
-        if current is None:
-            raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} not found")
+        if current is None or current["metadata"]["uid"] != parent["metadata"]["uid"]:
+            # Gone, or deleted and created again under the same name: this status is not the new job's.
+            raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} (uid {parent['metadata']['uid']}) not found")
         if current.get("status") == status:
             return False
         self._api_call()
@@ -490,7 +495,7 @@ class MetacontrollerStandIn(Emulation):
 
     def __init__(
         self,
-        store: Store,
+        store: ObjectStore,
         config: ControllerConfig,
         hook_base_url: str,
         *,

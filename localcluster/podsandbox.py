@@ -23,7 +23,7 @@ from pathlib import Path
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
 from .podenv import expand, resolve_env
-from .store import Store
+from .store import ObjectStore
 from .types import Container, KubeObject
 from .volumes import PathMap, path_map, prepare_volumes, rewrite_configmap_files
 
@@ -52,7 +52,7 @@ def write_script(path: Path, text: str) -> None:
 class PodSandbox:
     """One pod's state dir, stand-ins, DNS registration and the env and paths of its containers."""
 
-    def __init__(self, pod: KubeObject, *, pods_dir: Path, store: Store, dns: ClusterDNS, workdir: Path):
+    def __init__(self, pod: KubeObject, *, pods_dir: Path, store: ObjectStore, dns: ClusterDNS, workdir: Path):
         meta = pod["metadata"]
         self.pod, self.store, self.dns, self.workdir, self.pods_dir = pod, store, dns, workdir, pods_dir
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]

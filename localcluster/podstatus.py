@@ -15,7 +15,7 @@ from typing import cast
 
 from .dns import LOOPBACK
 from .podprocess import ContainerRun, will_restart
-from .store import Store, StoreError, now_rfc3339
+from .store import ObjectStore, StoreError, now_rfc3339
 from .types import ContainerState, ContainerStatus, PodStatus
 
 EVICTED = "Evicted"
@@ -60,7 +60,7 @@ def pod_phase(runs: Sequence[ContainerRun], *, policy: str, containers_started: 
 class PodStatusReport:
     """What the kubelet remembers of a Pod's status between writes: conditions, start time, reason."""
 
-    def __init__(self, store: Store, namespace: str, name: str):
+    def __init__(self, store: ObjectStore, namespace: str, name: str):
         self.store, self.namespace, self.name = store, namespace, name
         self.start_time = now_rfc3339()
         self.conditions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)

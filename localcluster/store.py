@@ -13,9 +13,9 @@ import threading
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .defaults import apply_defaults
 from .types import KubeObject, OwnerReference
@@ -79,6 +79,22 @@ def _validate(obj: KubeObject) -> None:
             if pair in pairs[:index]:
                 raise StoreError(422, "Invalid", f"Service {obj['metadata']['name']!r}: spec.ports[{index}]: Duplicate value: "
                                                  f"{{port: {pair[0]}, protocol: {pair[1]}}}")
+
+
+class ObjectStore(Protocol):
+    """What the controllers, the kubelet and the DNS stand-in need of an API server: the in-memory
+    `Store` below, or `apistore.ApiStore` over a real one."""
+
+    def watch(self, watcher: Watcher) -> None: ...
+    def batch(self) -> AbstractContextManager[None]: ...
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None: ...
+    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]: ...
+    def create(self, obj: KubeObject, *, restore: bool = False) -> KubeObject: ...
+    def update(self, obj: KubeObject) -> KubeObject: ...
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> bool: ...
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
+    def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
+    def bind(self, namespace: str, name: str, node: str) -> None: ...
 
 
 class Store:
@@ -250,6 +266,18 @@ class Store:
                 self._notify(MODIFIED, stored)
             else:
                 self._remove_locked(stored)
+
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        """The scheduler's binding: set a Pod's spec.nodeName (which an update may not change), so deletion becomes graceful."""
+        with self._write():
+            stored = self._objects.get(("v1", "Pod", namespace, name))
+            if stored is None:
+                raise StoreError(404, "NotFound", f"Pod {name!r} not found")
+            if stored.get("spec", {}).get("nodeName"):
+                raise StoreError(409, "Conflict", f"Pod {name!r} is already assigned to node {stored['spec']['nodeName']!r}")
+            stored["spec"]["nodeName"] = node
+            self._bump(stored)
+            self._notify(MODIFIED, stored)
 
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Remove an object for good (the kubelet, once a terminating Pod's containers are gone)."""

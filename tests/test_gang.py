@@ -21,7 +21,7 @@ from hooks.shared.gang import (
 )
 from hooks.shared.quantity import parse_quantity
 
-DATA = Path(__file__).resolve().parent / "data" / "podgroup"
+DATA = Path(__file__).resolve().parents[1] / "localcluster" / "thirdparty"
 UPSTREAM_SPEC = {VOLCANO_API: "volcano-v1beta1.yaml", COSCHEDULING_API: "scheduler-plugins-v1alpha1.yaml"}
 
 

@@ -1,8 +1,7 @@
 """Talking to the real API server the `control_plane` fixture starts (tests/conftest.py).
 
-- `fixture_crds()`: CRDs the install needs and this project does not ship: Metacontroller's
-  CompositeController (a minimal structural CRD of our own; Metacontroller installs the real one) and
-  the Volcano and scheduler-plugins PodGroups (built from the upstream spec schemas in tests/data/podgroup).
+- `fixture_crds()`: CRDs the install needs and this project does not ship (localcluster/thirdparty:
+  Metacontroller's, minimal, and the Volcano and scheduler-plugins PodGroups with their upstream spec schemas).
 - `install(cp)`: those CRDs, then `kubectl apply -k metacontroller/`, once per control plane.
 - `Verdict` and `create`/`update`: one object through the server, with what it said (accepted or not,
   the error and its causes, the stored object), through the `kubernetes` client so a case costs milliseconds, not a kubectl.
@@ -19,52 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import yaml
 
 from localcluster.controlplane import ControlPlane
+from localcluster.thirdparty import third_party_crds
 
 ROOT = Path(__file__).resolve().parents[2]
-PODGROUP_SCHEMAS = ROOT / "tests" / "data" / "podgroup"
-
-# group, version, kind, plural, the spec schema file (upstream, see tests/data/podgroup/README.md)
-PODGROUP_APIS = (
-    ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups", "volcano-v1beta1.yaml"),
-    ("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", "scheduler-plugins-v1alpha1.yaml"),
-)
-
-
-def _crd(group: str, version: str, kind: str, plural: str, scope: str, spec_schema: dict) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": scope,
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "versions": [{
-                "name": version, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": spec_schema,
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                }}},
-            }],
-        },
-    }
 
 
 def fixture_crds() -> list[dict]:
-    """The CRDs of the objects we ship or emit that belong to other projects."""
-    composite = _crd("metacontroller.k8s.io", "v1alpha1", "CompositeController", "compositecontrollers", "Cluster",
-                     {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
-    # A *.k8s.io group is protected: the server wants this annotation (Metacontroller's own CRD carries it).
-    composite["metadata"]["annotations"] = {"api-approved.kubernetes.io": "unapproved, request not yet submitted"}
-    crds = [composite]
-    for group, version, kind, plural, schema_file in PODGROUP_APIS:
-        spec = yaml.safe_load((PODGROUP_SCHEMAS / schema_file).read_text())
-        crds.append(_crd(group, version, kind, plural, "Namespaced", spec))
-    return crds
+    """The CRDs of the objects we ship or emit that belong to other projects (localcluster.thirdparty)."""
+    return third_party_crds()
 
 
 _INSTALL_LOCK = threading.Lock()

@@ -1,0 +1,301 @@
+"""The store interface (store.py) over a real Kubernetes API server: the local cluster on the real control plane.
+
+The Metacontroller emulation, the process kubelet and the DNS stand-in talk to a store; with this
+one they are ordinary API clients, and everything the in-memory store only imitates is the API
+server's own: validation, defaulting, resourceVersions and conflicts, graceful Pod deletion,
+immutable fields, and (in kube-controller-manager) garbage collection and the Job and StatefulSet
+controllers.
+
+Reads, as a controller makes them:
+- `list` answers from an informer cache (one list-then-watch per kind, across namespaces), so what
+  it returns can lag the server by a watch event, as Metacontroller's informers do;
+- `get` asks the server (Metacontroller's status write and the kubelet read fresh objects).
+Watchers are called from the informer threads, in the server's order for each kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import kubernetes
+import urllib3
+
+from .store import ADDED, DELETED, MODIFIED, StoreError, Watcher
+from .types import KubeObject
+
+# (apiVersion, kind) -> plural, for what the local cluster reads and writes.
+PLURALS: dict[tuple[str, str], str] = {
+    ("v1", "Pod"): "pods",
+    ("v1", "Service"): "services",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "Event"): "events",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("batch/v1", "Job"): "jobs",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
+    ("kubeflow.org/v1", "MXJob"): "mxjobs",
+    ("kubeflow.org/v1alpha1", "ChainerJob"): "chainerjobs",
+}
+WATCH_TIMEOUT_SECONDS = 240  # the server ends a watch after this; the informer resumes from its resourceVersion
+RETRY_SECONDS = 0.5
+
+
+def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
+    plural = PLURALS.get((api_version, kind))
+    if plural is None:
+        raise StoreError(404, "NotFound", f"the local cluster does not know {kind}.{api_version}")
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{base}/namespaces/{quote(namespace)}/{plural}" if namespace else f"{base}/{plural}"
+
+
+class _Informer(threading.Thread):
+    """List, then watch one kind across namespaces; keeps a cache and tells the store's watchers."""
+
+    def __init__(self, store: ApiStore, api_version: str, kind: str):
+        super().__init__(name=f"informer-{kind}.{api_version}", daemon=True)
+        self.store, self.api_version, self.kind = store, api_version, kind
+        self.cache: dict[tuple[str, str], KubeObject] = {}
+        self.lock = threading.Lock()
+        self.synced = threading.Event()
+        self.resource_version = ""
+
+    def run(self) -> None:
+        client = self.store.new_client()
+        while not self.store.stopped.is_set():
+            try:
+                if not self.resource_version:
+                    self._relist(client)
+                self._watch(client)
+            except Exception:  # the server went away or answered oddly: list again after a pause
+                if self.store.stopped.is_set():
+                    return
+                self.resource_version = ""
+                time.sleep(RETRY_SECONDS)
+
+    def _relist(self, client: kubernetes.client.ApiClient) -> None:
+        answer = self.store.request("GET", collection_path(self.api_version, self.kind, None), client=client)
+        fresh = {}
+        for item in answer.get("items") or []:
+            item.setdefault("apiVersion", self.api_version)
+            item.setdefault("kind", self.kind)
+            fresh[(item["metadata"].get("namespace", ""), item["metadata"]["name"])] = item
+        with self.lock:
+            old, self.cache = self.cache, fresh
+        self.resource_version = answer["metadata"]["resourceVersion"]
+        for key, obj in old.items():
+            if key not in fresh:
+                self.store.emit(DELETED, obj)
+        for key, obj in fresh.items():
+            if old.get(key) != obj:
+                self.store.emit(MODIFIED if key in old else ADDED, obj)
+        self.synced.set()
+
+    def _watch(self, client: kubernetes.client.ApiClient) -> None:
+        query = {"watch": "1", "resourceVersion": self.resource_version, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS)}
+        path = collection_path(self.api_version, self.kind, None) + "?" + urlencode(query)
+        response = self.store.raw("GET", path, client=client, timeout=WATCH_TIMEOUT_SECONDS + 30)
+        self.store.register_stream(response)
+        try:
+            for line in kubernetes.watch.watch.iter_resp_lines(response):
+                if self.store.stopped.is_set():
+                    return
+                event = json.loads(line)
+                kind = event.get("type")
+                obj: KubeObject = event.get("object") or KubeObject()
+                if kind == "ERROR":
+                    self.resource_version = ""  # 410 Gone and friends: list again
+                    return
+                self.resource_version = obj.get("metadata", {}).get("resourceVersion", self.resource_version)
+                if kind == "BOOKMARK":
+                    continue
+                key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+                with self.lock:
+                    if kind == DELETED:
+                        self.cache.pop(key, None)
+                    else:
+                        self.cache[key] = obj
+                self.store.emit(kind, obj)
+        finally:
+            self.store.unregister_stream(response)
+            response.release_conn()
+
+
+class ApiStore:
+    """The Store interface over a real API server, for the kinds in PLURALS that `kinds` names."""
+
+    def __init__(self, kubeconfig: Path | str, kinds: Iterable[tuple[str, str]]):
+        self.kubeconfig = str(kubeconfig)
+        self.client = self.new_client()
+        self.stopped = threading.Event()
+        self._watchers: list[Watcher] = []
+        self._informers = {kind: _Informer(self, *kind) for kind in dict.fromkeys(kinds)}
+        self._streams: set[Any] = set()
+        self._streams_lock = threading.Lock()
+
+    def new_client(self) -> kubernetes.client.ApiClient:
+        return kubernetes.config.new_client_from_config(config_file=self.kubeconfig)
+
+    # --- life ------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start every informer and wait until each has listed once."""
+        for informer in self._informers.values():
+            informer.start()
+        deadline = time.monotonic() + timeout
+        for informer in self._informers.values():
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                raise StoreError(503, "Timeout", f"the {informer.kind} informer did not list within {timeout:g} s")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self._streams_lock:
+            streams = list(self._streams)
+        for response in streams:
+            with contextlib.suppress(Exception):
+                response.shutdown()  # unblocks an informer waiting for the next watch event
+
+    def register_stream(self, response: Any) -> None:
+        with self._streams_lock:
+            self._streams.add(response)
+
+    def unregister_stream(self, response: Any) -> None:
+        with self._streams_lock:
+            self._streams.discard(response)
+
+    # --- watch -----------------------------------------------------------------------------------
+
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.append(watcher)
+
+    def emit(self, event: str, obj: KubeObject) -> None:
+        for watcher in list(self._watchers):
+            try:
+                watcher(event, copy.deepcopy(obj))
+            except Exception:  # a broken watcher must not stop the informer
+                traceback.print_exc()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The in-memory store groups notifications; a real server's watch events come as they come."""
+        yield
+
+    # --- HTTP ------------------------------------------------------------------------------------
+
+    def raw(self, method: str, path: str, *, body: Any = None, client: kubernetes.client.ApiClient | None = None,
+            timeout: float = 30.0) -> urllib3.HTTPResponse:
+        client = client or self.client
+        config = client.configuration
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        client.update_params_for_auth(headers, [], ["BearerToken"])  # the token from the kubeconfig, if it has one
+        return client.rest_client.pool_manager.request(
+            method, config.host + path, body=None if body is None else json.dumps(body), headers=headers,
+            preload_content=False, timeout=urllib3.Timeout(connect=10, read=timeout), retries=False,
+        )
+
+    def request(self, method: str, path: str, body: Any = None, *, client: kubernetes.client.ApiClient | None = None) -> Any:
+        """One API call; StoreError with the server's code and reason when it refuses."""
+        try:
+            response = self.raw(method, path, body=body, client=client)
+            data = response.read()
+            response.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise StoreError(503, "ServiceUnavailable", f"{method} {path}: {err}") from err
+        answer = json.loads(data) if data else {}
+        if response.status >= 400:
+            raise StoreError(response.status, answer.get("reason", "Unknown"), answer.get("message", data.decode(errors="replace")))
+        return answer
+
+    def _object_path(self, api_version: str, kind: str, namespace: str, name: str, sub: str = "") -> str:
+        return f"{collection_path(api_version, kind, namespace)}/{quote(name)}" + (f"/{sub}" if sub else "")
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None:
+        try:
+            obj = self.request("GET", self._object_path(api_version, kind, namespace, name))
+        except StoreError as err:
+            if err.code == 404:
+                return None
+            raise
+        return obj
+
+    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
+        """From the informer caches, in creation order (as the in-memory store lists)."""
+        found: list[KubeObject] = []
+        for (av, k), informer in self._informers.items():
+            if (api_version is not None and av != api_version) or (kind is not None and k != kind):
+                continue
+            with informer.lock:
+                found += [copy.deepcopy(obj) for (ns, _), obj in informer.cache.items() if namespace is None or ns == namespace]
+        return sorted(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), int(o["metadata"].get("resourceVersion") or 0)))
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def create(self, obj: KubeObject, *, restore: bool = False) -> KubeObject:
+        if restore:
+            raise StoreError(400, "BadRequest", "a real API server assigns uid and creationTimestamp itself (restore is in-memory only)")
+        meta = obj.get("metadata", {})
+        namespace = meta.get("namespace", "default")
+        body = copy.deepcopy(obj)
+        body.setdefault("metadata", {})["namespace"] = namespace
+        return self.request("POST", collection_path(obj["apiVersion"], obj["kind"], namespace), body)
+
+    def update(self, obj: KubeObject) -> KubeObject:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "default")
+        body = copy.deepcopy(obj)
+        if not meta.get("resourceVersion"):
+            current = self.get(obj["apiVersion"], obj["kind"], namespace, meta["name"])
+            if current is None:
+                raise StoreError(404, "NotFound", f"{obj['kind']} {meta['name']!r} not found")
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.request("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
+
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> bool:
+        """Replace .status through the status subresource (a fresh read, retried on conflict); True if it changed."""
+        for _ in range(10):
+            current = self.get(api_version, kind, namespace, name)
+            if current is None:
+                raise StoreError(404, "NotFound", f"{kind} {name!r} not found")
+            if current.get("status") == status:
+                return False
+            current["status"] = copy.deepcopy(status)
+            try:
+                self.request("PUT", self._object_path(api_version, kind, namespace, name, "status"), current)
+                return True
+            except StoreError as err:
+                if err.code != 409:
+                    raise
+        raise StoreError(409, "Conflict", f"{kind} {name!r}: the status write kept conflicting")
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """DELETE in the background (as Metacontroller deletes children); a bound Pod then terminates gracefully."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        self.request("DELETE", self._object_path(api_version, kind, namespace, name), options)
+
+    def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """The kubelet's last step: the containers are gone, so the Pod object goes now (grace 0)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        with contextlib.suppress(StoreError):
+            self.request("DELETE", self._object_path(api_version, kind, namespace, name), options)
+
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        """The scheduler's binding (pods/binding): sets spec.nodeName and PodScheduled=True."""
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self.request("POST", self._object_path("v1", "Pod", namespace, name, "binding"), body)
