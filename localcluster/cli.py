@@ -12,6 +12,7 @@ import argparse
 import fcntl
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -24,11 +25,14 @@ from typing import TextIO, cast
 
 import yaml
 
-from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
+from . import clusterup
+from .cluster import Backend, LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
+from .controlplane import bin_dir, missing_binaries
 from .crds import served_kinds
 from .fieldvalidation import pruned_job, unknown_fields_of
 from .metacontroller import CLIENT_BURST, CLIENT_QPS
+from .store import StoreError
 from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
@@ -356,15 +360,23 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
+                backend = choose_backend(getattr(args, "control_plane", "memory"), err)
                 cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log",
                                        client_qps=getattr(args, "client_qps", CLIENT_QPS),
                                        client_burst=getattr(args, "client_burst", CLIENT_BURST),
-                                       stale=getattr(args, "stale_reads", None))
+                                       stale=getattr(args, "stale_reads", None),
+                                       backend=backend, control_plane_dir=job_dir / "controlplane")
                 signals.cluster = cluster
                 try:
-                    cluster.submit(job)  # empties the job's folder: only under the lock
-                    cluster.start()
-                except (RuntimeError, OSError, ValueError) as error:  # ValueError: a job folder that escapes
+                    if backend == "kubernetes":
+                        # The control plane keeps its files in the job's folder: empty it first, submit after.
+                        shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
+                        cluster.start()
+                        cluster.submit(job, clear_logs=False)
+                    else:
+                        cluster.submit(job)  # empties the job's folder: only under the lock
+                        cluster.start()
+                except (RuntimeError, OSError, ValueError, StoreError) as error:  # ValueError: a job folder that escapes
                     signals.stopping = True
                     cluster.stop()
                     print(f"error: the local cluster could not start: {error}", file=err)
@@ -384,6 +396,18 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             return 128 + stop.signum
     print(reason, file=out if code == EXIT_SUCCEEDED else err)
     return code
+
+
+def choose_backend(requested: str, err: TextIO) -> Backend:
+    """`--control-plane`: auto takes the real control plane when `make controlplane` has built it."""
+    if requested == "auto":
+        missing = missing_binaries()
+        if missing:
+            print(f"localcluster: no real control plane built ({', '.join(missing)} missing in {bin_dir()}; `make controlplane` "
+                  "builds it): running on the in-memory stand-in", file=err)
+            return "memory"
+        return "kubernetes"
+    return cast(Backend, requested)
 
 
 def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO, *,
@@ -527,6 +551,9 @@ def parser() -> argparse.ArgumentParser:
                             help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
     run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,
                             help=f"requests allowed at once before the rate applies (its --client-go-burst; default {CLIENT_BURST})")
+    run_parser.add_argument("--control-plane", choices=("auto", "kubernetes", "memory"), default="auto",
+                            help="kubernetes: real etcd, kube-apiserver and kube-controller-manager (make controlplane builds them); "
+                                 "memory: the in-memory stand-in; auto (default): kubernetes when built, else memory")
     run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
                             help="serve the sync hook a parent one status write behind its children, or the reverse, "
                                  "as Metacontroller's informer caches can (default: fresh reads)")
@@ -536,8 +563,15 @@ def parser() -> argparse.ArgumentParser:
     logs_parser.add_argument("-c", "--container", help="the container (default: the pod's first, mxnet)")
     logs_parser.add_argument("-n", "--namespace", default="default", help="the job's namespace (default: default)")
     logs_parser.add_argument("-f", "--follow", action="store_true", help="keep printing while the job's `run` goes on")
+    up_parser = sub.add_parser("up", help="start a cluster on this machine that kubectl talks to (real control plane); "
+                                          "stays in the foreground until Ctrl-C or `localcluster down`")
+    up_parser.add_argument("--metacontroller", choices=("emulation", "none"), default="emulation",
+                           help="emulation (default): the project's Metacontroller stand-in syncs the jobs; none: leave "
+                                "that role to a real Metacontroller run against the printed kubeconfig")
+    up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (nothing checks it)")
+    down_parser = sub.add_parser("down", help="stop the cluster `localcluster up` runs from this state dir")
     # `--state-dir` after the subcommand too (`localcluster run job.yaml --state-dir DIR`): there it wins.
-    for subparser in (run_parser, logs_parser):
+    for subparser in (run_parser, logs_parser, up_parser, down_parser):
         subparser.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
     return top
 
@@ -562,6 +596,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return run(args)
+        if args.command == "up":
+            return clusterup.up(args, sys.stdout, sys.stderr)
+        if args.command == "down":
+            return clusterup.down(args, sys.stdout, sys.stderr)
         return logs(args)
     except BrokenPipeError:
         # The reader went away (`run ... | head`): the cluster was stopped on the way out; say

@@ -19,6 +19,7 @@ from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
 from .kubelet import ProcessKubelet
+from .kubeletapi import KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
@@ -100,16 +101,22 @@ class LocalCluster:
         hooks_log: Path | None = None,
         backend: Backend = "memory",
         control_plane: ControlPlane | None = None,
+        control_plane_dir: Path | None = None,
         gpus: int = 0,
+        metacontroller: bool = True,
     ):
         """`backend` "kubernetes" runs it all on the real control plane (`control_plane`, or one started
-        here in the state dir and stopped with the cluster); "memory" on the in-memory store."""
+        here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster);
+        "memory" on the in-memory store. `metacontroller=False` starts no stand-in: a real Metacontroller
+        pointed at the control plane's kubeconfig takes that role."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
         self.backend = backend
-        self.control_plane = control_plane
+        self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
         self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
+        self.run_metacontroller = metacontroller
+        self.log_server: KubeletLogServer | None = None
         self.jobs: JobController | None = None
         self.statefulsets: StatefulSetController | None = None
         if backend == "memory":
@@ -143,10 +150,15 @@ class LocalCluster:
     def _start_kubernetes(self) -> None:
         """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""
         if self.control_plane is None:
-            self.control_plane = ControlPlane(workdir=self.state_dir / "controlplane")
+            # A fresh cluster every time: what an earlier run left in etcd would come back to life.
+            workdir = self.control_plane_dir or self.state_dir / "controlplane"
+            shutil.rmtree(workdir, ignore_errors=True)
+            self.control_plane = ControlPlane(workdir=workdir)
             self._own_control_plane = True
             self.control_plane.start()
-        prepare_cluster(self.control_plane, gpus=self.gpus)
+        self.log_server = KubeletLogServer(self._log_file, self._pod_running)
+        self.log_server.start()
+        prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
         kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
         for config in self.configs:
             kinds.add((config.parent_api_version, config.parent_kind))
@@ -154,6 +166,19 @@ class LocalCluster:
         store = ApiStore(self.control_plane.kubeconfig, sorted(kinds))
         store.start()
         self._wire(store)
+
+    def _log_file(self, namespace: str, name: str, container: str) -> Path | None:
+        """For the log endpoint: the file of a pod's container, None when the pod has no such container."""
+        pod = self.store.get("v1", "Pod", namespace, name)
+        spec = (pod or {}).get("spec", {})
+        if pod is None or container not in [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]:
+            return None
+        return self.kubelet.log_path(pod, container)
+
+    def _pod_running(self, namespace: str, name: str) -> bool:
+        """Whether `kubectl logs -f` should keep following: the pod exists and has not ended."""
+        pod = self.store.get("v1", "Pod", namespace, name)
+        return pod is not None and pod.get("status", {}).get("phase") in (None, "Pending", "Running")
 
     def controller_for(self, job: KubeObject | None) -> MetacontrollerStandIn | None:
         """The stand-in that syncs this job (by its kind)."""
@@ -175,7 +200,7 @@ class LocalCluster:
                 self.proxy.start()
                 backend = self.proxy.url
             self._backend = backend
-            for config in self.configs:
+            for config in self.configs if self.run_metacontroller else ():
                 self.controllers[config.parent_kind] = self._stand_in(config)
             for controller in self.controllers.values():
                 controller.start()
@@ -211,6 +236,8 @@ class LocalCluster:
         steps += [c.stop for c in (self.jobs, self.statefulsets) if c is not None]
         if hasattr(self, "kubelet"):
             steps.append(self.kubelet.stop)
+        if self.log_server is not None:
+            steps.append(self.log_server.stop)
         store = getattr(self, "store", None)
         if isinstance(store, ApiStore):
             steps.append(store.stop)
@@ -244,15 +271,17 @@ class LocalCluster:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def submit(self, job: KubeObject) -> KubeObject:
-        """Create an MXJob (the store assigns uid, generation 1, creationTimestamp); clears its old logs."""
+    def submit(self, job: KubeObject, *, clear_logs: bool = True) -> KubeObject:
+        """Create a job (the server assigns uid, generation 1, creationTimestamp); clears its old logs
+        unless told not to (the caller did it before starting a cluster that keeps files there)."""
         job = copy.deepcopy(job)
         meta = job.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         job.pop("status", None)
         # The name becomes a folder that is emptied: check it before any file operation.
         folder = self.job_dir(meta.get("name"), meta["namespace"])
-        shutil.rmtree(folder, ignore_errors=True)
+        if clear_logs:
+            shutil.rmtree(folder, ignore_errors=True)
         if self.control_plane is not None:
             ensure_namespace(self.control_plane, meta["namespace"])
         return self.store.create(job)

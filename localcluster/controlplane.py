@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -228,6 +229,8 @@ class ControlPlane:
             f"--token-auth-file={self.root / 'tokens.csv'}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
+            # Reach a node's kubelet (pods/log, exec) at its InternalIP, not at its host name.
+            "--kubelet-preferred-address-types=InternalIP",
             *self.extra_apiserver_flags,
         ])
         self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
@@ -306,6 +309,22 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(json.dumps(config, indent=2))
 
+    def request_counts(self) -> dict[tuple[str, str, str], int]:
+        """Requests the API server has served since it started, by (verb, resource, subresource), from
+        its own `apiserver_request_total` metric: what the tests and benchmarks count writes with."""
+        request = urllib.request.Request(f"{self.server}/metrics", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as response:
+            text = response.read().decode()
+        counts: dict[tuple[str, str, str], int] = {}
+        for line in text.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_text, _, value = line[len("apiserver_request_total{"):].rpartition("} ")
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+            key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+            counts[key] = counts.get(key, 0) + int(float(value))
+        return counts
+
     def logs(self) -> Iterator[tuple[str, str]]:
         for component in self.components:
             yield component.name, component.tail()
@@ -314,7 +333,7 @@ class ControlPlane:
 NODE_NAME = "localcluster"  # the process kubelet's node (podsandbox.NODE_NAME names the same)
 
 
-def node_object(gpus: int = 0) -> dict:
+def node_object(gpus: int = 0, kubelet_port: int = 0) -> dict:
     """The process kubelet's Node: Ready, generous capacity, and `nvidia.com/gpu` when asked (nothing checks it)."""
     capacity = {"cpu": "64", "memory": "256Gi", "pods": "10000", "ephemeral-storage": "1Ti"}
     if gpus:
@@ -327,6 +346,8 @@ def node_object(gpus: int = 0) -> dict:
             "capacity": capacity, "allocatable": capacity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "localcluster's process kubelet"}],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE_NAME}],
+            # Where the API server finds the kubelet's log endpoint (kubeletapi.py), for `kubectl logs`.
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {"kubeletVersion": "localcluster", "operatingSystem": "linux", "architecture": "amd64",
                          "containerRuntimeVersion": "localcluster://processes", "kernelVersion": "", "osImage": "",
                          "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
@@ -334,14 +355,14 @@ def node_object(gpus: int = 0) -> dict:
     }
 
 
-def prepare_cluster(cp: ControlPlane, *, gpus: int = 0) -> None:
+def prepare_cluster(cp: ControlPlane, *, gpus: int = 0, kubelet_port: int = 0) -> None:
     """What the local cluster needs on a fresh control plane: the project's CRDs (crd/), the third-party
     CRDs its children and CompositeControllers use (localcluster/thirdparty), and the kubelet's Node."""
     from .thirdparty import third_party_crds
 
     crds = third_party_crds()
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*crds, node_object(gpus)]}))
+               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*crds, node_object(gpus, kubelet_port)]}))
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO_ROOT / "crd"))
     names = [f"crd/{crd['metadata']['name']}" for crd in crds] + ["crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org"]
     cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)

@@ -112,6 +112,10 @@ class ProcessKubelet:
                 return
             if worker is None:
                 if meta.get("deletionTimestamp"):
+                    if obj.get("spec", {}).get("nodeName") == NODE_NAME:
+                        # Bound here, but nothing runs it (a kubelet restart): confirm the deletion, as a kubelet does.
+                        threading.Thread(target=self.store.remove, args=("v1", "Pod", meta["namespace"], meta["name"]),
+                                         daemon=True).start()
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
