@@ -153,12 +153,14 @@ class LocalCluster:
             # A fresh cluster every time: what an earlier run left in etcd would come back to life.
             workdir = self.control_plane_dir or self.state_dir / "controlplane"
             shutil.rmtree(workdir, ignore_errors=True)
-            self.control_plane = ControlPlane(workdir=workdir)
+            self.control_plane = ControlPlane(workdir=workdir, hold_controllers=True)
             self._own_control_plane = True
             self.control_plane.start()
         self.log_server = KubeletLogServer(self._log_file, self._pod_running)
         self.log_server.start()
         prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
+        if self._own_control_plane:
+            self.control_plane.start_controllers()  # after the CRDs: the garbage collector knows the jobs at once
         kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
         for config in self.configs:
             kinds.add((config.parent_api_version, config.parent_kind))

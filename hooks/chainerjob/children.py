@@ -11,6 +11,7 @@ from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
+from hooks.shared.quantity import canonical_resources
 from hooks.shared.validation import MAX_INT32
 
 # The default kubectl image (the hooks setting CHAINERJOB_KUBECTL_IMAGE overrides it): Kubernetes'
@@ -193,14 +194,22 @@ def _assets_mount() -> JSON:
 
 
 def _decorate_containers(pod_spec: JSON, mounts: list[JSON]) -> None:
-    """The operator's mounts on every container (init containers too), its env on the regular ones."""
+    """The operator's mounts on every container (init containers too), its env on the regular ones;
+    resource quantities in the API server's form (a StatefulSet is updated in place: `nvidia.com/gpu: 4`,
+    stored as "4", would otherwise differ on every sync and be written on every resync)."""
     # No empty list where the user had none: the API server drops it, and the difference would
     # make every InPlace apply an update.
     if pod_spec.get("initContainers"):
         pod_spec["initContainers"] = [
-            {**c, "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
+            {**_canonical(c), "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
             for c in pod_spec["initContainers"]]
     pod_spec["containers"] = [
-        {**c, "env": launch.with_launcher_env(c.get("env")),
+        {**_canonical(c), "env": launch.with_launcher_env(c.get("env")),
          "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
         for c in pod_spec["containers"]]
+
+
+def _canonical(container: JSON) -> JSON:
+    if "resources" not in container:
+        return container
+    return {**container, "resources": canonical_resources(container["resources"])}
