@@ -10,6 +10,8 @@
 3. Metacontroller's ServiceAccount (metacontroller/rbac.yaml) may do every verb it uses on every parent,
    status and child its CompositeControllers name (gang components included), and may create the
    launcher Role and RoleBinding the ChainerJob hook emits: the server's RBAC escalation check passes.
+   On a second server with OwnerReferencesPermissionEnforcement (OpenShift's default), it may create a
+   child that carries its owner reference (blockOwnerDeletion).
 
 Everything is read from the shipped files (the served versions, printer columns, child rules, the
 bound ServiceAccount), so a new example, version or child rule is covered without editing this file.
@@ -38,7 +40,7 @@ from hooks.chainerjob.spec import parse_chainerjob
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.spec import parse_mxjob
 from hooks.mxjob.sync import sync_mxjob
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane import ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.apiserver
 
@@ -386,6 +388,9 @@ def metacontroller_subject() -> str:
 SUBJECT = metacontroller_subject()
 PARENT_VERBS = ("get", "list", "watch", "update", "patch")
 STATUS_VERBS = ("update", "patch")
+# Metacontroller's owner reference in each child sets blockOwnerDeletion, which OwnerReferencesPermissionEnforcement
+# (below) allows only to who may update the owner's finalizers.
+FINALIZERS_VERBS = ("update",)
 CHILD_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 
@@ -409,6 +414,7 @@ def metacontroller_rights() -> list[tuple[str, str, str]]:
         parent = resource(controller["spec"]["parentResource"])
         rights |= {(verb, parent, "") for verb in PARENT_VERBS}
         rights |= {(verb, parent, "status") for verb in STATUS_VERBS}
+        rights |= {(verb, parent, "finalizers") for verb in FINALIZERS_VERBS}
         rights |= {(verb, resource(child), "") for child in controller["spec"]["childResources"] for verb in CHILD_VERBS}
     return sorted(rights)
 
@@ -501,3 +507,54 @@ def test_the_escalation_check_refuses_the_launcher_role_to_a_role_without_pods_e
     finally:
         control_plane.kubectl("delete", "-f", "-", "--wait=false", input=as_list(cluster_objects), check=False)
 
+
+
+# The admission plugin OpenShift and hardened clusters turn on (it is off by default): an owner reference with
+# blockOwnerDeletion, as Metacontroller writes into every child, needs update on the owner's finalizers.
+OWNER_REFERENCE_ENFORCEMENT = "--enable-admission-plugins=OwnerReferencesPermissionEnforcement"
+
+
+@pytest.fixture(scope="module")
+def enforcing_plane() -> Iterator[ControlPlane]:
+    """A second control plane, with OwnerReferencesPermissionEnforcement on, and the install."""
+    plane = ControlPlane(extra_apiserver_flags=(OWNER_REFERENCE_ENFORCEMENT,))
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"the control plane with {OWNER_REFERENCE_ENFORCEMENT} did not start: {exc}", pytrace=False)
+    try:
+        install(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def owned_child(job: Mapping[str, Any], name: str) -> dict:
+    """A ConfigMap (a child of every CompositeController) owned by `job` as Metacontroller owns its children."""
+    owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"],
+             "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": job["metadata"]["namespace"], "ownerReferences": [owner]}}
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_metacontroller_may_create_children_where_owner_references_are_enforced(enforcing_plane, kind):
+    plural = CRDS[kind]["spec"]["names"]["plural"]
+    children = {(r["apiVersion"], r["resource"]) for c in installed_controllers()
+                if c["spec"]["parentResource"]["resource"] == plural for r in c["spec"]["childResources"]}
+    assert ("v1", "configmaps") in children
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    enforcing_plane.kubectl("create", "namespace", namespace)
+    [manifest] = _jobs_in(list(yaml.safe_load_all((ROOT / STATUS_PARENT[kind]).read_text())))
+    job = json.loads(enforcing_plane.kubectl("create", "-n", namespace, "-o", "json", "-f", "-",
+                                             input=json.dumps({**manifest, "apiVersion": watched_version(kind)})).stdout)
+    created = enforcing_plane.kubectl("create", "-f", "-", f"--as={SUBJECT}", input=json.dumps(owned_child(job, "owned")), check=False)
+    assert created.returncode == 0, created.stderr
+    # The plugin is on: one who may create ConfigMaps but not update the job's finalizers is refused the same child.
+    user = "without-finalizers"
+    enforcing_plane.kubectl("create", "role", user, "--verb=create", "--resource=configmaps", "-n", namespace)
+    enforcing_plane.kubectl("create", "rolebinding", user, f"--role={user}", f"--serviceaccount={namespace}:{user}", "-n", namespace)
+    refused = enforcing_plane.kubectl("create", "-f", "-", f"--as=system:serviceaccount:{namespace}:{user}",
+                                      input=json.dumps(owned_child(job, "refused")), check=False)
+    assert refused.returncode == 1, refused.stdout
+    assert "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on" in refused.stderr
