@@ -10,7 +10,7 @@
 3. Metacontroller's ServiceAccount (metacontroller/rbac.yaml) may do every verb it uses on every parent,
    status and child its CompositeControllers name (gang components included), and may create the
    launcher Role and RoleBinding the ChainerJob hook emits: the server's RBAC escalation check passes.
-   On a second server with OwnerReferencesPermissionEnforcement (OpenShift's default), it may create a
+   On a second server with OwnerReferencesPermissionEnforcement (on in OpenShift), it may create a
    child that carries its owner reference (blockOwnerDeletion).
 
 Everything is read from the shipped files (the served versions, printer columns, child rules, the
@@ -61,14 +61,14 @@ def served_versions(kind: str) -> dict[str, str]:
             for v in CRDS[kind]["spec"]["versions"] if v["served"]}
 
 
-def kubectl_ref(obj: Mapping[str, Any]) -> str:
-    """How kubectl names an object in what it prints: `kind.group/name` (`kind/name` for the core group)."""
-    group = obj["apiVersion"].rpartition("/")[0]
-    return f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}"
-
-
 def api_group(api_version: str) -> str:
     return api_version.rpartition("/")[0]
+
+
+def kubectl_ref(obj: Mapping[str, Any]) -> str:
+    """How kubectl names an object in what it prints: `kind.group/name` (`kind/name` for the core group)."""
+    group = api_group(obj["apiVersion"])
+    return f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}"
 
 
 # ---------------------------------------------------------------------------------------------
