@@ -337,6 +337,9 @@ def test_metacontroller_may_manage_every_parent_and_child_of_each_controller(con
     missing = [(group, parent, v) for v in ("get", "list", "watch", "update")
                if not allows(rules, group, parent, v)]
     missing += [(group, f"{parent}/status", v) for v in ("get", "update") if not allows(rules, group, f"{parent}/status", v)]
+    # Metacontroller's owner references block owner deletion: with OwnerReferencesPermissionEnforcement on,
+    # that needs update on the parent's finalizers.
+    missing += [(group, f"{parent}/finalizers", "update")] if not allows(rules, group, f"{parent}/finalizers", "update") else []
     for child in spec["childResources"]:
         child_group = child["apiVersion"].rpartition("/")[0]
         missing += [(child_group, child["resource"], v) for v in CHILD_VERBS

@@ -1,9 +1,9 @@
 """CRDs of other projects that the install and the hooks' children need on a real API server.
 
-- Metacontroller's CompositeController, DecoratorController and ControllerRevision: minimal structural
-  CRDs of our own (their specs are kept whole), enough to apply `metacontroller/` and for a real
-  Metacontroller binary to start against the local cluster; a cluster with Metacontroller installed
-  has the real ones.
+- Metacontroller's CompositeController: its own CRD (README.md says where it comes from), so a
+  CompositeController we ship is checked against Metacontroller's schema; its DecoratorController and
+  ControllerRevision: minimal structural CRDs of our own, enough for a real Metacontroller binary to
+  start against the local cluster.
 - The Volcano and scheduler-plugins PodGroups, with the upstream spec schemas kept in this folder
   (README.md says where each comes from), so a PodGroup the hook emits is checked field by field.
 """
@@ -18,7 +18,6 @@ import yaml
 HERE = Path(__file__).resolve().parent
 # group, version, kind, plural, scope, the spec schema file (None: any spec is kept)
 THIRD_PARTY_APIS: tuple[tuple[str, str, str, str, str, str | None], ...] = (
-    ("metacontroller.k8s.io", "v1alpha1", "CompositeController", "compositecontrollers", "Cluster", None),
     ("metacontroller.k8s.io", "v1alpha1", "DecoratorController", "decoratorcontrollers", "Cluster", None),
     ("metacontroller.k8s.io", "v1alpha1", "ControllerRevision", "controllerrevisions", "Namespaced", None),
     ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups", "Namespaced", "volcano-v1beta1.yaml"),
@@ -53,9 +52,12 @@ def _crd(group: str, version: str, kind: str, plural: str, scope: str, spec_sche
     }
 
 
+COMPOSITE_CONTROLLER_CRD = HERE / "metacontroller-compositecontrollers.yaml"
+
+
 def third_party_crds() -> list[dict[str, Any]]:
     """The CRDs above, ready to apply."""
-    crds = []
+    crds = [yaml.safe_load(COMPOSITE_CONTROLLER_CRD.read_text())]
     for group, version, kind, plural, scope, schema_file in THIRD_PARTY_APIS:
         spec = yaml.safe_load((HERE / schema_file).read_text()) if schema_file else dict(_ANY)
         crds.append(_crd(group, version, kind, plural, scope, spec))

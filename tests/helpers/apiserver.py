@@ -1,8 +1,10 @@
 """Talking to the real API server the `control_plane` fixture starts (tests/conftest.py).
 
 - `fixture_crds()`: CRDs the install needs and this project does not ship (localcluster/thirdparty:
-  Metacontroller's, minimal, and the Volcano and scheduler-plugins PodGroups with their upstream spec schemas).
-- `install(cp)`: those CRDs, then `kubectl apply -k metacontroller/`, once per control plane.
+  Metacontroller's own CompositeController CRD, so the server validates our controllers, and the Volcano
+  and scheduler-plugins PodGroups with their upstream spec schemas).
+- `install(cp)`: those CRDs, then `kubectl apply -k metacontroller/`, once per control plane; it returns what
+  that first apply printed.
 - `Verdict` and `create`/`update`: one object through the server, with what it said (accepted or not,
   the error and its causes, the stored object), through the `kubernetes` client so a case costs milliseconds, not a kubectl.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import threading
 import warnings as _warnings
 from dataclasses import dataclass, field
@@ -34,24 +37,27 @@ def fixture_crds() -> list[dict]:
 
 
 _INSTALL_LOCK = threading.Lock()
-_INSTALLED: set[int] = set()
+_INSTALLED: dict[int, subprocess.CompletedProcess[str]] = {}
 
 
 def apply_objects(cp: ControlPlane, objects: list[dict], *args: str) -> Any:
     return cp.kubectl("apply", "-f", "-", *args, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
 
 
-def install(cp: ControlPlane) -> None:
-    """Fixture CRDs, then `kubectl apply -k metacontroller/` as "Install in a cluster" says; once per plane."""
+def install(cp: ControlPlane) -> subprocess.CompletedProcess[str]:
+    """Fixture CRDs, then `kubectl apply -k metacontroller/` as "Install in a cluster" says; once per plane.
+
+    Returns what that first apply, on the fresh server, printed (stdout names each object, stderr holds any warning).
+    """
     with _INSTALL_LOCK:
-        if id(cp) in _INSTALLED:
-            return
-        apply_objects(cp, fixture_crds())
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                   *[f"crd/{c['metadata']['name']}" for c in fixture_crds()])
-        cp.kubectl("apply", "-k", str(ROOT / "metacontroller"))
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org")
-        _INSTALLED.add(id(cp))
+        if id(cp) not in _INSTALLED:
+            apply_objects(cp, fixture_crds())
+            cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                       *[f"crd/{c['metadata']['name']}" for c in fixture_crds()])
+            applied = cp.kubectl("apply", "-k", str(ROOT / "metacontroller"))
+            cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org")
+            _INSTALLED[id(cp)] = applied
+        return _INSTALLED[id(cp)]
 
 
 def api_client(cp: ControlPlane) -> kubernetes.client.ApiClient:
