@@ -16,6 +16,9 @@ CRD_PATH = ROOT / "crd" / "mxjob-crd.yaml"
 CRD = yaml.safe_load(CRD_PATH.read_text())
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+CHAINERJOB_CRD_PATH = ROOT / "crd" / "chainerjob-crd.yaml"
+CHAINERJOB_CRD = yaml.safe_load(CHAINERJOB_CRD_PATH.read_text())
+CHAINERJOB_SCHEMA = CHAINERJOB_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
@@ -122,10 +125,11 @@ def lookup(obj: Any, where: tuple) -> tuple[bool, Any]:
     return True, obj
 
 
-def broken_rules(obj: dict, old: dict | None = None) -> list[Rule]:
-    """The rules the API server would reject obj for (old: the stored object on an update)."""
+def broken_rules(obj: dict, old: dict | None = None, *, rules: list[Rule] | None = None) -> list[Rule]:
+    """The rules the API server would reject obj for (old: the stored object on an update; rules:
+    another version's, by default v1's)."""
     broken = []
-    for rule in RULES:
+    for rule in RULES if rules is None else rules:
         for where, value in nodes_at(obj, rule.path):
             if rule.is_transition:
                 if old is None:
