@@ -15,6 +15,7 @@ from datetime import UTC
 import celpy
 import pytest
 from helpers.crd import (
+    BLOCKED_NOTE,
     CRD,
     RULES,
     SCHEMA,
@@ -26,6 +27,7 @@ from helpers.crd import (
     lower_ascii,
     mxjob,
     pruned_paths,
+    refusals,
     schema_errors,
     untyped_nodes,
     with_field,
@@ -33,6 +35,7 @@ from helpers.crd import (
 from helpers.crd_cases import (
     AGREEMENT_CASES,
     BASE_TUNE,
+    BLOCKED_RULES,
     CEL_ACCEPTS,
     CEL_REJECTS,
     EXAMPLE_DOCS,
@@ -43,6 +46,7 @@ from helpers.crd_cases import (
     SCHEMA_REJECTS,
     SCHEMA_REQUIRES,
     STATUS_REJECTS,
+    UNBLOCKED_RULES,
     UPDATE_ACCEPTS,
     UPDATE_REJECTS,
     example_files,
@@ -66,6 +70,10 @@ def rule_with(fragment: str) -> Rule:
     assert len(matches) == 1, f"{fragment!r} should name exactly one rule, got {matches}"
     return matches[0]
 
+
+def named_rules(fragments: list[str]) -> set[str]:
+    """The messages of the rules the fragments name (the others are the API server's own wording)."""
+    return {rule_with(f).message for f in fragments if any(f in r.message for r in RULES)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +243,20 @@ def test_cel_rejects(obj, fragments):
     assert schema_errors(obj) == [], "the object should pass the schema and fail only CEL"
     expected = {rule_with(f).message for f in fragments}
     assert {r.message for r in broken_rules(obj)} == expected
+
+
+@pytest.mark.parametrize("obj,fragments", BLOCKED_RULES.values(), ids=BLOCKED_RULES.keys())
+def test_a_blocking_schema_error_stops_the_rules(obj, fragments):
+    assert broken_rules(obj) != [], "the object breaks a rule too"
+    found = refusals(obj)
+    assert found[-1] == BLOCKED_NOTE and not set(found) & {r.message for r in RULES}
+
+
+@pytest.mark.parametrize("obj,fragments", UNBLOCKED_RULES.values(), ids=UNBLOCKED_RULES.keys())
+def test_a_bound_error_lets_the_rules_run(obj, fragments):
+    found = refusals(obj)
+    assert BLOCKED_NOTE not in found
+    assert named_rules(fragments) and named_rules(fragments) <= set(found)
 
 
 # ---------------------------------------------------------------------------------------------

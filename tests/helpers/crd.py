@@ -1,4 +1,10 @@
-"""The MXJob CRD as the tests read it: the schema, an OpenAPI validator, the CEL rules; valid objects to edit."""
+"""The MXJob CRD as the tests read it: the schema, an OpenAPI validator, the CEL rules; valid objects to edit.
+
+An emulation of what the API server does with a write, and what it models besides the schema and
+the rules:
+- CEL rules are not run when the schema check found an error of a blocking kind (`BLOCKING`);
+- `refusals` puts it together: what the server would say, [] when it accepts the write.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +27,32 @@ CHAINERJOB_CRD = yaml.safe_load(CHAINERJOB_CRD_PATH.read_text())
 CHAINERJOB_SCHEMA = CHAINERJOB_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
+# Schema checks whose failure stops the API server from running any CEL rule (hasBlockingErr in
+# k8s.io/apiextensions-apiserver's customresource strategy: NotSupported, Required, TooLong, TooMany,
+# TypeInvalid); it then adds BLOCKED_NOTE. A bound (minimum, maximum, pattern, minProperties, int32
+# and int64 formats) does not block.
+BLOCKING = frozenset({"enum", "required", "maxLength", "maxItems", "maxProperties", "type"})
+NUMBER_FORMATS = frozenset({"int32", "int64", "float", "double"})
+BLOCKED_NOTE = "some validation rules were not checked because the object was invalid"
+
+
+def _blocks(err: Any) -> bool:
+    if err.validator == "format":
+        return err.validator_value not in NUMBER_FORMATS  # date-time: TypeInvalid
+    return err.validator in BLOCKING
+
+
+def schema_problems(obj: Any, schema: dict = SCHEMA) -> list[tuple[str, bool]]:
+    """(message, blocking) per schema error."""
     validator = OAS30Validator(schema, format_checker=oas30_format_checker)
     return [
-        f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+        (f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}", _blocks(err))
         for err in validator.iter_errors(obj)
     ]
+
+
+def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
+    return [message for message, _ in schema_problems(obj, schema)]
 
 
 def pruned_paths(obj: Any, schema: dict, path: str = "") -> list[str]:
@@ -142,6 +168,21 @@ def broken_rules(obj: dict, old: dict | None = None, *, rules: list[Rule] | None
             elif not rule.holds(value):
                 broken.append(rule)
     return broken
+
+
+def refusals(obj: dict, old: dict | None = None, *, schema: dict = SCHEMA, rules: list[Rule] | None = None) -> list[str]:
+    """What the API server would answer to a create (old None) or an update of obj: [] when it accepts.
+
+    The schema's errors, then either the note that the rules were not run (after a blocking schema
+    error, when the CRD has rules: without any the API server has no rule validator to skip) or the
+    message of every broken rule.
+    """
+    rules = RULES if rules is None else rules
+    problems = schema_problems(obj, schema)
+    found = [message for message, _ in problems]
+    if rules and any(blocking for _, blocking in problems):
+        return [*found, BLOCKED_NOTE]
+    return found + [r.message for r in broken_rules(obj, old, rules=rules)]
 
 
 def mxnet(image: str = "mxjob/mxnet:1.9.1") -> dict:

@@ -2,8 +2,10 @@
 tests/test_chainerjob_crd.py and tests/test_crd_versions.py read these tables (a test module never
 imports another), so any other check of the CRDs can replay exactly the same cases.
 
-A create case is an object; an update case is (stored, new); a refusal names fragments of its
-message (each names exactly one rule).
+A create case is an object; an update case is (stored, new); a refusal lists fragments of the
+real API server's answer: one per rule it names (the fragment then names exactly one rule), or a
+schema check in the server's wording ("Unsupported value"), or "not checked" for the note that the
+rules were not run.
 """
 
 from __future__ import annotations
@@ -252,6 +254,27 @@ CEL_REJECTS = {
 
 
 
+# A schema error of a blocking kind (an enum here) stops the API server from running the rules:
+# only the schema's error is reported, with a note, not the rule this object breaks too.
+BLOCKED_RULES = {
+    "unknown-type-and-restart-policy-sometimes": (
+        edited(mxjob({"Worker": 1, "Chief": 1}), lambda o: o["spec"]["mxReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes")),
+        ["Unsupported value", "not checked"],
+    ),
+    "unknown-type-and-replicas-string": (
+        with_field(mxjob({"Worker": 1, "Chief": 1}), "spec.mxReplicaSpecs.Chief.replicas", "1"),
+        ["must be of type integer", "not checked"],
+    ),
+}
+# A bound (a minimum here) does not block: the rules run, and both are reported.
+UNBLOCKED_RULES = {
+    "unknown-type-and-ttl-negative": (
+        with_field(mxjob({"Worker": 1, "Chief": 1}), "spec.runPolicy", {"ttlSecondsAfterFinished": -1}),
+        ["greater than or equal to 0", "unknown replica type"],
+    ),
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # MXJob: updates (the transition rules)
 
@@ -398,6 +421,54 @@ VERSION_CASES = sorted(VERSION_CASES_DIR.glob("*.yaml"))
 def load_version_case(path: Path) -> tuple[dict, dict]:
     old, new = (d for d in yaml.safe_load_all(path.read_text()) if d)
     return old, new
+
+
+def in_version(doc: dict, version: str) -> dict:
+    return {**copy.deepcopy(doc), "apiVersion": f"kubeflow.org/{version}"}
+
+
+VERSION_DIST, _ = load_version_case(VERSION_CASES_DIR / "v1alpha2-dist.yaml")
+
+
+def _replicas_four(o: dict) -> None:
+    o["spec"]["mxReplicaSpecs"]["Worker"]["replicas"] = 4
+
+
+def _tune(o: dict) -> None:
+    o["spec"]["jobMode"] = "MXTune"
+
+
+# Per old version, the same edits v1 refuses: (stored, new, fragments of the refusal)
+VERSION_UPDATE_REJECTS = {
+    f"{version}-{name}": (in_version(VERSION_DIST, version), edited(in_version(VERSION_DIST, version), edit), fragments)
+    for version in OLD_VERSIONS
+    for name, edit, fragments in (
+        ("replicas-changed", _replicas_four, [IMMUTABLE_LAYOUT, IMMUTABLE_SPECS]),
+        ("mode-changed", _tune, [IMMUTABLE_MODE]),
+    )
+}
+
+
+def _restart_sometimes(o: dict) -> None:
+    o["spec"]["mxReplicaSpecs"]["Server"]["restartPolicy"] = "Sometimes"
+
+
+def _chief(o: dict) -> None:
+    o["spec"]["mxReplicaSpecs"]["Chief"] = copy.deepcopy(o["spec"]["mxReplicaSpecs"]["Worker"])
+
+
+# Per old version, what v1 refuses on create: (object, fragments of the refusal)
+VERSION_CREATE_REJECTS = {
+    f"{version}-{name}": (edited(in_version(VERSION_DIST, version), edit), fragments)
+    for version in OLD_VERSIONS
+    for name, edit, fragments in (
+        ("restart-policy-sometimes", _restart_sometimes, ["Unsupported value", "not checked"]),
+        ("unknown-type", _chief, ["unknown replica type"]),
+        # The enum error blocks the rules: the unknown type is not reported with it.
+        ("restart-policy-sometimes-and-unknown-type", lambda o: (_restart_sometimes(o), _chief(o)),
+         ["Unsupported value", "not checked"]),
+    )
+}
 
 
 # ---------------------------------------------------------------------------------------------
