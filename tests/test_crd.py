@@ -1,19 +1,24 @@
 """The MXJob CRD: its OpenAPI schema, its CEL rules, and every example against both.
 
-The API server is not available here, so the schema is checked with an OpenAPI 3.0 validator
-and the CEL rules are evaluated with cel-python, bound to `self`/`oldSelf` at the schema node
-that declares them, the way the API server binds them. The cases are tables in
+Here the API server is emulated (tests/helpers/crd.py): the schema is checked with an OpenAPI 3.0
+validator and the CEL rules are evaluated with cel-python, bound to `self`/`oldSelf` at the schema
+node that declares them, the way the API server binds them, with its ratcheting on updates; a
+schema error of a blocking kind stops the rules, as it does there. The cases are tables in
 tests/helpers/crd_cases.py.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from datetime import UTC
+from pathlib import Path
 
 import celpy
+import kubernetes_validate
 import pytest
+from apiserver_rules import KUBERNETES_VERSION
 from helpers.crd import (
     BLOCKED_NOTE,
     CRD,
@@ -29,6 +34,8 @@ from helpers.crd import (
     pruned_paths,
     refusals,
     schema_errors,
+    status_refusals,
+    unchanged,
     untyped_nodes,
     with_field,
 )
@@ -41,6 +48,8 @@ from helpers.crd_cases import (
     EXAMPLE_DOCS,
     EXAMPLES,
     KUEUE_UPDATE_ACCEPTS,
+    RATCHET_STATUS_WRITES,
+    RATCHET_UPDATES,
     REPRESENTATIVE_STATUS,
     SCHEMA_ACCEPTS,
     SCHEMA_REJECTS,
@@ -49,11 +58,13 @@ from helpers.crd_cases import (
     UNBLOCKED_RULES,
     UPDATE_ACCEPTS,
     UPDATE_REJECTS,
+    edited,
     example_files,
     without,
 )
 
 SPEC_SCHEMA = SCHEMA["properties"]["spec"]
+TEMPLATE_SCHEMA = SPEC_SCHEMA["properties"]["mxReplicaSpecs"]["additionalProperties"]["properties"]["template"]
 STATUS_SCHEMA = SCHEMA["properties"]["status"]
 
 RUN_POLICY_FIELDS = (
@@ -150,10 +161,83 @@ def test_rules_read_only_what_the_schema_declares():
     # free-form: a rule that reads a field of a template, or iterates over one, does not compile
     # there and the whole CRD is refused at install. cel-python sees every field, so the rules'
     # other tests cannot catch it: a template may only be compared whole (`==`).
-    template = SPEC_SCHEMA["properties"]["mxReplicaSpecs"]["additionalProperties"]["properties"]["template"]
-    assert "properties" not in template and template["x-kubernetes-preserve-unknown-fields"] is True
+    # The template's maps are declared (additionalProperties, see below) but none names a field,
+    # and below the template every level is untyped, which CEL does not expose at all.
+    assert "properties" not in TEMPLATE_SCHEMA
+    for level in template_levels()[1:]:
+        assert "properties" not in level and "type" not in level, level
+        assert level["x-kubernetes-preserve-unknown-fields"] is True
     for rule in RULES:
         assert not re.search(r"template\s*(\.|\[)", rule.source), rule.source
+
+
+def template_levels() -> list[dict]:
+    """The template's schema, then that of its values, of theirs, ... down to the last declared level."""
+    levels = [TEMPLATE_SCHEMA]
+    while isinstance(levels[-1].get("additionalProperties"), dict):
+        levels.append(levels[-1]["additionalProperties"])
+    return levels
+
+
+def quirky_objects(schema: dict, path: str = "") -> list[str]:
+    """Typed objects that keep unknown fields without declaring any key.
+
+    The real API server's `==` compares such an object (valuesunstructured.go, unstructuredMap.Equal)
+    by size, then only the keys both sides have: {spec: ...} equals {metadata: ...}. cel-python's
+    `==` is exact, so the emulation is right only if no rule compares one.
+    """
+    found = []
+    if schema.get("type") == "object" and schema.get("x-kubernetes-preserve-unknown-fields") \
+            and "properties" not in schema and not isinstance(schema.get("additionalProperties"), dict):
+        found.append(path)
+    for name, sub in schema.get("properties", {}).items():
+        found += quirky_objects(sub, f"{path}.{name}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        found += quirky_objects(schema["additionalProperties"], f"{path}.*")
+    return found
+
+
+def test_no_rule_compares_an_object_whose_keys_the_server_cannot_match():
+    # Every rule is on spec or under it, so nothing under spec may be such an object.
+    assert {r.path[:1] for r in RULES} == {("spec",)}
+    assert quirky_objects(SPEC_SCHEMA) == []
+
+
+def test_the_quirky_objects_check_catches_a_plain_free_form_template():
+    plain = {"type": "object", "properties": {"template": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+    assert quirky_objects(plain) == [".template"]
+
+
+def pod_template_map_depth() -> tuple[int, tuple[str, ...]]:
+    """How deep maps nest in a PodTemplateSpec before a list (Kubernetes' own schema), and where."""
+    root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{KUBERNETES_VERSION}.0-local-strict"
+    definitions = json.loads((root / "_definitions.json").read_text())["$defs"]
+
+    def depth(schema: dict, path: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
+        while "$ref" in schema:
+            schema = definitions[schema["$ref"].rsplit("/", 1)[1]]
+        types = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+        if "object" not in types and "properties" not in schema and "additionalProperties" not in schema:
+            return 0, path[:-1]  # a scalar, or a list: the API server compares a list whole
+        children = list(schema.get("properties", {}).items())
+        if isinstance(schema.get("additionalProperties"), dict):
+            children.append(("*", schema["additionalProperties"]))
+        deepest = max((depth(sub, (*path, key)) for key, sub in children), default=(0, path))
+        return 1 + deepest[0], deepest[1]
+
+    return depth(json.loads((root / "podtemplatespec-v1.json").read_text()), ())
+
+
+def test_template_maps_are_declared_as_deep_as_a_pod_template_nests_them():
+    # Ratcheting (an unchanged invalid value let through on update, so a job stored before a rule
+    # existed still takes label, suspend and status writes) needs the API server to correlate old
+    # and new key by key, and it counts a map it has no schema for as changed (crd.unchanged). Every
+    # map of a pod template must therefore be a declared level: the template's and each level of
+    # additionalProperties below it but the last.
+    depth, where = pod_template_map_depth()
+    assert (depth, where) == (5, ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
+    declared_map_levels = len(template_levels()) - 1
+    assert declared_map_levels >= depth
 
 
 def test_the_declared_fields_check_catches_a_rule_that_reads_a_template():
@@ -226,6 +310,7 @@ def test_status_schema_declares_every_field_the_hook_writes():
 def test_status_schema_rejects(field, value):
     status = {**REPRESENTATIVE_STATUS, field: value}
     assert schema_errors({**VALID, "status": status}) != []
+    assert status_refusals({**VALID, "status": status}, VALID) != []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,6 +364,35 @@ def test_update_rejected(old, new, fragments):
     assert old != new
     broken = {r.message for r in broken_rules(new, old=old) if r.is_transition}
     assert broken == {rule_with(f).message for f in fragments}
+
+
+# ---------------------------------------------------------------------------------------------
+# Ratcheting: on an update, an error at a node that did not change is let through
+
+
+@pytest.mark.parametrize("stored,edit,fragments", RATCHET_UPDATES.values(), ids=RATCHET_UPDATES.keys())
+def test_ratcheting_on_update(stored, edit, fragments):
+    assert refusals(stored) != [], "the stored object breaks the CRD as it is now"
+    found = refusals(edited(stored, edit), old=stored)
+    if fragments is None:
+        assert found == []
+    else:
+        assert found and named_rules(fragments) <= set(found)
+
+
+@pytest.mark.parametrize("stored,status", RATCHET_STATUS_WRITES.values(), ids=RATCHET_STATUS_WRITES.keys())
+def test_a_job_stored_before_a_rule_takes_status_writes(stored, status):
+    assert broken_rules(stored) != []
+    assert status_refusals({**stored, "status": status}, stored) == []
+
+
+def test_ratcheting_equality_is_the_api_servers():
+    free = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    declared = {"type": "object", "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}}
+    assert unchanged({"a": 1}, {"a": 1}, declared)
+    assert not unchanged({"a": 1}, {"a": 1}, free), "a key without a schema is not correlated"
+    assert unchanged({}, {}, free) and unchanged([{"a": 1}], [{"a": 1}], {"type": "array"})
+    assert not unchanged({"a": 1}, {"b": 1}, declared) and not unchanged(1, 1.0, {})
 
 
 def test_transition_rules_do_not_run_on_create():

@@ -103,6 +103,14 @@ SCHEMA_ACCEPTS = {
         "spec.mxReplicaSpecs.Worker.template",
         {"metadata": {"annotations": {"a": "b"}}, "spec": {"anything": [1, {"goes": True}]}},
     ),
+    # Every level of the template's maps (crd/mxjob-crd.yaml declares them down to the deepest map
+    # a PodSpec has) takes any value: a map, a list, a string, a number, a boolean, null.
+    "template-any-value-at-every-level": (
+        "spec.mxReplicaSpecs.Worker.template",
+        {"spec": {"containers": [{"name": "mxnet", "image": "i"}], "hostNetwork": False, "priority": 3,
+                  "nodeName": None, "affinity": {"nodeAffinity": {"required": {"terms": [{"k": "v"}], "n": 1,
+                                                                              "deeper": {"still": {"free": [1]}}}}}}},
+    ),
 }
 
 # A field the schema requires, taken out of VALID.
@@ -252,8 +260,6 @@ CEL_REJECTS = {
     ),
 }
 
-
-
 # A schema error of a blocking kind (an enum here) stops the API server from running the rules:
 # only the schema's error is reported, with a note, not the rule this object breaks too.
 BLOCKED_RULES = {
@@ -320,6 +326,12 @@ def _rename_key(o):
     specs["worker"] = specs.pop("Worker")
 
 
+def _worker_template(template: dict) -> Callable[[dict], None]:
+    def edit(o: dict) -> None:
+        o["spec"]["mxReplicaSpecs"]["Worker"]["template"] = copy.deepcopy(template)
+    return edit
+
+
 IMMUTABLE_SPECS = "spec.mxReplicaSpecs is immutable"
 IMMUTABLE_LAYOUT = "the replica types and their replicas are immutable"
 IMMUTABLE_MODE = "spec.jobMode is immutable"
@@ -354,6 +366,15 @@ def kueue_injects(o: dict) -> None:
 SUSPENDED = suspended(BASE)
 ADMITTED = edited(suspended(BASE, False), kueue_injects)  # Kueue's admission: one update
 
+# Templates whose keys differ but whose number of keys is the same: the API server's `==` skips a key
+# found on one side only in an object it has no schema for, so with a template declared as one plain
+# x-kubernetes-preserve-unknown-fields object these compared equal and a running job's template could
+# lose its pod spec. crd/mxjob-crd.yaml declares the template's keys (additionalProperties) so they do not.
+POD_SPEC = mxnet()["spec"]
+LABELLED = {"metadata": {"labels": {"team": "a"}}, "spec": POD_SPEC}
+SPEC_ONLY = edited(BASE, _worker_template({"spec": POD_SPEC}))
+WITH_LABELS = edited(BASE, _worker_template(LABELLED))
+
 KUEUE_UPDATE_ACCEPTS = {
     "kueue-admits-suspended-job-with-template-fields": (SUSPENDED, ADMITTED),
     "kueue-evicts-and-restores-templates": (ADMITTED, SUSPENDED),
@@ -363,6 +384,8 @@ KUEUE_UPDATE_ACCEPTS = {
     # from the templates at resume.
     "image-changed-while-suspended": (SUSPENDED, edited(SUSPENDED, _set_image)),
     "image-changed-on-admission": (SUSPENDED, edited(ADMITTED, _set_image)),
+    "template-spec-replaced-by-metadata-while-suspended": (
+        suspended(SPEC_ONLY), edited(suspended(SPEC_ONLY), _worker_template({"metadata": {"labels": {"a": "b"}}}))),
 }
 
 UPDATE_REJECTS = {
@@ -386,6 +409,98 @@ UPDATE_REJECTS = {
         edited(BASE_NO_MODE, lambda o: o["spec"].update(jobMode="MXTune")),
         [IMMUTABLE_MODE],
     ),
+    # The disjoint-key cases: the same number of keys in the template, other keys.
+    "template-spec-replaced-by-metadata-on-running-job": (
+        SPEC_ONLY, edited(SPEC_ONLY, _worker_template({"metadata": {"labels": {"a": "b"}}})), [IMMUTABLE_SPECS]),
+    "template-metadata-replaced-by-another-key-on-running-job": (
+        WITH_LABELS, edited(WITH_LABELS, _worker_template({"spec": POD_SPEC, "status": {}})), [IMMUTABLE_SPECS]),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# MXJob: ratcheting. An object stored before the CRD had its rules (here: by a CRD with the same
+# schema stripped of every value check, `loosened`) may break one; on an update the API server
+# lets an error through when the node it is raised at did not change (crd.unchanged), so such a job
+# can still take label, suspend and status writes. It cannot ratchet a node with a map it has no
+# schema for, which is why crd/mxjob-crd.yaml declares the maps of the pod templates.
+
+LOOSENED_KEYS = ("x-kubernetes-validations", "enum", "minimum", "maximum", "pattern",
+                 "minProperties", "maxProperties", "maxItems", "maxLength")
+
+
+def loosened(node: Any) -> Any:
+    """A schema without its value checks: what an older CRD, or another operator's, let be stored."""
+    if isinstance(node, dict):
+        return {k: loosened(v) for k, v in node.items() if k not in LOOSENED_KEYS}
+    if isinstance(node, list):
+        return [loosened(v) for v in node]
+    return node
+
+
+def _labels(o: dict) -> None:
+    o["metadata"]["labels"] = {"team": "a"}
+
+
+def _suspend(o: dict) -> None:
+    o["spec"].setdefault("runPolicy", {})["suspend"] = True
+
+
+def _deadline(o: dict) -> None:
+    o["spec"]["activeDeadlineSeconds"] = 60
+
+
+def _ttl_minus_two(o: dict) -> None:
+    o["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = -2
+
+
+# A pod template whose maps go as deep as a PodSpec's do (spec.affinity.nodeAffinity.required...).
+RICH_TEMPLATE = {
+    "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
+    "spec": {
+        "containers": [{"name": "mxnet", "image": "mxjob/mxnet:1.9.1", "resources": {"limits": {"cpu": "1"}}}],
+        "nodeSelector": {"disk": "ssd"},
+        "securityContext": {"seLinuxOptions": {"level": "s0:c123,c456"}},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    },
+}
+# One map deeper than any PodSpec field: past what the CRD declares, so the API server cannot
+# correlate it and the job does not ratchet (the emulation says the same).
+TOO_DEEP_TEMPLATE = copy.deepcopy(RICH_TEMPLATE)
+TOO_DEEP_TEMPLATE["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["x"] = {"y": 1}
+
+ZERO_WORKERS = mxjob({"Worker": 0})
+NO_WORKER = mxjob({"Scheduler": 1, "Server": 1})
+UNKNOWN_TYPE = mxjob({"Worker": 1, "Chief": 1})
+RESTART_SOMETIMES = with_field(mxjob({"Worker": 1}), "spec.mxReplicaSpecs.Worker.restartPolicy", "Sometimes")
+TTL_NEGATIVE = with_field(mxjob({"Worker": 1}), "spec.runPolicy", {"ttlSecondsAfterFinished": -1})
+MODE_UNKNOWN = mxjob({"Worker": 1}, jobMode="MXServe")
+
+# name: (stored, edit, fragments of the refusal, or None when the update is accepted)
+RATCHET_UPDATES: dict[str, tuple[dict, Callable[[dict], None], list[str] | None]] = {
+    "zero-workers-labels-changed": (ZERO_WORKERS, _labels, None),
+    "zero-workers-suspended": (ZERO_WORKERS, _suspend, None),
+    "zero-workers-rich-template-labels-changed": (edited(ZERO_WORKERS, _worker_template(RICH_TEMPLATE)), _labels, None),
+    "zero-workers-too-deep-template-labels-changed": (
+        edited(ZERO_WORKERS, _worker_template(TOO_DEEP_TEMPLATE)), _labels, ["at least 1"]),
+    "unknown-type-deadline-added": (UNKNOWN_TYPE, _deadline, None),
+    # A rule on spec runs again once anything under spec changes.
+    "no-worker-labels-changed": (NO_WORKER, _labels, None),
+    "no-worker-suspended": (NO_WORKER, _suspend, ["an MXTrain job needs a Worker"]),
+    # Schema checks ratchet field by field.
+    "restart-policy-sometimes-labels-changed": (RESTART_SOMETIMES, _labels, None),
+    "restart-policy-sometimes-suspended": (RESTART_SOMETIMES, _suspend, None),
+    "ttl-negative-suspended": (TTL_NEGATIVE, _suspend, None),
+    "ttl-negative-changed-to-another-negative": (TTL_NEGATIVE, _ttl_minus_two, ["greater than or equal to 0"]),
+    "job-mode-unknown-suspended": (MODE_UNKNOWN, _suspend, None),
+}
+
+# name: (stored, the status written through the status subresource)
+RATCHET_STATUS_WRITES = {
+    "zero-workers": (ZERO_WORKERS, {"specError": "spec.mxReplicaSpecs.Worker.replicas: must be at least 1"}),
+    "zero-workers-rich-template": (edited(ZERO_WORKERS, _worker_template(RICH_TEMPLATE)), {"specError": "x"}),
+    "no-worker": (NO_WORKER, {"specError": "spec.mxReplicaSpecs: an MXTrain job needs a Worker"}),
+    "unknown-type": (UNKNOWN_TYPE, {"specError": "x"}),
 }
 
 
