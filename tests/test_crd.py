@@ -2,9 +2,9 @@
 
 Here the API server is emulated (tests/helpers/crd.py): the schema is checked with an OpenAPI 3.0
 validator and the CEL rules are evaluated with cel-python, bound to `self`/`oldSelf` at the schema
-node that declares them, the way the API server binds them, with its ratcheting on updates; a
-schema error of a blocking kind stops the rules, as it does there. The cases are tables in
-tests/helpers/crd_cases.py.
+node that declares them, the way the API server binds them, with its ratcheting on updates. The
+cases are tables in tests/helpers/crd_cases.py, which tests/test_apiserver_crd_rules.py replays
+against a real API server: the two must agree on every one.
 """
 
 from __future__ import annotations
