@@ -1,20 +1,25 @@
 """The ChainerJob CRD: names, status subresource, structural schema, and the seed manifests against it."""
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.crd import CHAINERJOB_CRD as CRD
+from helpers.crd import CHAINERJOB_SCHEMA as SCHEMA
 from helpers.crd import keys_anywhere, pruned_paths, schema_errors, untyped_nodes
+from helpers.crd_cases import (
+    CHAINERJOB_EXAMPLES,
+    CHAINERJOB_SCHEMA_ACCEPTS,
+    CHAINERJOB_SCHEMA_REJECTS,
+    chainerjob_with,
+)
 
 from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 
 ROOT = Path(__file__).resolve().parent.parent
-CRD = yaml.safe_load((ROOT / "crd" / "chainerjob-crd.yaml").read_text())
 VERSION = CRD["spec"]["versions"][0]
-SCHEMA = VERSION["schema"]["openAPIV3Schema"]
-EXAMPLES = sorted((ROOT / "examples" / "chainerjob").glob("*.yaml"))
+EXAMPLES = CHAINERJOB_EXAMPLES
 
 
 def load(path: Path) -> dict:
@@ -61,34 +66,15 @@ def test_seed_manifest_validates_unchanged(path):
     assert pruned_paths(doc, SCHEMA) == [], "the API server would drop these fields"
 
 
-def with_field(doc: dict, dotted: str, value) -> dict:
-    doc = copy.deepcopy(doc)
-    *path, last = dotted.split(".")
-    node = doc
-    for key in path:
-        node = node[key]
-    node[last] = value
-    return doc
-
-
-SCHEMA_REJECTS = {
-    "negative-replicas": ("spec.workerSets.ws0.replicas", -1),
-    "zero-slots": ("spec.workerSets.ws0.mpiConfig", {"slots": 0}),
-    "negative-backoff": ("spec.master.backoffLimit", -1),
-    "zero-deadline": ("spec.master.activeDeadlineSeconds", 0),
-    "string-replicas": ("spec.workerSets.ws0.replicas", "two"),
-    # The hook's bounds, declared in the schema too (hooks.chainerjob.spec.MAX_WORKERS, int32 fields).
-    "replicas-over-the-bound": ("spec.workerSets.ws0.replicas", 1001),
-    "backoff-over-int32": ("spec.master.backoffLimit", 2**31),
-    "slots-over-int32": ("spec.workerSets.ws0.mpiConfig", {"slots": 2**31}),
-    "deadline-over-int64": ("spec.master.activeDeadlineSeconds", 2**63),
-}
-
-
-@pytest.mark.parametrize("dotted,value", SCHEMA_REJECTS.values(), ids=list(SCHEMA_REJECTS))
+@pytest.mark.parametrize("dotted,value", CHAINERJOB_SCHEMA_REJECTS.values(), ids=list(CHAINERJOB_SCHEMA_REJECTS))
 def test_schema_rejects(dotted, value):
-    doc = with_field(load(ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml"), dotted, value)
-    assert schema_errors(doc, SCHEMA) != []
+    assert schema_errors(chainerjob_with(dotted, value), SCHEMA) != []
+
+
+@pytest.mark.parametrize("dotted,value", CHAINERJOB_SCHEMA_ACCEPTS.values(), ids=list(CHAINERJOB_SCHEMA_ACCEPTS))
+def test_schema_accepts(dotted, value):
+    doc = chainerjob_with(dotted, value)
+    assert schema_errors(doc, SCHEMA) == [] and pruned_paths(doc, SCHEMA) == []
 
 
 def test_status_the_hook_writes_is_declared_and_valid():

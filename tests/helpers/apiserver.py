@@ -5,7 +5,7 @@
   and scheduler-plugins PodGroups with their upstream spec schemas).
 - `install(cp)`: those CRDs, then `kubectl apply -k metacontroller/`, once per control plane; it returns what
   that first apply printed.
-- `Verdict` and `create`/`update`: one object through the server, with what it said (accepted or not,
+- `Verdict` and `create`/`update`/`update_status`: one object through the server, with what it said (accepted or not,
   the error and its causes, the stored object), through the `kubernetes` client so a case costs milliseconds, not a kubectl.
 """
 
@@ -15,7 +15,9 @@ import copy
 import json
 import subprocess
 import threading
+import time
 import warnings as _warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,8 +95,11 @@ def refresh(cp: ControlPlane) -> None:
     _CLIENTS.pop(id(cp), None)
 
 
-def _write(cp: ControlPlane, method: str, obj: dict, namespace: str | None, *, dry_run: bool, field_validation: str | None) -> Verdict:
+def _write(cp: ControlPlane, method: str, obj: dict, namespace: str | None, *, dry_run: bool, field_validation: str | None,
+           subresource: str | None = None) -> Verdict:
     resource = dynamic(cp).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    if subresource:
+        resource = resource.subresources[subresource]
     query = {}
     if dry_run:
         query["dryRun"] = "All"
@@ -125,3 +130,19 @@ def update(cp: ControlPlane, obj: dict, namespace: str | None = None, *, dry_run
            field_validation: str | None = None) -> Verdict:
     """Replace (PUT) obj; it must carry the stored resourceVersion."""
     return _write(cp, "update", obj, namespace, dry_run=dry_run, field_validation=field_validation)
+
+
+def update_status(cp: ControlPlane, obj: dict, namespace: str | None = None, *, dry_run: bool = False,
+                  field_validation: str | None = None) -> Verdict:
+    """Replace obj's status through the status subresource (as Metacontroller writes it); obj must carry
+    the stored resourceVersion. The server keeps the stored spec whatever obj's says."""
+    return _write(cp, "update", obj, namespace, dry_run=dry_run, field_validation=field_validation, subresource="status")
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll until condition() holds (a CRD change reaches the API server's handlers a moment later)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.1)

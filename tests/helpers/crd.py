@@ -1,4 +1,12 @@
-"""The MXJob CRD as the tests read it: the schema, an OpenAPI validator, the CEL rules; valid objects to edit."""
+"""The MXJob CRD as the tests read it: the schema, an OpenAPI validator, the CEL rules; valid objects to edit.
+
+An emulation of what the API server does with a write, checked case by case against a real one
+(tests/test_apiserver_crd_rules.py), and what it models besides the schema and the rules:
+- on an update, ratcheting: an error at a node whose value did not change is not raised
+  (`unchanged`, with the API server's notion of "unchanged", which a map without a schema never is);
+- CEL rules are not run when the schema check found an error of a blocking kind (`BLOCKING`);
+- `refusals` puts it together: what the server would say, [] when it accepts the write.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +24,84 @@ CRD_PATH = ROOT / "crd" / "mxjob-crd.yaml"
 CRD = yaml.safe_load(CRD_PATH.read_text())
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+CHAINERJOB_CRD_PATH = ROOT / "crd" / "chainerjob-crd.yaml"
+CHAINERJOB_CRD = yaml.safe_load(CHAINERJOB_CRD_PATH.read_text())
+CHAINERJOB_SCHEMA = CHAINERJOB_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def schema_errors(obj: Any, schema: dict = SCHEMA) -> list[str]:
+# Schema checks whose failure stops the API server from running any CEL rule (hasBlockingErr in
+# k8s.io/apiextensions-apiserver's customresource strategy: NotSupported, Required, TooLong, TooMany,
+# TypeInvalid); it then adds BLOCKED_NOTE. A bound (minimum, maximum, pattern, minProperties, int32
+# and int64 formats) does not block.
+BLOCKING = frozenset({"enum", "required", "maxLength", "maxItems", "maxProperties", "type"})
+NUMBER_FORMATS = frozenset({"int32", "int64", "float", "double"})
+BLOCKED_NOTE = "some validation rules were not checked because the object was invalid"
+
+
+def _blocks(err: Any) -> bool:
+    if err.validator == "format":
+        return err.validator_value not in NUMBER_FORMATS  # date-time: TypeInvalid
+    return err.validator in BLOCKING
+
+
+def schema_problems(obj: Any, schema: dict = SCHEMA, *, old: Any = None) -> list[tuple[str, bool]]:
+    """(message, blocking) per schema error; on an update (old given), errors at unchanged nodes ratchet."""
     validator = OAS30Validator(schema, format_checker=oas30_format_checker)
     return [
-        f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
+        (f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}", _blocks(err))
         for err in validator.iter_errors(obj)
+        if old is None or not ratchets(obj, old, schema, tuple(err.absolute_path))
     ]
+
+
+def schema_errors(obj: Any, schema: dict = SCHEMA, *, old: Any = None) -> list[str]:
+    return [message for message, _ in schema_problems(obj, schema, old=old)]
+
+
+def _child_schema(schema: dict, key: str | int) -> dict | None:
+    """The schema the API server correlates a child by: a declared property or additionalProperties."""
+    if isinstance(key, int):
+        return None  # a list without x-kubernetes-list-type map or set is atomic: its items are not correlated
+    if key in schema.get("properties", {}):
+        return schema["properties"][key]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else None
+
+
+def unchanged(new: Any, old: Any, schema: dict) -> bool:
+    """The API server's ratcheting equality (CorrelatedObject.CachedDeepEqual in k8s.io/apiserver).
+
+    Lists compare whole. A map compares key by key, each key through the schema of its value: a key
+    its schema neither declares nor covers by additionalProperties cannot be correlated, and makes
+    the map count as changed even when it is equal, so a non-empty map under a plain
+    x-kubernetes-preserve-unknown-fields node never ratchets.
+    """
+    if isinstance(new, dict) and isinstance(old, dict):
+        if len(new) != len(old):
+            return False
+        for key, value in new.items():
+            sub = _child_schema(schema, key)
+            if key not in old or sub is None or not unchanged(value, old[key], sub):
+                return False
+        return True
+    if isinstance(new, dict) or isinstance(old, dict):
+        return False
+    return type(new) is type(old) and new == old
+
+
+def ratchets(new: Any, old: Any, schema: dict, where: tuple) -> bool:
+    """Whether an error at `where` is ratcheted: a correlatable node on the way to it is unchanged."""
+    node_new, node_old, node_schema = new, old, schema
+    for step in (*where, None):
+        if unchanged(node_new, node_old, node_schema):
+            return True
+        if step is None:
+            return False
+        sub = _child_schema(node_schema, step)
+        if sub is None or not isinstance(node_new, dict) or not isinstance(node_old, dict) or step not in node_old:
+            return False  # not correlatable below here
+        node_new, node_old, node_schema = node_new.get(step), node_old[step], sub
+    return False
 
 
 def pruned_paths(obj: Any, schema: dict, path: str = "") -> list[str]:
@@ -122,10 +200,15 @@ def lookup(obj: Any, where: tuple) -> tuple[bool, Any]:
     return True, obj
 
 
-def broken_rules(obj: dict, old: dict | None = None) -> list[Rule]:
-    """The rules the API server would reject obj for (old: the stored object on an update)."""
+def broken_rules(obj: dict, old: dict | None = None, *, rules: list[Rule] | None = None, schema: dict = SCHEMA) -> list[Rule]:
+    """The rules the API server would reject obj for (old: the stored object on an update).
+
+    A transition rule runs only on an update, where the old value exists. A rule without oldSelf
+    ratchets on an update: its error is dropped (the API server makes it a warning) when its node is
+    unchanged (`ratchets`).
+    """
     broken = []
-    for rule in RULES:
+    for rule in RULES if rules is None else rules:
         for where, value in nodes_at(obj, rule.path):
             if rule.is_transition:
                 if old is None:
@@ -135,9 +218,34 @@ def broken_rules(obj: dict, old: dict | None = None) -> list[Rule]:
                     continue  # transition rules only run when the old value exists
                 if not rule.holds(value, old_value):
                     broken.append(rule)
-            elif not rule.holds(value):
+            elif not rule.holds(value) and not (old is not None and ratchets(obj, old, schema, where)):
                 broken.append(rule)
     return broken
+
+
+def refusals(obj: dict, old: dict | None = None, *, schema: dict = SCHEMA, rules: list[Rule] | None = None) -> list[str]:
+    """What the API server would answer to a create (old None) or an update of obj: [] when it accepts.
+
+    The schema's errors, then either the note that the rules were not run (after a blocking schema
+    error, when the CRD has rules: without any the API server has no rule validator to skip) or the
+    message of every broken rule.
+    """
+    rules = RULES if rules is None else rules
+    problems = schema_problems(obj, schema, old=old)
+    found = [message for message, _ in problems]
+    if rules and any(blocking for _, blocking in problems):
+        return [*found, BLOCKED_NOTE]
+    return found + [r.message for r in broken_rules(obj, old, rules=rules, schema=schema)]
+
+
+def status_refusals(obj: dict, old: dict, *, schema: dict = SCHEMA) -> list[str]:
+    """What the API server would answer to a write of obj's status through the status subresource:
+    the status is checked against its schema (ratcheting), and every rule runs on the whole object
+    (so a spec that breaks a rule refuses the status write, unless its node ratchets)."""
+    problems = [(m, b) for m, b in schema_problems(obj, schema, old=old) if m.startswith("status")]
+    if any(blocking for _, blocking in problems):
+        return [*(m for m, _ in problems), BLOCKED_NOTE]
+    return [m for m, _ in problems] + [r.message for r in broken_rules(obj, old, schema=schema)]
 
 
 def mxnet(image: str = "mxjob/mxnet:1.9.1") -> dict:
@@ -169,7 +277,9 @@ def keys_anywhere(node: Any, key: str) -> list[str]:
 
 
 def untyped_nodes(schema: dict, path: str = "") -> list[str]:
-    found = [] if "type" in schema or schema.get("x-kubernetes-int-or-string") else [path]
+    """Nodes a structural schema must give a type: all but int-or-string and preserve-unknown-fields ones."""
+    exempt = schema.get("x-kubernetes-int-or-string") or schema.get("x-kubernetes-preserve-unknown-fields")
+    found = [] if "type" in schema or exempt else [path]
     for name, sub in schema.get("properties", {}).items():
         found += untyped_nodes(sub, f"{path}.{name}")
     if isinstance(schema.get("additionalProperties"), dict):
