@@ -24,10 +24,11 @@ from typing import TextIO, cast
 
 import yaml
 
+from . import kubectlyaml
 from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
 from .crds import served_kinds
-from .fieldvalidation import pruned_job, unknown_fields_of
+from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
 from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .types import KubeObject
 
@@ -137,18 +138,20 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     """
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
-            documents = [doc for doc in yaml.safe_load_all(stream) if doc]
+            documents = [doc for doc in kubectlyaml.load_all(stream) if doc]
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path} is not a text file (YAML must be UTF-8): {err.reason} at byte {err.start}") from err
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML: {err}") from err
+    except kubectlyaml.ManifestError as err:
+        raise InputError(f"{path}: kubectl cannot read this YAML: {err}") from err
     kinds = {kind: served_kinds()[kind] for kind in PARENT_KINDS.values()}
     jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in kinds]
     if len(jobs) != 1:
         raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(kinds))}), found {len(jobs)}")
-    job = jobs[0]
+    job = kubectlyaml.without_nulls(jobs[0])  # as `kubectl apply` sends it
     crd = kinds[job["kind"]]
     api_version = job.get("apiVersion")
     group, _, version = str(api_version).rpartition("/")
@@ -160,6 +163,8 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
                          f"use one of {served}.{hint}")
     if warn is not None and (warning := crd.warning_for(version)):
         warn(f"Warning: {warning}")
+    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
+        raise InputError(f"{path}: {problem}")
     unknown = unknown_fields_of(job) if validate != "ignore" else []
     if unknown and validate == "strict":
         fields = ", ".join(f'unknown field "{field}"' for field in unknown)
@@ -168,7 +173,7 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     if warn is not None:
         for field in unknown:
             warn(f'Warning: unknown field "{field}"')
-    job = pruned_job(job)  # what the API server stores, and so all that Metacontroller and the hooks see
+    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
     job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     meta = job.get("metadata")
     if not isinstance(meta, dict):
