@@ -79,8 +79,9 @@ EDGE_CASES: list[tuple[str, dict]] = [
     ("ports-without-protocol", pod("p", container(ports=[{"containerPort": 80, "name": "http"},
                                                         {"containerPort": 53, "protocol": "UDP"}]))),
     ("host-network-ports", pod("p", container(ports=[{"containerPort": 8080}]), hostNetwork=True)),
-    ("init-containers", pod("p", initContainers=[container("alpine", name="init", ports=[{"containerPort": 9}],
-                                                           resources={"requests": {"cpu": "0.1"}, "limits": {"cpu": "100m", "memory": 64 * 2**20}})])),
+    ("init-containers", pod("p", initContainers=[container(
+        "alpine", name="init", ports=[{"containerPort": 9}],
+        resources={"requests": {"cpu": "0.1"}, "limits": {"cpu": "100m", "memory": 64 * 2**20}})])),
     # Resources: a limit without a request is the request; quantities are canonicalised.
     ("limits-only", pod("p", container(resources={"limits": {"cpu": "1000m", "memory": "1024Mi"}}))),
     ("limits-and-some-requests", pod("p", container(resources={"requests": {"cpu": "500m"},
