@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.apiserver import create, install, refresh
+from helpers.apiserver import Verdict, create, install, refresh
 from helpers.default_cases import EDGE_CASES, PRIORITY_CLASSES, golden_children
 from helpers.unknown_field_cases import CASES, Case
 
@@ -209,19 +209,20 @@ CHILDREN = golden_children() + EDGE_CASES
 
 
 @pytest.fixture(scope="module")
-def stored_children(control_plane: ControlPlane, dry_run_namespace: str) -> dict[str, dict]:
-    """Every child as the server would store it (one dry-run create each, through the dynamic client)."""
+def stored_children(control_plane: ControlPlane, dry_run_namespace: str) -> dict[str, Verdict]:
+    """What the server answered to each child's dry-run create (through the dynamic client: milliseconds each)."""
     for name, value in PRIORITY_CLASSES.items():  # cluster-wide, made once; a second run finds them
         create(control_plane, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                "metadata": {"name": name}, "value": value})
     refresh(control_plane)  # the PodGroup CRDs install() added
-    stored = {}
-    for case_id, child in CHILDREN:
-        verdict = create(control_plane, child, dry_run_namespace, dry_run=True)
-        assert verdict.accepted, f"{case_id}: {verdict.message}"
-        assert verdict.stored is not None
-        stored[case_id] = verdict.stored
-    return stored
+    return {case_id: create(control_plane, child, dry_run_namespace, dry_run=True) for case_id, child in CHILDREN}
+
+
+def stored_child(stored_children: dict[str, Verdict], case_id: str) -> dict:
+    verdict = stored_children[case_id]
+    assert verdict.accepted, f"the server refused {case_id}: {verdict.message}"
+    assert verdict.stored is not None
+    return verdict.stored
 
 
 def local_defaults(child: dict, server: dict) -> dict:
@@ -268,8 +269,8 @@ def excused(kind: str, server: dict, path: str, given: Any) -> Ignored | None:
 
 
 @pytest.mark.parametrize(("case_id", "child"), CHILDREN, ids=[case_id for case_id, _ in CHILDREN])
-def test_defaults_match_the_server(case_id: str, child: dict, stored_children: dict[str, dict]):
-    server = stored_children[case_id]
+def test_defaults_match_the_server(case_id: str, child: dict, stored_children: dict[str, Verdict]):
+    server = stored_child(stored_children, case_id)
     wrong, unmodelled = differences(child, server)
     assert wrong == []
     unexcused = [f"{path}: given {given!r}, the server {theirs!r}" for path, given, theirs in unmodelled
@@ -277,11 +278,11 @@ def test_defaults_match_the_server(case_id: str, child: dict, stored_children: d
     assert unexcused == [], "set by the server, neither modelled in localcluster/defaults.py nor in IGNORED"
 
 
-def test_every_ignored_field_is_still_set_by_the_server(stored_children: dict[str, dict]):
+def test_every_ignored_field_is_still_set_by_the_server(stored_children: dict[str, Verdict]):
     """The ignore list cannot rot: each entry excuses something in the corpus."""
     used = set()
     for case_id, child in CHILDREN:
-        server = stored_children[case_id]
+        server = stored_child(stored_children, case_id)
         for path, given, _ in differences(child, server)[1]:
             if (entry := excused(child["kind"], server, path, given)) is not None:
                 used.add(entry)
