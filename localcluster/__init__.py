@@ -7,6 +7,7 @@ worker thread each) with podprocess (a container's process: start, signals, exit
 podsandbox (what a process sees: env, paths, stand-ins, DNS wiring), podenv (env resolution and
 `$(NAME)` expansion), podstatus (phase, conditions, containerStatuses), volumes (emptyDir/configMap
 on disk, mount paths mapped), crds (the served CRD versions), fieldvalidation (the fields a CRD
-prunes), kubectl (the `kubectl exec` stand-in), dns (Service names and ports on loopback), defaults (server-side
+prunes, its defaults), kubectlyaml (a manifest read as kubectl reads it), kubectl (the `kubectl exec`
+stand-in), dns (Service names and ports on loopback), defaults (server-side
 defaulting), hooks_server (gunicorn and a fault proxy), cluster (wiring), cli.
 """

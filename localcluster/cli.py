@@ -25,12 +25,12 @@ from typing import TextIO, cast
 
 import yaml
 
-from . import clusterup
+from . import clusterup, kubectlyaml
 from .cluster import Backend, LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
 from .controlplane import bin_dir, missing_binaries
 from .crds import served_kinds
-from .fieldvalidation import pruned_job, unknown_fields_of
+from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
 from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .store import StoreError
 from .types import KubeObject
@@ -141,18 +141,20 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     """
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
-            documents = [doc for doc in yaml.safe_load_all(stream) if doc]
+            documents = [doc for doc in kubectlyaml.load_all(stream) if doc]
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path} is not a text file (YAML must be UTF-8): {err.reason} at byte {err.start}") from err
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML: {err}") from err
+    except kubectlyaml.ManifestError as err:
+        raise InputError(f"{path}: kubectl cannot read this YAML: {err}") from err
     kinds = {kind: served_kinds()[kind] for kind in PARENT_KINDS.values()}
     jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in kinds]
     if len(jobs) != 1:
         raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(kinds))}), found {len(jobs)}")
-    job = jobs[0]
+    job = kubectlyaml.without_nulls(jobs[0])  # as `kubectl apply` sends it
     crd = kinds[job["kind"]]
     api_version = job.get("apiVersion")
     group, _, version = str(api_version).rpartition("/")
@@ -164,6 +166,8 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
                          f"use one of {served}.{hint}")
     if warn is not None and (warning := crd.warning_for(version)):
         warn(f"Warning: {warning}")
+    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
+        raise InputError(f"{path}: {problem}")
     unknown = unknown_fields_of(job) if validate != "ignore" else []
     if unknown and validate == "strict":
         fields = ", ".join(f'unknown field "{field}"' for field in unknown)
@@ -172,7 +176,7 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     if warn is not None:
         for field in unknown:
             warn(f'Warning: unknown field "{field}"')
-    job = pruned_job(job)  # what the API server stores, and so all that Metacontroller and the hooks see
+    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
     job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     meta = job.get("metadata")
     if not isinstance(meta, dict):
@@ -493,8 +497,8 @@ def log_files(job_dir: Path) -> dict[tuple[str, str], Path]:
             found[(pod, rest)] = path
             continue
         with path.open(errors="replace") as handle:
-            first = handle.readline()
-        match = re.search(r" container (\S+) start ", first)
+            head = "".join(handle.readline() for _ in range(5))  # the kubelet may note volumes before the start line
+        match = re.search(r" container (\S+) start ", head)
         if match:
             found[(pod, match.group(1))] = path
     return found

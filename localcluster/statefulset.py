@@ -81,9 +81,9 @@ class StatefulSetController(Reconciler):
             "updateRevision": revision,
             "collisionCount": 0,
         }
-        for field in ("readyReplicas", "currentReplicas", "updatedReplicas", "availableReplicas"):
+        for field in ("readyReplicas", "currentReplicas", "updatedReplicas"):
             if not status[field]:
-                del status[field]  # omitempty in the Go type
+                del status[field]  # omitempty in the Go type (replicas and availableReplicas are not)
         try:
             self.store.update_status(self.api_version, self.kind, *key, status)
         except StoreError:

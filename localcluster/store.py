@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .defaults import apply_defaults
+from .defaults import apply_defaults, prepare_for_create
 from .types import KubeObject, OwnerReference
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -196,6 +196,7 @@ class Store:
                 meta["generation"] = 1
             if not (restore and meta.get("creationTimestamp")):
                 meta["creationTimestamp"] = self._now()
+            prepare_for_create(obj)
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
             self._bump(obj)

@@ -83,9 +83,33 @@ def prepare_volumes(pod_dir: Path, pod: KubeObject, get_configmap: Any) -> list[
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(data[item["key"]])
                 os.chmod(path, item.get("mode", source.get("defaultMode", DEFAULT_MODE)))
+        elif "projected" in vol:
+            _write_projected(target, namespace, vol["projected"], get_configmap)
         else:
             unsupported.append(vol["name"])
     return unsupported
+
+
+def _write_projected(target: Path, namespace: str, source: dict[str, Any], get_configmap: Any) -> None:
+    """A projected volume, as the ServiceAccount admission plugin adds to every pod on a real API server
+    (`kube-api-access-*`): its configMap and downwardAPI namespace items are written; a service-account
+    token is not (this kubelet has no credentials to ask for one), so in-cluster clients find no token."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True, exist_ok=True)
+    for projection in source.get("sources") or []:
+        files: dict[str, str] = {}
+        if "configMap" in projection:
+            data = (get_configmap(namespace, projection["configMap"].get("name", "")) or {}).get("data", {}) or {}
+            items = projection["configMap"].get("items") or [{"key": key, "path": key} for key in sorted(data)]
+            files = {item["path"]: data[item["key"]] for item in items if item["key"] in data}
+        elif "downwardAPI" in projection:
+            files = {item["path"]: namespace for item in projection["downwardAPI"].get("items") or []
+                     if item.get("fieldRef", {}).get("fieldPath") == "metadata.namespace"}
+        for relative, text in files.items():
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            os.chmod(path, source.get("defaultMode", DEFAULT_MODE))
 
 
 def rewrite_configmap_files(pod_dir: Path, pod: KubeObject, mapping: PathMap) -> None:
