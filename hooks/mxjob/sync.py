@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
-from hooks.mxjob.lifecycle import Memory, Plan, decide
+from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
 from hooks.mxjob.names import job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
@@ -30,7 +30,7 @@ from hooks.shared.memory import (
     restart_record_name,
     restart_records,
 )
-from hooks.shared.request import as_last_applied, read_children, read_parent
+from hooks.shared.request import as_last_applied, parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
@@ -245,31 +245,39 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
     old = OldStatus(old_status)
     start_time = old.time("startTime")
-    if observed.any() or start_time:
-        # An edit must never destroy a running job: keep every child as last applied and say why.
-        # The status stays as it was, but for the fields the hook reads back, which are kept only
-        # in the shape it writes them.
-        status = {k: v for k, v in old.raw.items()
-                  if k not in ("observedGeneration", "specError", *_READ_BACK)}
-        status.update({k: v for k, v in (("conditions", old.conditions()),
-                                         ("startTime", start_time),
-                                         ("completionTime", old.time("completionTime")),
-                                         ("cleanedUpTime", old.time("cleanedUpTime")),
-                                         ("restartCount", old.counter("restartCount")))
-                       if v})
-        status["specError"] = message
-        children = [as_last_applied(key, name, obj)
-                    for key, group in observed.by_key() for name, obj in group.items()]
-    else:
+    if not (observed.any() or start_time):
         conds = Conditions(old.conditions(), now)
         conds.set("Failed", True, FAILED_VALIDATION, message)
-        status = {"conditions": conds.ordered(),
-                  "completionTime": old.time("completionTime") or rfc3339(now)}
-        children = []
+        status: JSON = {"conditions": conds.ordered(),
+                        "completionTime": old.time("completionTime") or rfc3339(now)}
+        return {"status": _with_warnings(status, old), "children": []}
+    # An edit must never destroy a running job: keep every child as last applied and say why.
+    children = [as_last_applied(key, name, obj) for key, group in observed.by_key() for name, obj in group.items()]
+    outcome = read_record(observed.config_maps.get(outcome_name(parent["metadata"]["name"])))
+    if outcome is not None:
+        # The job has finished: its status is the record's, whatever the parent shows (a stale
+        # read, an edited status), as on every sync that sees the record.
+        status = recorded_status(read_outcome(outcome, old, key=parent_key(parent), now=now), old,
+                                 cleaned_up_time=old.time("cleanedUpTime"))
+        return {"status": {**status, "specError": message}, "children": children}
+    # The status stays as it was, but for the fields the hook reads back, which are kept only in
+    # the shape it writes them.
+    status = {k: v for k, v in old.raw.items() if k not in ("observedGeneration", "specError", *_READ_BACK)}
+    status.update({k: v for k, v in (("conditions", old.conditions()),
+                                     ("startTime", start_time),
+                                     ("completionTime", old.time("completionTime")),
+                                     ("cleanedUpTime", old.time("cleanedUpTime")),
+                                     ("restartCount", old.counter("restartCount")))
+                   if v})
+    status["specError"] = message
+    return {"status": _with_warnings(status, old), "children": children}
+
+
+def _with_warnings(status: JSON, old: OldStatus) -> JSON:
     warnings = old.warnings()
     if warnings:
         status[WARNINGS_FIELD] = warnings
-    return {"status": status, "children": children}
+    return status
 
 
 _READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount",
