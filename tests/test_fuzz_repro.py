@@ -118,6 +118,12 @@ EXPECTED = {
     "turn3/02b-layout-edit-no-configmap-rule-drops-running-pod": SPEC_ERROR,
     "turn3/02c-layout-edit-configmap-terminating-drops-running-pod": SPEC_ERROR,
     "turn3/02d-upgrade-refused-edit-applied-drops-running-pod": SPEC_ERROR,
+    # Issue 29 (found at d552d2e): an invalid edit read with a stale status (01) or with no status
+    # (01m) answered the stale status; with the outcome record observed, the status is the record's.
+    "d552d2e/01-invalid-edit-stale-status-finished-job-shown-running": SPEC_ERROR,
+    "d552d2e/01a-invalid-edit-fresh-status-control": SPEC_ERROR,
+    "d552d2e/01b-stale-status-valid-spec-control": VALID,
+    "d552d2e/01m-minimal-invalid-spec-no-status-outcome-record": SPEC_ERROR,
 }
 
 # A status field the hook did not write in its own shape: ignored, and named in statusWarnings.
@@ -205,3 +211,53 @@ def test_a_finished_jobs_service_of_no_slot_is_deleted_and_the_rest_kept():
     assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"), ("ConfigMap", "j-cluster"),
                                                                                 ("ConfigMap", "j-outcome")]
     assert answer["status"]["conditions"][-1]["type"] == "Succeeded"
+
+
+# --- issue 29: the memory records (tests/fuzz_repro/d552d2e/README.md) ------------------------------
+
+D552 = "d552d2e/"
+
+
+def today(name: str) -> tuple[int, dict]:
+    """The answer a reproducer got at d552d2e: its .answer.txt (status line, then the body)."""
+    line, body = (HERE / f"{D552}{name}.answer.txt").read_text().split("\n", 1)
+    return int(line.split()[1]), json.loads(body)
+
+
+def answer_of(name: str) -> tuple[int, dict]:
+    response = post((HERE / f"{D552}{name}.json").read_bytes())
+    return response.status_code, response.get_json()
+
+
+def identities(answer: dict) -> list[tuple[str, str]]:
+    return sorted((c["kind"], c["metadata"]["name"]) for c in answer["children"])
+
+
+def test_an_invalid_edit_read_with_a_stale_status_answers_the_outcome_records_status():
+    # 01: the job failed and its outcome record is observed; the parent shows the status of two
+    # writes earlier (Running) and a spec edited past admission. 01b: the same read, spec unchanged.
+    _, edited = answer_of("01-invalid-edit-stale-status-finished-job-shown-running")
+    _, unchanged = answer_of("01b-stale-status-valid-spec-control")
+    assert edited["status"].pop("specError").startswith("MXJob default/j has an invalid spec: spec.mxReplicaSpecs")
+    assert edited["status"] == unchanged["status"]
+    assert edited["status"]["conditions"][-1]["type"] == "Failed"
+    assert edited["status"]["replicaStatuses"] == {"Worker": {"active": 0, "succeeded": 0, "failed": 1}}
+    # Nothing is touched: every child is kept as last applied.
+    assert identities(edited) == [("ConfigMap", "j-cluster"), ("ConfigMap", "j-outcome"),
+                                  ("Pod", "j-worker-1"), ("Service", "j-worker-1")]
+
+
+def test_an_invalid_spec_with_no_status_answers_the_outcome_records_status():
+    request = json.loads((HERE / f"{D552}01m-minimal-invalid-spec-no-status-outcome-record.json").read_bytes())
+    record = json.loads(request["children"]["ConfigMap.v1"]["jic72-outcome"]["data"]["record"])
+    _, answer = answer_of("01m-minimal-invalid-spec-no-status-outcome-record")
+    assert answer["status"].pop("specError").startswith("MXJob default/jic72 has an invalid spec: spec:")
+    assert answer["status"] == record
+    assert identities(answer) == [("ConfigMap", "jic72-outcome")]
+
+
+@pytest.mark.parametrize("name", ["01a-invalid-edit-fresh-status-control", "01b-stale-status-valid-spec-control"])
+def test_the_outcome_record_controls_keep_their_answer(name):
+    code, answer = answer_of(name)
+    was_code, was = today(name)
+    assert (code, answer["status"], identities(answer)) == (was_code, was["status"], identities(was))
