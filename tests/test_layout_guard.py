@@ -2,8 +2,8 @@
 
 The request shows that a job has started through its cluster ConfigMap, and also through its live
 pods: a pod outside the new layout, or one whose DMLC_NUM_* entries give other counts. Either is
-enough, so a job whose ConfigMap is not observed (deleted, terminating, no child rule, or older
-than the ConfigMap) is protected too (tests/fuzz_repro/turn3/02* are the reproducers).
+enough, so a job whose ConfigMap is not observed (deleted, terminating, or older than the
+ConfigMap) is protected too (tests/fuzz_repro/turn3/02* are the reproducers).
 """
 from __future__ import annotations
 

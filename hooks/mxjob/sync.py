@@ -173,8 +173,7 @@ def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str,
     - a live pod (not terminating) has a name outside the new layout;
     - a live pod's DMLC_NUM_SERVER or DMLC_NUM_WORKER differs from the new counts.
     The pods are checked too because the ConfigMap is not always observed while pods run: deleted
-    by hand, terminating, a CompositeController without the ConfigMap child rule, or a job
-    created before the ConfigMap existed.
+    by hand, terminating, or a job created before the ConfigMap existed.
     """
     if _config_map_differs(wiring, observed.config_maps) or _pods_differ(job, slots, observed.pods):
         return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
@@ -210,17 +209,14 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     """The parent, the gang configuration, and the observed children by rule."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
+    # Every rule must be there (hooks.shared.request.read_children): without the ConfigMap rule
+    # the memory records (hooks.shared.memory) would never be seen, so a failed pod would never be
+    # recreated and a finished job never cleaned up.
     keys: tuple[str, ...] = (POD_KEY, SERVICE_KEY, CONFIG_MAP_KEY)
-    # The cluster ConfigMap is immutable and always the same for a job, so a request without its
-    # entry (a CompositeController installed before the ConfigMap rule) is read as "none yet": the
-    # answer only adds it. Pods and Services must be there: reading them as absent would recreate
-    # or delete what exists.
-    optional = frozenset({CONFIG_MAP_KEY})
     if gang is None:
-        pods, services, config_maps = read_children(request, keys, optional=optional, fields=OBSERVED_FIELDS)
+        pods, services, config_maps = read_children(request, keys, fields=OBSERVED_FIELDS)
         return parent, None, Observed(pods, services, config_maps, {})
-    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), optional=optional,
-                                                        fields=OBSERVED_FIELDS)
+    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), fields=OBSERVED_FIELDS)
     return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
 
 
