@@ -32,7 +32,9 @@ VALID, FAILED_VALIDATION, SPEC_ERROR, BAD_REQUEST = "valid", "failed-validation"
 EXPECTED = {
     "01-huge-replicas": FAILED_VALIDATION,
     "02-deadline-int64-max": FAILED_VALIDATION,
-    "03-finished-job-stray-service": VALID,
+    # A live Service outside the layout: the job was started with another one (issue 29), so the
+    # edit is refused and every child kept, as for a pod outside the layout.
+    "03-finished-job-stray-service": SPEC_ERROR,
     "04-service-duplicate-port": VALID,
     # One number on two protocols: Metacontroller merges a Service's ports by number alone, so the
     # Service could never be updated; refused since turn 3 (hooks.shared.merge).
@@ -60,7 +62,7 @@ EXPECTED = {
     "generated/15-no-error-reported-runpolicy": VALID,
     "generated/16-5xx-500-attributeerror-hooks-sync-py-142-invalid-spec": SPEC_ERROR,
     "generated/17-no-error-reported-type-restartpolicy": VALID,
-    "generated/18-5xx-500-keyerror-hooks-sync-py-46-listcomp": VALID,
+    "generated/18-5xx-500-keyerror-hooks-sync-py-46-listcomp": SPEC_ERROR,  # a Service outside the layout, as 03
     "generated/20-5xx-big-number-500-overflowerror-hooks-lifecycle-py-253-dead": FAILED_VALIDATION,
     "generated/21-5xx-500-typeerror-hooks-lifecycle-py-242-genexpr": VALID,
     "generated/22-5xx-500-typeerror-hooks-conditions-py-27-init": FAILED_VALIDATION,
@@ -125,6 +127,12 @@ EXPECTED = {
     "d552d2e/01a-invalid-edit-fresh-status-control": SPEC_ERROR,
     "d552d2e/01b-stale-status-valid-spec-control": VALID,
     "d552d2e/01m-minimal-invalid-spec-no-status-outcome-record": SPEC_ERROR,
+    # An MXTune layout edit with the cluster ConfigMap not observed and the removed replica's pod
+    # terminating: its live Service shows the old layout (02b), as the ConfigMap does (02a). 02 has
+    # no ConfigMap rule at all: a 400 (as 03).
+    "d552d2e/02-mxtune-layout-edit-no-configmap-rule-deletes-live-service": BAD_REQUEST,
+    "d552d2e/02a-mxtune-layout-edit-configmap-observed-control": SPEC_ERROR,
+    "d552d2e/02b-mxtune-layout-edit-configmap-deleted-deletes-live-service": SPEC_ERROR,
     # Without the ConfigMap child rule the records were never seen: a failed pod never recreated (03),
     # a finished job never cleaned up (03b). Now a 400 naming the rule; with it (03a, 03c) as before.
     "d552d2e/03-no-configmap-rule-failed-pod-never-recreated": BAD_REQUEST,
@@ -236,8 +244,17 @@ def test_reproducer_gets_the_answer_the_rule_says(name):
     assert dumps(sync_mxjob(request, now=T0)["status"]) == dumps(first["status"])
 
 
-def test_a_finished_jobs_service_of_no_slot_is_deleted_and_the_rest_kept():
+def test_a_service_of_no_slot_is_a_sign_of_another_layout_and_nothing_is_deleted():
+    # Only a slot of some layout gets a Service, so one outside the spec's slots shows the job was
+    # started with another layout: refused as a pod outside the layout is, with every child kept.
     answer = post(body_of("03-finished-job-stray-service")).get_json()
+    assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"),
+                                                                                ("Service", "j-worker-5")]
+    assert "changed after the job's pods were created" in answer["status"]["specError"]
+    # Once it has gone, the job goes on, and ends as its pods say.
+    request = json.loads(body_of("03-finished-job-stray-service"))
+    request["children"]["Service.v1"]["j-worker-5"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    answer = sync_mxjob(request, now=T0)
     assert [(c["kind"], c["metadata"]["name"]) for c in answer["children"]] == [("Pod", "j-worker-0"), ("ConfigMap", "j-cluster"),
                                                                                 ("ConfigMap", "j-outcome")]
     assert answer["status"]["conditions"][-1]["type"] == "Succeeded"
@@ -286,6 +303,22 @@ def test_an_invalid_spec_with_no_status_answers_the_outcome_records_status():
     assert identities(answer) == [("ConfigMap", "jic72-outcome")]
 
 
+def test_an_mxtune_layout_edit_is_refused_by_the_live_service_of_the_removed_replica():
+    # 02b: t-tunerserver-1 is terminating (a node drain) and t-cluster is not observed; the edit
+    # (TunerServer 2 to 1) deleted the live Service t-tunerserver-1 and wrote a one-server cluster
+    # map under the running tuner. Now it is refused as with t-cluster observed (02a).
+    _, answer = answer_of("02b-mxtune-layout-edit-configmap-deleted-deletes-live-service")
+    assert answer["status"]["specError"].startswith("MXJob default/t has an invalid spec: spec.mxReplicaSpecs: changed")
+    request = json.loads((HERE / f"{D552}02b-mxtune-layout-edit-configmap-deleted-deletes-live-service.json").read_bytes())
+    observed = sorted((key.split(".")[0], name) for key, objs in request["children"].items() for name in objs)
+    assert ("Service", "t-tunerserver-1") in observed and "t-cluster" not in request["children"]["ConfigMap.v1"]
+    assert identities(answer) == observed
+    _, control = answer_of("02a-mxtune-layout-edit-configmap-observed-control")
+    assert control["status"]["specError"] == answer["status"]["specError"]
+    code, no_rule = answer_of("02-mxtune-layout-edit-no-configmap-rule-deletes-live-service")
+    assert code == 400 and no_rule["error"].startswith("children[ConfigMap.v1]: required")
+
+
 @pytest.mark.parametrize("name", ["03-no-configmap-rule-failed-pod-never-recreated",
                                   "03b-no-configmap-rule-failed-job-pods-never-cleaned-up"])
 def test_without_the_config_map_rule_the_job_is_not_left_to_stall_in_silence(name):
@@ -306,6 +339,7 @@ def test_with_the_config_map_rule_the_failed_pod_is_deleted_and_the_failed_job_c
 
 
 @pytest.mark.parametrize("name", ["01a-invalid-edit-fresh-status-control", "01b-stale-status-valid-spec-control",
+                                  "02a-mxtune-layout-edit-configmap-observed-control",
                                   "03a-configmap-rule-control-failed-pod-recreated",
                                   "03c-configmap-rule-control-failed-job-cleaned-up"])
 def test_the_controls_keep_their_answer(name):

@@ -224,7 +224,8 @@ class _State:
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished))]
         services = sorted(observed_services) if policy == "None" else keep
-        # A Service of no slot (left from an earlier layout) is deleted, as a stray pod is.
+        # A Service of no slot gets here only on its way out: a live one is a sign of another
+        # layout, which the layout guard refuses first (hooks.mxjob.sync.changed_since_created).
         services = [name for name in services if name in observed_services and name in slots]
         plan = Plan(status={}, pods=keep, services=services, finished=True)
         ttl = self.job.run_policy.ttl_seconds_after_finished

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
 from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
-from hooks.mxjob.names import job_labels
+from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
@@ -167,36 +167,51 @@ def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str,
                           observed: Observed) -> list[str]:
     """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
 
-    Acting on a changed layout would delete pods (fewer replicas) or mix two cluster layouts
-    (more), so any sign in the request that the job was started with another layout refuses it:
+    Acting on a changed layout would delete pods and Services (fewer replicas) or mix two cluster
+    layouts (more), so any sign in the request that the job was started with another layout
+    refuses it:
     - the observed `<job>-cluster` ConfigMap holds another cluster map than the spec gives now;
-    - a live pod (not terminating) has a name outside the new layout;
-    - a live pod's DMLC_NUM_SERVER or DMLC_NUM_WORKER differs from the new counts.
-    The pods are checked too because the ConfigMap is not always observed while pods run: deleted
-    by hand, terminating, or a job created before the ConfigMap existed.
+    - a live pod (not terminating) has a name outside the new layout, or carries another layout:
+      its replica-layout annotation, or, on a pod from before that annotation, its
+      DMLC_NUM_SERVER or DMLC_NUM_WORKER;
+    - a live Service has a name outside the new layout (a Service outlives its terminating pod,
+      and an MXTune pod has no DMLC_NUM_* of its own).
+    The children are checked too because the ConfigMap is not always observed while pods run:
+    deleted by hand, terminating, or a job created before the ConfigMap existed.
     """
-    if _config_map_differs(wiring, observed.config_maps) or _pods_differ(job, slots, observed.pods):
+    if (_config_map_differs(wiring, observed.config_maps) or _pods_differ(job, wiring, slots, observed.pods)
+            or any(name not in slots for name, service in observed.services.items() if _live(service))):
         return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
                 "has the replica layout built in); restore the previous mxReplicaSpecs "
                 "and jobMode, or delete the MXJob and create it again"]
     return []
 
 
+def _live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
+    """An observed child that is not on its way out (deleting it again would change nothing)."""
+    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
+
+
 def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:
     observed = config_maps.get(wiring.config_map)
-    if not isinstance(observed, Mapping) or (observed.get("metadata") or {}).get("deletionTimestamp"):
+    if not _live(observed):
         return False
     data = observed.get("data")
     return not (isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster)
 
 
-def _pods_differ(job: MXJob, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
+def _pods_differ(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
     counts = layout_env(job)
     for name, pod in pods.items():
-        if not isinstance(pod, Mapping) or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue  # on its way out: deleting it again changes nothing
+        if not _live(pod):
+            continue
         if name not in slots:
             return True
+        layout = ((pod.get("metadata") or {}).get("annotations") or {}).get(LAYOUT_ANNOTATION)
+        if layout is not None:
+            if layout != wiring.layout:
+                return True
+            continue
         for container in (pod.get("spec") or {}).get("containers") or []:
             for entry in (container.get("env") or []) if isinstance(container, Mapping) else []:
                 if (isinstance(entry, Mapping) and entry.get("name") in counts
