@@ -175,8 +175,9 @@ def test_template_scheduler_and_priority_class_are_kept():
     [pod] = children(pods_sync(parent, gang_controller(VOLCANO_API)), "Pod")
     assert pod["spec"]["schedulerName"] == "mine"
     assert pod["spec"]["priorityClassName"] == "low"
-    assert pod["metadata"]["annotations"] == {"a": "b", "scheduling.k8s.io/group-name": "mx",
-                                              "volcano.sh/task-spec": "worker"}
+    assert pod["metadata"]["annotations"] == {
+        "a": "b", "training.kubeflow.org/replica-layout": '{"worker":{"port":9091,"replicas":1}}',
+        "scheduling.k8s.io/group-name": "mx", "volcano.sh/task-spec": "worker"}
 
 
 def test_scheduler_plugins_pods_carry_the_group_label_and_no_volcano_annotations():
@@ -184,7 +185,7 @@ def test_scheduler_plugins_pods_carry_the_group_label_and_no_volcano_annotations
     assert len(children(answer, "Pod")) == 4
     for pod in children(answer, "Pod"):
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mx"
-        assert "annotations" not in pod["metadata"]
+        assert not any("volcano" in key or key.startswith("scheduling.") for key in pod["metadata"]["annotations"])
         assert pod["spec"]["schedulerName"] == "coscheduler"
 
 

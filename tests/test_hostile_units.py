@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from apiserver_rules import refusals
+from helpers.requests import mxjob_sync_request
 from mcsim import T0, Sim, mxjob
 
 from hooks.mxjob.spec import SpecError, parse_mxjob
@@ -132,7 +133,7 @@ def test_a_hostile_value_is_cut_short_in_the_message_and_problems_are_capped():
 
 
 def first_sync(parent: dict) -> dict:
-    return sync_mxjob({"parent": parent, "children": {"Pod.v1": {}, "Service.v1": {}}}, now=T0)
+    return sync_mxjob(mxjob_sync_request(parent), now=T0)
 
 
 SERVICE_PORTS = {

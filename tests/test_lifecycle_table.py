@@ -163,6 +163,20 @@ def row_19():
     return sim, stale
 
 
+def row_20():
+    sim = running()
+    before = sim.parent["status"]
+    end(sim, "mx-worker-1", 1)  # restartPolicy Never: the job fails
+    sim.sync()
+    sim.sync()  # the outcome record is seen
+
+    def stale_and_edited(s: Sim) -> None:
+        s.set_parent_status(before)
+        s.edit({"mxReplicaSpecs": {**s.parent["spec"]["mxReplicaSpecs"], "Worker": {
+            **s.parent["spec"]["mxReplicaSpecs"]["Worker"], "replicas": 3}}})
+    return sim, stale_and_edited
+
+
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
                                   if name.startswith("row_")}
 

@@ -165,6 +165,7 @@ def test_a_pod_spec_does_not_grow_with_the_job():
         return json.dumps(pod)
 
     small, large = worker_0(2), worker_0(2400)
-    # Only the DMLC_NUM_WORKER value differs ("2" against "2400").
-    assert len(large) - len(small) == 3 * 4
+    # Only the worker count differs ("2" against "2400"): in each container's DMLC_NUM_WORKER and
+    # in the pod's replica-layout annotation.
+    assert len(large) - len(small) == 3 * (4 + 1)
 

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcsim import Sim, Stepped, mxjob
 
+from hooks.chainerjob.sync import sync_chainerjob
 from hooks.shared.conditions import rfc3339
 from localcluster.metacontroller import Stale
 
@@ -354,6 +355,31 @@ def test_a_chainerjob_outcome_is_recorded_in_a_child(stale):
     watch.sync()
     assert "chj-outcome" in sim.children["ConfigMap.v1"]
     _assert_finished_and_scaled_to_zero(sim, watch, "Failed")
+
+
+def test_a_chainerjob_invalid_edit_read_with_a_stale_status_keeps_the_recorded_outcome():
+    """Before (issue 29, as MXJob's tests/fuzz_repro/d552d2e/01): an invalid edit read with the status of
+    before the end, after the finished master Job was deleted, answered that stale status (Running
+    True): the invalid-spec path did not read the outcome record."""
+    sim = ChainerSim(chainerjob())
+    sim.sync()
+    sim.master("chj-master", active=1)
+    sim.sync()
+    stale = json.loads(json.dumps(sim.status))
+    sim.master("chj-master", failed=1, finished=("Failed", "BackoffLimitExceeded", "done"))
+    for _ in range(3):
+        sim.sync()
+    sim.delete(JOB_KEY, "chj-master")
+    sim.sync()
+    assert "chj-outcome" in sim.children["ConfigMap.v1"] and sim.state() == "Failed"
+    request = sim.request()
+    request["parent"]["status"] = stale
+    valid = sync_chainerjob(request, now=sim.now)["status"]
+    request["parent"]["spec"]["master"]["backoffLimit"] = -1
+    invalid = sync_chainerjob(request, now=sim.now)["status"]
+    assert invalid.pop("specError").startswith("ChainerJob ns/chj has an invalid spec: spec.master.backoffLimit")
+    assert invalid == valid
+    assert [c["type"] for c in invalid["conditions"] if c["status"] == "True"] == ["Created", "Failed"]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

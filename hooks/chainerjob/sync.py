@@ -156,7 +156,12 @@ def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_sta
     ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
     node, and its GPUs, until someone repairs the spec."""
     answer = keep_children(old_status, kept, message)
-    record = master_record(observed[JOB_KEY].get(names.master(parent["metadata"]["name"])), old_status)
+    name = parent["metadata"]["name"]
+    # As on a valid sync, a master deleted after the end is read from the outcome record, which a
+    # stale status cannot undo.
+    recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
+    record = master_record(observed[JOB_KEY].get(names.master(name)), old_status,
+                           recorded=recorded.data if recorded is not None else None)
     outcome = finished(record)
     if outcome is None:
         return answer

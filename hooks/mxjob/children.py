@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
-from hooks.mxjob.names import RESTART_ATTEMPT_LABEL, child_name, job_labels, labels_for, selector_for
+from hooks.mxjob.names import (
+    LAYOUT_ANNOTATION,
+    RESTART_ATTEMPT_LABEL,
+    child_name,
+    job_labels,
+    labels_for,
+    selector_for,
+)
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, ReplicaSpec, SpecError, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
@@ -56,8 +63,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         if attempt:
             # The restart count survives a stale status through the pods themselves.
             metadata["labels"][RESTART_ATTEMPT_LABEL] = str(attempt)
-        if annotations:
-            metadata["annotations"] = dict(annotations)
+        metadata["annotations"] = {**(annotations or {}), LAYOUT_ANNOTATION: wiring.layout}
         if gang is not None:
             mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
                      priority_class=job.run_policy.scheduling.priority_class)

@@ -33,11 +33,15 @@ class ClusterWiring:
 
     `cluster` is the ConfigMap's value: the compact, sorted-keys JSON of the cluster map. `labels`
     is the JSON of the tuner labels as the process must see it (not yet escaped for the kubelet).
+    `layout` is what the cluster map is made of, each type's count and port, small enough for
+    every pod to carry (its replica-layout annotation): the same job name and layout give the
+    same map, so the layout guard reads either.
     """
 
     config_map: str
     cluster: str
     labels: str
+    layout: str
 
     def mx_config(self, rtype: str, index: int) -> str:
         """One pod's MX_CONFIG as written into its spec: `$(MXJOB_CLUSTER)` stands for the map.
@@ -63,8 +67,9 @@ def cluster_wiring(job: MXJob) -> ClusterWiring:
         for rtype, spec in job.replicas.items()
     }
     labels = {spec.name: spec.tuner_key for spec in job.replicas.values()}
+    layout = {spec.name: {"port": spec.port, "replicas": spec.replicas} for spec in job.replicas.values()}
     return ClusterWiring(config_map=cluster_config_map_name(job.name), cluster=_compact(cluster),
-                         labels=_compact(labels))
+                         labels=_compact(labels), layout=_compact(layout))
 
 
 def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> list[JSON]:

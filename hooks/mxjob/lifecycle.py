@@ -15,7 +15,7 @@ this module by tests/test_lifecycle_table.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
@@ -149,7 +149,6 @@ class _State:
         self.old = OldStatus(old)
         self.conds = Conditions(self.old.conditions(), now)
         self.was_terminal = self.conds.terminal() is not None
-        self.frozen_restart_count: int | None = None  # once the outcome is recorded
         self.start_time = self.old.time("startTime")
         self.completion_time = self.old.time("completionTime")
         self.cleaned_up_time = self.old.time("cleanedUpTime")
@@ -219,42 +218,26 @@ class _State:
                         observed_services: Mapping[str, Any]) -> Plan:
         """A finished job whose outcome record is observed: the record is the status; cleanPodPolicy,
         then the TTL, decide which children stay. Never a new pod."""
-        recorded = OldStatus(outcome.data)
-        conds = Conditions(recorded.conditions(), self.now)
-        completion = recorded.time("completionTime") or self.completion_time
-        if outcome.problem is not None or conds.terminal() is None:
-            # Only the hook writes this record, so this is a damaged object: the job has an
-            # outcome, which cannot be read. It stays finished: a rerun is the worse mistake.
-            why = outcome.problem or "it holds no Succeeded or Failed condition"
-            conds = Conditions(self.old.conditions(), parse_rfc3339(completion) if completion else self.now)
-            conds.set("Failed", True, FAILED,
-                      f"{subject(self.job.key)} has an outcome record that cannot be read ({why}); "
-                      f"the job is treated as finished.")
-            for other in ("Running", "Restarting"):
-                conds.clear(other, FAILED, "The outcome record cannot be read.")
-            recorded = OldStatus({**self.old.raw, "conditions": conds.ordered()})
-        self.conds = conds
-        self.start_time = recorded.time("startTime")
-        self.completion_time = completion or rfc3339(self.now)
-        self.frozen_restart_count = recorded.counter("restartCount") or 0
-        self.history = _read_history(recorded)
-        frozen = _frozen_from(recorded) or self._frozen_replicas()
+        read = read_outcome(outcome, self.old, key=self.job.key, now=self.now)
+        self.conds = read.conds  # what _frozen_replicas counts by, when the record holds no counts
         policy = self.job.run_policy.clean_pod_policy
         keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished))]
         services = sorted(observed_services) if policy == "None" else keep
-        # A Service of no slot (left from an earlier layout) is deleted, as a stray pod is.
+        # A Service of no slot gets here only on its way out: a live one is a sign of another
+        # layout, which the layout guard refuses first (hooks.mxjob.sync.changed_since_created).
         services = [name for name in services if name in observed_services and name in slots]
         plan = Plan(status={}, pods=keep, services=services, finished=True)
         ttl = self.job.run_policy.ttl_seconds_after_finished
-        expiry = plus_seconds(parse_rfc3339(self.completion_time), ttl) if ttl is not None else None
+        expiry = plus_seconds(parse_rfc3339(read.completion_time), ttl) if ttl is not None else None
         if expiry is not None:
             if self.now >= expiry:
                 plan.pods, plan.services, plan.cleaned_up = [], [], True
                 self.cleaned_up_time = rfc3339(expiry)
             else:
                 plan.resync_after = (expiry - self.now).total_seconds()
-        plan.status = self.status(frozen=frozen)
+        plan.status = recorded_status(read, self.old, cleaned_up_time=self.cleaned_up_time,
+                                      counted=self._frozen_replicas)
         return plan
 
     def wait_for(self, waiting: list[PodView], grace_left: float, slots: Mapping[str, Slot]) -> Plan:
@@ -358,11 +341,8 @@ class _State:
         """Every restart so far: earlier pods' (from the merged history) plus the live pods' own.
 
         Never less than the count already written: a pod that goes away (cleaned up, deleted by
-        hand) takes its restartCount with it, and the count must not drop. Once the outcome is
-        recorded, the recorded count.
+        hand) takes its restartCount with it, and the count must not drop.
         """
-        if self.frozen_restart_count is not None:
-            return self.frozen_restart_count
         past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
                    for r in self.history.values())
         live = sum(p.restarts for p in self.pods.values()
@@ -426,24 +406,9 @@ class _State:
         """The status to write: the same observations always give the same bytes."""
         replicas = frozen if frozen is not None else self._replicas(
             self.failures.not_counted if not_counted is None else not_counted)
-        status: JSON = {"conditions": self.conds.ordered(), "replicaStatuses": replicas}
-        if self.start_time:
-            status["startTime"] = self.start_time
-        if self.completion_time:
-            status["completionTime"] = self.completion_time
-        total = self.restart_total()
-        if total:
-            status["restartCount"] = total
-        if self.history:
-            # Fields in one order, however the record was read (status or a restart record).
-            status["restartHistory"] = {k: {f: self.history[k][f] for f in RestartRecord.__annotations__  # type: ignore[literal-required]
-                                            if f in self.history[k]} for k in sorted(self.history)}
-        if self.cleaned_up_time:
-            status["cleanedUpTime"] = self.cleaned_up_time
-        warnings = self.old.warnings()
-        if warnings:
-            status[WARNINGS_FIELD] = warnings
-        return status
+        return _status(conds=self.conds, replicas=replicas, start_time=self.start_time,
+                       completion_time=self.completion_time, restart_count=self.restart_total(),
+                       history=self.history, cleaned_up_time=self.cleaned_up_time, old=self.old)
 
     def _frozen_replicas(self) -> JSON:
         """replicaStatuses as the job ends, kept from then on (Argo's conditions read them).
@@ -485,6 +450,75 @@ class _State:
     def _sorted(self, pods: Any) -> list[PodView]:
         order = {rtype: n for n, rtype in enumerate(self.job.replicas)}
         return sorted(pods, key=lambda p: (order[p.rtype], p.index))
+
+
+class Outcome(NamedTuple):
+    """A finished job as its observed outcome record tells it (hooks.shared.memory)."""
+
+    recorded: OldStatus  # the record's fields; for a record that cannot be read, the last status
+    conds: Conditions  # always with Succeeded or Failed True
+    completion_time: str
+
+
+def read_outcome(record: Record, old: OldStatus, *, key: str, now: datetime) -> Outcome:
+    """The outcome an observed `<job>-outcome` record holds; `old` is the status the parent shows.
+
+    Only the hook writes the record, so one that cannot be read, or holds no Succeeded or Failed
+    condition, is a damaged object: the job has an outcome nobody can read. It stays finished (a
+    rerun is the worse mistake): Failed, with a message naming the record.
+    """
+    recorded = OldStatus(record.data)
+    conds = Conditions(recorded.conditions(), now)
+    completion = recorded.time("completionTime") or old.time("completionTime")
+    if record.problem is not None or conds.terminal() is None:
+        why = record.problem or "it holds no Succeeded or Failed condition"
+        conds = Conditions(old.conditions(), parse_rfc3339(completion) if completion else now)
+        conds.set("Failed", True, FAILED,
+                  f"{subject(key)} has an outcome record that cannot be read ({why}); "
+                  f"the job is treated as finished.")
+        for other in ("Running", "Restarting"):
+            conds.clear(other, FAILED, "The outcome record cannot be read.")
+        recorded = OldStatus({**old.raw, "conditions": conds.ordered()})
+    return Outcome(recorded, conds, completion or rfc3339(now))
+
+
+def recorded_status(outcome: Outcome, old: OldStatus, *, cleaned_up_time: str | None,
+                    counted: Callable[[], JSON] = dict) -> JSON:
+    """The status of a job whose outcome record is observed: the record, whatever the parent's
+    status says (a stale read, an edited status), plus cleanedUpTime and statusWarnings.
+
+    Every answer that sees the record writes this, on a valid spec and on an invalid edit alike,
+    so a stale read gives byte for byte the status already written (docs/lifecycle.md).
+    `counted` gives replicaStatuses for a record that holds none.
+    """
+    recorded = outcome.recorded
+    return _status(conds=outcome.conds, replicas=_frozen_from(recorded) or counted(),
+                   start_time=recorded.time("startTime"), completion_time=outcome.completion_time,
+                   restart_count=recorded.counter("restartCount") or 0, history=_read_history(recorded),
+                   cleaned_up_time=cleaned_up_time, old=old)
+
+
+def _status(*, conds: Conditions, replicas: JSON, start_time: str | None, completion_time: str | None,
+            restart_count: int, history: Mapping[str, RestartRecord], cleaned_up_time: str | None,
+            old: OldStatus) -> JSON:
+    """The status to write, fields in one order: the same values always give the same bytes."""
+    status: JSON = {"conditions": conds.ordered(), "replicaStatuses": replicas}
+    if start_time:
+        status["startTime"] = start_time
+    if completion_time:
+        status["completionTime"] = completion_time
+    if restart_count:
+        status["restartCount"] = restart_count
+    if history:
+        # Fields in one order, however the record was read (status or a restart record).
+        status["restartHistory"] = {k: {f: history[k][f] for f in RestartRecord.__annotations__  # type: ignore[literal-required]
+                                        if f in history[k]} for k in sorted(history)}
+    if cleaned_up_time:
+        status["cleanedUpTime"] = cleaned_up_time
+    warnings = old.warnings()
+    if warnings:
+        status[WARNINGS_FIELD] = warnings
+    return status
 
 
 def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[str, RestartRecord],

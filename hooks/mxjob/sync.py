@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
-from hooks.mxjob.lifecycle import Memory, Plan, decide
-from hooks.mxjob.names import job_labels
+from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
+from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
@@ -30,7 +30,7 @@ from hooks.shared.memory import (
     restart_record_name,
     restart_records,
 )
-from hooks.shared.request import as_last_applied, read_children, read_parent
+from hooks.shared.request import as_last_applied, parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
@@ -167,37 +167,51 @@ def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str,
                           observed: Observed) -> list[str]:
     """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
 
-    Acting on a changed layout would delete pods (fewer replicas) or mix two cluster layouts
-    (more), so any sign in the request that the job was started with another layout refuses it:
+    Acting on a changed layout would delete pods and Services (fewer replicas) or mix two cluster
+    layouts (more), so any sign in the request that the job was started with another layout
+    refuses it:
     - the observed `<job>-cluster` ConfigMap holds another cluster map than the spec gives now;
-    - a live pod (not terminating) has a name outside the new layout;
-    - a live pod's DMLC_NUM_SERVER or DMLC_NUM_WORKER differs from the new counts.
-    The pods are checked too because the ConfigMap is not always observed while pods run: deleted
-    by hand, terminating, a CompositeController without the ConfigMap child rule, or a job
-    created before the ConfigMap existed.
+    - a live pod (not terminating) has a name outside the new layout, or carries another layout:
+      its replica-layout annotation, or, on a pod from before that annotation, its
+      DMLC_NUM_SERVER or DMLC_NUM_WORKER;
+    - a live Service has a name outside the new layout (a Service outlives its terminating pod,
+      and an MXTune pod has no DMLC_NUM_* of its own).
+    The children are checked too because the ConfigMap is not always observed while pods run:
+    deleted by hand, terminating, or a job created before the ConfigMap existed.
     """
-    if _config_map_differs(wiring, observed.config_maps) or _pods_differ(job, slots, observed.pods):
+    if (_config_map_differs(wiring, observed.config_maps) or _pods_differ(job, wiring, slots, observed.pods)
+            or any(name not in slots for name, service in observed.services.items() if _live(service))):
         return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
                 "has the replica layout built in); restore the previous mxReplicaSpecs "
                 "and jobMode, or delete the MXJob and create it again"]
     return []
 
 
+def _live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
+    """An observed child that is not on its way out (deleting it again would change nothing)."""
+    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
+
+
 def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:
     observed = config_maps.get(wiring.config_map)
-    if not isinstance(observed, Mapping) or (observed.get("metadata") or {}).get("deletionTimestamp"):
+    if not _live(observed):
         return False
     data = observed.get("data")
     return not (isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster)
 
 
-def _pods_differ(job: MXJob, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
+def _pods_differ(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
     counts = layout_env(job)
     for name, pod in pods.items():
-        if not isinstance(pod, Mapping) or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue  # on its way out: deleting it again changes nothing
+        if not _live(pod):
+            continue
         if name not in slots:
             return True
+        layout = ((pod.get("metadata") or {}).get("annotations") or {}).get(LAYOUT_ANNOTATION)
+        if layout is not None:
+            if layout != wiring.layout:
+                return True
+            continue
         for container in (pod.get("spec") or {}).get("containers") or []:
             for entry in (container.get("env") or []) if isinstance(container, Mapping) else []:
                 if (isinstance(entry, Mapping) and entry.get("name") in counts
@@ -210,17 +224,14 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     """The parent, the gang configuration, and the observed children by rule."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
+    # Every rule must be there (hooks.shared.request.read_children): without the ConfigMap rule
+    # the memory records (hooks.shared.memory) would never be seen, so a failed pod would never be
+    # recreated and a finished job never cleaned up.
     keys: tuple[str, ...] = (POD_KEY, SERVICE_KEY, CONFIG_MAP_KEY)
-    # The cluster ConfigMap is immutable and always the same for a job, so a request without its
-    # entry (a CompositeController installed before the ConfigMap rule) is read as "none yet": the
-    # answer only adds it. Pods and Services must be there: reading them as absent would recreate
-    # or delete what exists.
-    optional = frozenset({CONFIG_MAP_KEY})
     if gang is None:
-        pods, services, config_maps = read_children(request, keys, optional=optional, fields=OBSERVED_FIELDS)
+        pods, services, config_maps = read_children(request, keys, fields=OBSERVED_FIELDS)
         return parent, None, Observed(pods, services, config_maps, {})
-    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), optional=optional,
-                                                        fields=OBSERVED_FIELDS)
+    pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), fields=OBSERVED_FIELDS)
     return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
 
 
@@ -245,31 +256,39 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
     old = OldStatus(old_status)
     start_time = old.time("startTime")
-    if observed.any() or start_time:
-        # An edit must never destroy a running job: keep every child as last applied and say why.
-        # The status stays as it was, but for the fields the hook reads back, which are kept only
-        # in the shape it writes them.
-        status = {k: v for k, v in old.raw.items()
-                  if k not in ("observedGeneration", "specError", *_READ_BACK)}
-        status.update({k: v for k, v in (("conditions", old.conditions()),
-                                         ("startTime", start_time),
-                                         ("completionTime", old.time("completionTime")),
-                                         ("cleanedUpTime", old.time("cleanedUpTime")),
-                                         ("restartCount", old.counter("restartCount")))
-                       if v})
-        status["specError"] = message
-        children = [as_last_applied(key, name, obj)
-                    for key, group in observed.by_key() for name, obj in group.items()]
-    else:
+    if not (observed.any() or start_time):
         conds = Conditions(old.conditions(), now)
         conds.set("Failed", True, FAILED_VALIDATION, message)
-        status = {"conditions": conds.ordered(),
-                  "completionTime": old.time("completionTime") or rfc3339(now)}
-        children = []
+        status: JSON = {"conditions": conds.ordered(),
+                        "completionTime": old.time("completionTime") or rfc3339(now)}
+        return {"status": _with_warnings(status, old), "children": []}
+    # An edit must never destroy a running job: keep every child as last applied and say why.
+    children = [as_last_applied(key, name, obj) for key, group in observed.by_key() for name, obj in group.items()]
+    outcome = read_record(observed.config_maps.get(outcome_name(parent["metadata"]["name"])))
+    if outcome is not None:
+        # The job has finished: its status is the record's, whatever the parent shows (a stale
+        # read, an edited status), as on every sync that sees the record.
+        status = recorded_status(read_outcome(outcome, old, key=parent_key(parent), now=now), old,
+                                 cleaned_up_time=old.time("cleanedUpTime"))
+        return {"status": {**status, "specError": message}, "children": children}
+    # The status stays as it was, but for the fields the hook reads back, which are kept only in
+    # the shape it writes them.
+    status = {k: v for k, v in old.raw.items() if k not in ("observedGeneration", "specError", *_READ_BACK)}
+    status.update({k: v for k, v in (("conditions", old.conditions()),
+                                     ("startTime", start_time),
+                                     ("completionTime", old.time("completionTime")),
+                                     ("cleanedUpTime", old.time("cleanedUpTime")),
+                                     ("restartCount", old.counter("restartCount")))
+                   if v})
+    status["specError"] = message
+    return {"status": _with_warnings(status, old), "children": children}
+
+
+def _with_warnings(status: JSON, old: OldStatus) -> JSON:
     warnings = old.warnings()
     if warnings:
         status[WARNINGS_FIELD] = warnings
-    return {"status": status, "children": children}
+    return status
 
 
 _READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount",

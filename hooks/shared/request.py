@@ -55,13 +55,13 @@ def parent_key(parent: Mapping[str, Any]) -> str:
 
 
 def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
-                  optional: frozenset[str] = frozenset(),
                   fields: Mapping[str, Any] = GENERIC_OBSERVED_FIELDS) -> list[Mapping[str, Any]]:
     """The observed children of each child rule, in the order of `keys`, each checked for shape.
 
-    A key in `optional` may be missing (read as no children): only for a child type whose absence
-    can never make the answer delete or recreate anything that exists. `fields` are the fields the
-    kind's core reads (checked for type when present).
+    Every key must be there: Metacontroller sends one entry per child rule, even when empty, so a
+    missing one is a CompositeController without that rule, whose children the hook would never
+    see (reading them as absent would recreate, delete or forget what exists). `fields` are the
+    fields the kind's core reads (checked for type when present).
     """
     tree = _shape_tree(fields)
     children = request.get("children")
@@ -70,13 +70,14 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
                              f"({', '.join(keys)})")
     observed = []
     for key in keys:
-        # Metacontroller always sends one entry per child rule; a missing one would make us
-        # believe the children do not exist.
         value = children.get(key)
-        if value is None and key in optional:
-            value = {}
+        if value is None:
+            kind, _, api_version = key.partition(".")
+            raise InvalidRequest(f"children[{key}]: required: the CompositeController has no child rule "
+                                 f"for {kind} {api_version}, which this hook needs; re-apply metacontroller/ "
+                                 f"(kubectl apply -k) to install the shipped child rules")
         if not isinstance(value, Mapping):
-            raise InvalidRequest(f"children[{key}]: required, a map of observed objects by name")
+            raise InvalidRequest(f"children[{key}]: must be a map of observed objects by name, got {_type(value)}")
         for name, obj in value.items():
             path = f"children[{key}][{_short(name)}]"
             _check_child(path, obj, tree)

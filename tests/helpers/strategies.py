@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from hypothesis import strategies as st
 from mcsim import Sim, mxjob
 
@@ -37,3 +39,56 @@ def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
                       restarts=restarts)
     sim.tick(elapsed)
     return sim
+
+
+# --- issue 29: the memory records (tests/test_memory_properties.py) -----------------------------------
+
+OUTCOME = "mx-outcome"  # the outcome record of mxjob()'s job "mx"
+
+
+def run_to_outcome(sim: Sim) -> list[dict]:
+    """Sync a job until its outcome record exists, and return every status written on the way.
+
+    After a few syncs every pod still unfinished is made to succeed, so each run ends; the statuses
+    are what a stale read can show later (the parent of one, two, ... writes earlier).
+    """
+    written = [copy.deepcopy(sim.status)]
+    for step in range(16):
+        if OUTCOME in sim.config_maps:
+            return written
+        if step >= 4:
+            for name, pod in sim.pods.items():
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    sim.set_phase(name, "Succeeded", exit_code=0)
+        sim.tick(40)
+        sim.sync()
+        written.append(copy.deepcopy(sim.status))
+    raise AssertionError(f"no outcome record after 16 syncs: {sim.status}")
+
+
+finished_runs = st.builds(lambda sim: (sim, run_to_outcome(sim)),
+                          st.builds(observed_sim, jobs, run_policies, pod_states, st.integers(0, 200)))
+
+# MXTune jobs, started: every pod Running. The layout guard must see the old layout in what the
+# request still shows of it, whatever is terminating or not observed (hooks.mxjob.sync).
+MXTUNE_TYPES = ("TunerTracker", "TunerServer", "Tuner")
+
+
+def started_mxtune(servers: int) -> Sim:
+    sim = Sim(mxjob(jobMode="MXTune", replicas={"TunerTracker": 1, "TunerServer": servers, "Tuner": 1}))
+    sim.sync()
+    sim.run()
+    sim.sync()
+    return sim
+
+
+mxtune_edits = st.fixed_dictionaries({
+    "servers": st.integers(1, 4),  # the new TunerServer count
+    "port": st.sampled_from([None, None, 9999]),  # a new mxjob-port for one type
+    "port_type": st.sampled_from(MXTUNE_TYPES),
+})
+mxtune_views = st.fixed_dictionaries({
+    "terminating": st.lists(st.booleans(), min_size=6, max_size=6),  # per pod, in name order
+    "config_map": st.sampled_from(["observed", "deleted", "terminating"]),
+    "annotated": st.booleans(),  # False: pods from before the replica-layout annotation
+})
