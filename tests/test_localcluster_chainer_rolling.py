@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.apiserver import BACKENDS
 from helpers.localcluster_gang import gang_controller
 
 from localcluster.cluster import LocalCluster, finished
@@ -72,8 +73,9 @@ def assert_workers_kept(cluster: LocalCluster, events: WorkerEvents, name: str, 
     cluster.wait_for(lambda: worker_set(cluster, name)["spec"]["replicas"] == 0, 15, what="workers scaled to 0")
 
 
-def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path: Path):
-    with LocalCluster(tmp_path / "state") as cluster:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path: Path, backend: str):
+    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
         events = WorkerEvents(cluster, "edited")
         cluster.submit(shell_chainerjob("edited", master_seconds=6))
         before = cluster.wait_for(lambda: running_workers(cluster, "edited"), 20, what="workers and master running")
@@ -99,9 +101,10 @@ def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path:
         assert_workers_kept(cluster, events, "edited", before)
 
 
-def test_a_chainerjob_whose_controller_gains_a_gang_component_finishes_with_no_worker_restarted(tmp_path: Path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_chainerjob_whose_controller_gains_a_gang_component_finishes_with_no_worker_restarted(tmp_path: Path, backend: str):
     gang = gang_controller(tmp_path, "volcano", "chainerjob-controller")
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
         events = WorkerEvents(cluster, "ganged")
         cluster.submit(shell_chainerjob("ganged", master_seconds=6))
         before = cluster.wait_for(lambda: running_workers(cluster, "ganged"), 20, what="workers and master running")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.apiserver import BACKENDS
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.metacontroller import LAST_APPLIED
@@ -99,9 +100,10 @@ def phase_of(cluster: LocalCluster, pod: str) -> str | None:
 
 
 @pytest.mark.mxnet
-def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend: str):
     job = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later.
