@@ -15,8 +15,7 @@ import json
 
 import kubernetes_validate
 from apiserver_rules import KUBERNETES_VERSION
-from chainersim import chainerjob
-from helpers.chainer_strategies import MASTER_STATES, observed_sim
+from helpers.chainer_strategies import MASTER_STATES, jobs, observed_sim
 from helpers.fuzz import FUZZ, garbage, paths, set_at
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,25 +23,6 @@ from hypothesis import strategies as st
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.shared.errors import InvalidRequest
 
-
-def rich_template(main: str) -> dict:
-    """Every part of a template the hook reads or adds to, so that an edit can hit each of them."""
-    return {"metadata": {"labels": {"team": "vision"}, "annotations": {"note": "x"}},
-            "spec": {"containers": [{"name": main, "image": "chainer/chainermn:7.8.1", "command": ["python3", "t.py"],
-                                     "env": [{"name": "EPOCHS", "value": "3"}],
-                                     "ports": [{"name": "metrics", "containerPort": 8080}],
-                                     "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "500m"}},
-                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                     "initContainers": [{"name": "fetch", "image": "busybox", "command": ["true"]}],
-                     "volumes": [{"name": "data", "emptyDir": {}}]}}
-
-
-jobs = st.builds(
-    lambda sets, slots: chainerjob(
-        workers={name: {"replicas": n, "template": rich_template("chainer"), "mpiConfig": {"slots": slots}}
-                 for name, n in sets.items()} or None,
-        master={"template": rich_template("chainer"), "backoffLimit": 2, "activeDeadlineSeconds": 600}),
-    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2), st.integers(1, 4))
 observations = st.tuples(st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=3, max_size=3),
                          st.sampled_from(MASTER_STATES), st.integers(0, 600))
 

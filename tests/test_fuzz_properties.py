@@ -22,7 +22,7 @@ from typing import Any
 
 from apiserver_rules import refusals
 from helpers.fuzz import FUZZ, garbage, paths, set_at
-from helpers.strategies import jobs, observed_sim, pod_states, run_policies
+from helpers.strategies import jobs, observed_sim, pod_states, run_policies, with_rich_templates
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,21 +30,6 @@ from hooks.kinds import KINDS, MXJOB
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
 from hooks.shared.errors import InvalidRequest
-
-
-def with_rich_templates(parent: dict) -> dict:
-    """Every part of a template the hook reads present, so that an edit can hit each of them."""
-    for spec in parent["spec"]["mxReplicaSpecs"].values():
-        template = spec["template"]
-        template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "x"}}
-        template["spec"]["containers"][0].update(
-            env=[{"name": "EPOCHS", "value": "3"},
-                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            ports=[{"name": "metrics", "containerPort": 8080}])
-        template["spec"]["containers"].append({"name": "sidecar", "image": "busybox",
-                                               "env": [{"name": "A", "value": "1"}]})
-    return parent
-
 
 observed_jobs = st.builds(observed_sim, jobs.map(with_rich_templates), run_policies, pod_states,
                           st.integers(0, 200))

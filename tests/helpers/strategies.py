@@ -37,3 +37,17 @@ def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
                       restarts=restarts)
     sim.tick(elapsed)
     return sim
+
+
+def with_rich_templates(parent: dict) -> dict:
+    """Every part of a template the hook reads present, so that an edit can hit each of them."""
+    for spec in parent["spec"]["mxReplicaSpecs"].values():
+        template = spec["template"]
+        template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "x"}}
+        template["spec"]["containers"][0].update(
+            env=[{"name": "EPOCHS", "value": "3"},
+                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            ports=[{"name": "metrics", "containerPort": 8080}])
+        template["spec"]["containers"].append({"name": "sidecar", "image": "busybox",
+                                               "env": [{"name": "A", "value": "1"}]})
+    return parent
