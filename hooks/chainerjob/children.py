@@ -7,6 +7,7 @@ from typing import Any
 from hooks.chainerjob import launch, names
 from hooks.chainerjob.names import ASSETS_VOLUME, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.chainerjob.spec import ChainerJob, WorkerSet
+from hooks.shared.canonical import pod_template_spec
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
@@ -93,9 +94,11 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     OnDelete: a template edit, or a gang enabled on a live install (which marks every template),
     must never roll running workers (mpiexec would lose a rank); a pod created later (a replaced
     worker) takes the template as it is then. `observed` is the StatefulSet as it exists, if it does.
+    InPlace: the user's template is spelt as the API server stores it (quantities, empty values),
+    or Metacontroller would update the StatefulSet on every sync.
     """
     labels = names.worker_labels(job.name, ws.name)
-    pod_spec = json_copy(dict(ws.template.get("spec") or {}))
+    pod_spec = pod_template_spec(ws.template.get("spec") or {})
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
     template_meta = _template_meta(ws.template, labels)
