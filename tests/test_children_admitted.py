@@ -18,13 +18,15 @@ import pytest
 import yaml
 from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim
 from chainersim import gang_controller as chainer_gang_controller
+from go_apply_merge import LAST_APPLIED
 from helpers import metacontroller_writes as mc
 from helpers.chainer_strategies import jobs as chainerjobs
 from helpers.fuzz import SAMPLE
+from helpers.requests import mxjob_sync_request
 from helpers.strategies import jobs, observed_sim, pod_states, run_policies, with_rich_templates
 from hypothesis import given
 from hypothesis import strategies as st
-from mcsim import Sim, gang_controller
+from mcsim import MXJOB_CONTROLLER, T0, Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
 from localcluster.controlplane import ControlPlane
@@ -141,6 +143,44 @@ def test_every_child_of_an_example_is_admitted(plane, fresh, example, scene, gan
         if isinstance(sim, ChainerSim) and sim.children[STATEFULSET_KEY]:
             assert sim.names(JOB_KEY)
     assert admitted(plane, fresh, request, sim.now) == []
+
+
+# --- the largest job ------------------------------------------------------------------------------
+
+
+def largest_mxjob(name: str, namespace: str) -> tuple[dict, dict, int]:
+    """The request and answer of the MXJob with the most workers the hook accepts (its pods' expanded
+    MX_CONFIG just fits Linux's limit), and that count."""
+    def attempt(workers: int) -> tuple[dict, dict, bool]:
+        parent = mxjob(name, replicas={"Scheduler": 1, "Server": 1, "Worker": workers})
+        parent["metadata"]["namespace"] = namespace
+        request = mxjob_sync_request(parent) | {"controller": yaml.safe_load(MXJOB_CONTROLLER.read_text())}
+        answer = SYNC["MXJob"](request, now=T0)
+        return request, answer, not any(c.get("reason") == "MXJobFailedValidation" for c in answer["status"]["conditions"])
+
+    low, high = 1, 10_000
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if attempt(middle)[2] else (low, middle - 1)
+    request, answer, _ = attempt(low)
+    return request, answer, low
+
+
+def test_the_cluster_map_of_the_largest_mxjob_fits_the_servers_limits(plane, fresh):
+    """Its ConfigMap holds the whole cluster map twice (data, and Metacontroller's last-applied
+    annotation: the server allows 256 KiB of annotations); every pod and Service has the shape of
+    the first of its type, so those are written."""
+    request, answer, workers = largest_mxjob("dist-train-digits", fresh)
+    assert 2_000 < workers < 4_000
+    answer["children"] = [c for c in answer["children"] if c["kind"] == "ConfigMap" or c["metadata"]["name"].endswith("-0")]
+    writes = mc.write_sync(plane, fresh, request, answer)
+    assert [str(w) for w in writes if not w.verdict.accepted] == []
+    assert sorted(f"{w.obj['kind']} {w.obj['metadata']['name']}" for w in writes) == [
+        "ConfigMap dist-train-digits-cluster",
+        "Pod dist-train-digits-scheduler-0", "Pod dist-train-digits-server-0", "Pod dist-train-digits-worker-0",
+        "Service dist-train-digits-scheduler-0", "Service dist-train-digits-server-0", "Service dist-train-digits-worker-0"]
+    config_map = next(w.obj for w in writes if w.obj["kind"] == "ConfigMap")
+    assert len(config_map["metadata"]["annotations"][LAST_APPLIED]) > 128 * 1024
 
 
 # --- a generated sample --------------------------------------------------------------------------
