@@ -1,6 +1,7 @@
 """The stand-ins of the API server's rules, checked against the real server on one corpus of children.
 
-Two stand-ins, each judged differentially here:
+Two stand-ins remain, each judged differentially here (the third, tests/apiserver_rules.py, is
+gone: every test that used it asks the server through the `admission` fixture):
 
 - the hooks' own template checks (hooks/shared/podtemplate.py and the kinds' spec checks): the
   hook refuses a template (a spec problem with its field path) where the server would refuse the
