@@ -21,16 +21,19 @@ so a field the server does not know, which it would otherwise drop with a warnin
 Owner references are left out: the parent does not exist here, and the garbage collector would delete
 children that point at a missing owner while the test still reads them.
 
-`rewrites(cp, namespace, request, answer)` says what the same answer would write again at the next
-sync (an InPlace child the server normalised: Metacontroller PUTs it on every sync, each PUT a token
-of its shared 5 requests/s). `controller_pods(cp, namespace)` then waits for the Job and StatefulSet controllers of the real
-controller manager to make the pods of what was written, and returns every pod they could not make.
+`rewrites(cp, namespace, request, answer)` then says what the same answer would write again at the
+next sync (an InPlace child the server normalised: Metacontroller PUTs it on every sync, each PUT a
+token of its shared 5 requests/s), and `controller_pods(cp, namespace)` waits for the Job and
+StatefulSet controllers of the real controller manager to make the pods of what was written and
+returns every pod they could not make. `Admission` is the dry-run verdict on children alone, for
+tests that judge many answers.
 """
 from __future__ import annotations
 
 import copy
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +158,7 @@ def ensure_priority_classes(cp: ControlPlane, objects: list[dict]) -> None:
         assert verdict.accepted or verdict.status in (409, 422), verdict.message
 
 
-def write_sync(cp: ControlPlane, namespace: str, request: dict, answer: dict, *, dry_run: bool = False) -> list[Write]:
+def write_sync(cp: ControlPlane, namespace: str, request: dict, answer: dict) -> list[Write]:
     """Write `answer` (the hook's answer to `request`, already moved into `namespace`) as Metacontroller
     would, after creating what the request observed; returns every write of the answer."""
     observed = observed_children(request)
@@ -170,7 +173,7 @@ def write_sync(cp: ControlPlane, namespace: str, request: dict, answer: dict, *,
         key = (desired["apiVersion"], desired["kind"], desired["metadata"]["name"])
         if key not in seen:
             go_apply_merge.set_last_applied(desired, copy.deepcopy(desired))
-            verdict = apiserver.create(cp, desired, namespace, dry_run=dry_run, field_validation="Strict", user=METACONTROLLER)
+            verdict = apiserver.create(cp, desired, namespace, field_validation="Strict", user=METACONTROLLER)
             writes.append(Write("create", desired, verdict))
             continue
         if methods[key[:2]] != "InPlace" or seen[key]["metadata"].get("deletionTimestamp"):
@@ -179,7 +182,7 @@ def write_sync(cp: ControlPlane, namespace: str, request: dict, answer: dict, *,
         assert live is not None
         merged = go_apply_merge.ApplyUpdate(live, desired)
         if merged != live:
-            verdict = apiserver.update(cp, merged, namespace, dry_run=dry_run, field_validation="Strict", user=METACONTROLLER)
+            verdict = apiserver.update(cp, merged, namespace, field_validation="Strict", user=METACONTROLLER)
             writes.append(Write("update", merged, verdict))
     return writes
 
@@ -298,8 +301,6 @@ def controller_pods(cp: ControlPlane, namespace: str, timeout: float = 30.0) -> 
 
 def new_namespace(cp: ControlPlane, prefix: str = "t") -> str:
     """A namespace with its `default` ServiceAccount, through the client (no kubectl process)."""
-    import uuid
-
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     client = apiserver.dynamic(cp)
     client.resources.get(api_version="v1", kind="Namespace").create(body={"metadata": {"name": name}})
