@@ -1,4 +1,5 @@
-"""A line-by-line port of Metacontroller v4.17.2's pkg/dynamic/apply/apply.go Merge, for a differential test.
+"""A line-by-line port of Metacontroller v4.17.2's pkg/dynamic/apply/apply.go Merge, for a differential test,
+and of the update it computes from it (pkg/controller/common/manage_children.go ApplyUpdate).
 
 Written for this project from reading the Go source; it keeps Go's shapes on purpose: the merge
 mutates a deep copy of observed in place; a comma-ok type assertion that fails yields a nil map or
@@ -10,8 +11,13 @@ idiomatic implementation; tests/test_emulation.py checks that the two agree.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
+LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
+# manage_children.go objectMetaSystemFields: taken back from the observed object after the merge.
+OBJECT_META_SYSTEM_FIELDS = ("selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+                             "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields")
 KNOWN_MERGE_KEYS = ["containerPort", "port", "mountPath", "name", "uid", "ip", "path"]
 
 
@@ -102,3 +108,69 @@ def detect_list_map_key(*lists: list) -> str:
         if (common_keys or {}).get(key):
             return key
     return ""
+
+
+# --- pkg/controller/common/manage_children.go and pkg/dynamic/apply/apply.go's annotation helpers ------
+
+
+def go_json_marshal(value: Any) -> str:
+    """encoding/json.Marshal of decoded JSON: map keys sorted, compact, UTF-8, and <, >, & escaped as
+    \\u003c, \\u003e, \\u0026 (Go's HTML-safe default; a rsh agent script is full of them)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def set_last_applied(obj: dict, last_applied: dict) -> None:
+    """apply.SetLastApplied: the annotation holds json.Marshal(lastApplied)."""
+    annotations = obj.setdefault("metadata", {}).get("annotations") or {}
+    annotations[LAST_APPLIED] = go_json_marshal(last_applied)
+    obj["metadata"]["annotations"] = annotations
+
+
+def get_last_applied(obj: dict) -> dict | None:
+    """apply.GetLastApplied: None when the annotation is absent or empty."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED, "")
+    return json.loads(raw) if raw else None
+
+
+def nullify_last_applied_annotation(obj: dict) -> None:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        del annotations[LAST_APPLIED]
+
+
+def revert_field(new: dict, orig: dict, *path: str) -> None:
+    """revertField: the field as it was in orig, or absent if it was absent there."""
+    node: Any = orig
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            parent: Any = new
+            for step in path[:-1]:
+                parent = parent.get(step) if isinstance(parent, dict) else None
+            if isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            return
+        node = node[part]
+    target = new
+    for part in path[:-1]:
+        if not isinstance(target.get(part), dict):
+            target[part] = {}
+        target = target[part]
+    target[path[-1]] = copy.deepcopy(node)
+
+
+def ApplyUpdate(orig: dict, update: dict) -> dict:
+    """The object Metacontroller v4.17.2 PUTs for an observed child `orig` and the hook's `update`
+    (it PUTs only when this differs from orig, and only under InPlace)."""
+    update = copy.deepcopy(update)
+    last_applied = get_last_applied(orig)
+    nullify_last_applied_annotation(update)
+    new = Merge(orig, last_applied, update)
+    for name in OBJECT_META_SYSTEM_FIELDS:
+        revert_field(new, orig, "metadata", name)
+    revert_field(new, orig, "status")
+    set_last_applied(new, update)
+    return new

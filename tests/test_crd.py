@@ -18,7 +18,6 @@ from pathlib import Path
 import celpy
 import kubernetes_validate
 import pytest
-from apiserver_rules import KUBERNETES_VERSION
 from helpers.crd import (
     BLOCKED_NOTE,
     CRD,
@@ -62,6 +61,7 @@ from helpers.crd_cases import (
     example_files,
     without,
 )
+from helpers.manifests import KUBERNETES_VERSION
 
 SPEC_SCHEMA = SCHEMA["properties"]["spec"]
 TEMPLATE_SCHEMA = SPEC_SCHEMA["properties"]["mxReplicaSpecs"]["additionalProperties"]["properties"]["template"]

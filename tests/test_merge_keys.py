@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import go_apply_merge
 import pytest
 import yaml
 from chainersim import CHILD_KEYS, example
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcsim import T0
 
 from hooks.chainerjob.sync import sync_chainerjob
@@ -106,3 +109,28 @@ def test_a_running_chainerjob_edited_into_a_collapsing_template_keeps_every_chil
     answer = sim.sync()
     assert "env[1].name: 'A' is also env[0]'s" in answer["status"]["specError"]
     assert {k: sorted(v) for k, v in sim.children.items()} == before
+
+
+# --- the hooks' reading of the merge, against the port of Metacontroller's (tests/go_apply_merge.py,
+# itself checked against kubectl apply in tests/test_go_merge_vs_kubectl.py) ---------------------------
+
+_keys = st.sampled_from(["containerPort", "port", "mountPath", "name", "uid", "ip", "path", "protocol", "value"])
+_key_values = st.one_of(st.integers(0, 3), st.sampled_from(["0", "1", "a"]), st.booleans())
+_items = st.lists(st.one_of(st.dictionaries(_keys, _key_values, max_size=4), _key_values), max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_items)
+def test_the_hooks_merge_key_and_collapse_agree_with_the_port_of_metacontroller(items):
+    key = merge_key(items)
+    assert key == (go_apply_merge.detect_list_map_key(items) or None)
+    # An InPlace list answered again over itself: every item becomes the last one with its key, and
+    # `collapsed` names exactly the items whose key an earlier item has.
+    merged = go_apply_merge.Merge({"list": items}, {"list": items}, {"list": items})["list"]
+    if key is None:
+        assert merged == items and collapsed(items) == []
+        return
+    keys = [go_apply_merge.string_merge_key(item[key]) for item in items]
+    last = dict(zip(keys, items, strict=True))
+    assert merged == [last[k] for k in keys]
+    assert [index for index, _, _ in collapsed(items)] == [i for i, k in enumerate(keys) if k in keys[:i]]

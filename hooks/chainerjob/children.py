@@ -7,11 +7,11 @@ from typing import Any
 from hooks.chainerjob import launch, names
 from hooks.chainerjob.names import ASSETS_VOLUME, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.chainerjob.spec import ChainerJob, WorkerSet
+from hooks.shared.canonical import pod_template_spec
 from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
-from hooks.shared.quantity import canonical_resources
 from hooks.shared.validation import MAX_INT32
 
 # The default kubectl image (the hooks setting CHAINERJOB_KUBECTL_IMAGE overrides it): Kubernetes'
@@ -94,9 +94,11 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     OnDelete: a template edit, or a gang enabled on a live install (which marks every template),
     must never roll running workers (mpiexec would lose a rank); a pod created later (a replaced
     worker) takes the template as it is then. `observed` is the StatefulSet as it exists, if it does.
+    InPlace: the user's template is spelt as the API server stores it (quantities, empty values),
+    or Metacontroller would update the StatefulSet on every sync.
     """
     labels = names.worker_labels(job.name, ws.name)
-    pod_spec = json_copy(dict(ws.template.get("spec") or {}))
+    pod_spec = pod_template_spec(ws.template.get("spec") or {})
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
     template_meta = _template_meta(ws.template, labels)
@@ -194,22 +196,15 @@ def _assets_mount() -> JSON:
 
 
 def _decorate_containers(pod_spec: JSON, mounts: list[JSON]) -> None:
-    """The operator's mounts on every container (init containers too), its env on the regular ones;
-    resource quantities in the API server's form (a StatefulSet is updated in place: `nvidia.com/gpu: 4`,
-    stored as "4", would otherwise differ on every sync and be written on every resync)."""
+    """The operator's mounts on every container (init containers too), its env on the regular ones."""
     # No empty list where the user had none: the API server drops it, and the difference would
     # make every InPlace apply an update.
     if pod_spec.get("initContainers"):
         pod_spec["initContainers"] = [
-            {**_canonical(c), "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
+            {**c, "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
             for c in pod_spec["initContainers"]]
     pod_spec["containers"] = [
-        {**_canonical(c), "env": launch.with_launcher_env(c.get("env")),
+        {**c, "env": launch.with_launcher_env(c.get("env")),
          "volumeMounts": [*(c.get("volumeMounts") or []), *json_copy(mounts)]}
         for c in pod_spec["containers"]]
 
-
-def _canonical(container: JSON) -> JSON:
-    if "resources" not in container:
-        return container
-    return {**container, "resources": canonical_resources(container["resources"])}

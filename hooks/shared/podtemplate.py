@@ -20,7 +20,9 @@ _IANA_SVC_NAME = re.compile(r"^(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[\x21-\x3c\x3e-\x7e]+$")  # printable ASCII but '=' (Kubernetes 1.30+)
+_ENV_NAME = re.compile(r"^[\x20-\x3c\x3e-\x7e]+$")  # printable ASCII (the space too) but '=' (Kubernetes 1.30+)
+# Where an env entry's valueFrom may take its value: the API server wants exactly one of them.
+ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
 
 
 def optional_map(path: str, value: Any, problems: list[str], *, expected: str) -> Mapping[str, Any]:
@@ -58,6 +60,8 @@ def each_object(path: str, items: list[Any], problems: list[str], *,
 def check_image(path: str, image: Any, problems: list[str]) -> None:
     if not isinstance(image, str) or not image.strip():
         problems.append(f"{path}: must be a non-empty image reference")
+    elif image != image.strip():
+        problems.append(f"{path}: must not begin or end with white space, got {show(image)}")
 
 
 def check_template_metadata(path: str, meta: Any, problems: list[str]) -> None:
@@ -89,7 +93,7 @@ def check_env(path: str, env: Any, problems: list[str]) -> None:
     for here, entry in each_object(path, env, problems, expected="an object with a name and a value or valueFrom"):
         name = entry.get("name")
         if not isinstance(name, str) or not _ENV_NAME.match(name):
-            problems.append(f"{here}.name: must be a non-empty string of printable characters "
+            problems.append(f"{here}.name: must be a non-empty string of printable ASCII characters "
                             f"other than '=', got {show(name)}")
         value, value_from = entry.get("value"), entry.get("valueFrom")
         if value is not None and not isinstance(value, str):
@@ -98,6 +102,8 @@ def check_env(path: str, env: Any, problems: list[str]) -> None:
             problems.append(f"{here}.valueFrom: must be an object")
         elif value_from is not None and value is not None:
             problems.append(f"{here}: give value or valueFrom, not both")
+        elif value_from is not None and sum(value_from.get(source) is not None for source in ENV_SOURCES) != 1:
+            problems.append(f"{here}.valueFrom: must give exactly one of {', '.join(ENV_SOURCES)}")
 
 
 def check_ports(path: str, ports: Any, problems: list[str]) -> None:

@@ -44,27 +44,6 @@ class Quantity:
         return _canonical(self.value, self.format)
 
 
-def canonical_resources(resources: Any) -> Any:
-    """A container's `resources` with every limit and request written as the API server stores it
-    (`nvidia.com/gpu: 4` becomes `"4"`, `1000m` becomes `"1"`); anything else is left as it is.
-    Only for templates a spec check has already read (an unreadable quantity is left alone here)."""
-    if not isinstance(resources, dict):
-        return resources
-    canonical = dict(resources)
-    for field_name in ("limits", "requests"):
-        values = resources.get(field_name)
-        if isinstance(values, dict):
-            canonical[field_name] = {name: _canonical_or_same(raw) for name, raw in values.items()}
-    return canonical
-
-
-def _canonical_or_same(raw: Any) -> Any:
-    try:
-        return parse_quantity(raw).canonical()
-    except ValueError:
-        return raw
-
-
 def parse_quantity(raw: Any) -> Quantity:
     """A quantity from a manifest value (string, or a JSON number); ValueError when it is none."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):

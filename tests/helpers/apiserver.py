@@ -6,7 +6,8 @@
 - `install(cp)`: those CRDs, then `kubectl apply -k metacontroller/`, once per control plane; it returns what
   that first apply printed.
 - `Verdict` and `create`/`update`/`update_status`: one object through the server, with what it said (accepted or not,
-  the error and its causes, the stored object), through the `kubernetes` client so a case costs milliseconds, not a kubectl.
+  the error and its causes, the stored object), through the `kubernetes` client so a case costs milliseconds, not a kubectl;
+  `user=` writes as someone else (impersonated: `user_client`), so what that user's RBAC allows is checked too.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _dynamic(cp: ControlPlane) -> kubernetes.dynamic.DynamicClient:
 
 
 _CLIENTS: dict[int, kubernetes.dynamic.DynamicClient] = {}
+_USER_CLIENTS: dict[tuple[int, str], kubernetes.dynamic.DynamicClient] = {}
 
 
 def dynamic(cp: ControlPlane) -> kubernetes.dynamic.DynamicClient:
@@ -93,11 +95,34 @@ def dynamic(cp: ControlPlane) -> kubernetes.dynamic.DynamicClient:
 
 def refresh(cp: ControlPlane) -> None:
     _CLIENTS.pop(id(cp), None)
+    for key in [key for key in _USER_CLIENTS if key[0] == id(cp)]:
+        del _USER_CLIENTS[key]
+
+
+def user_client(cp: ControlPlane, user: str) -> kubernetes.dynamic.DynamicClient:
+    """A dynamic client that acts as `user` (the admin impersonates it: Impersonate-User). A service
+    account's user name (`system:serviceaccount:<ns>:<name>`) gets its groups from the server."""
+    if (id(cp), user) not in _USER_CLIENTS:
+        client = api_client(cp)
+        client.set_default_header("Impersonate-User", user)
+        _USER_CLIENTS[(id(cp), user)] = kubernetes.dynamic.DynamicClient(client)
+    return _USER_CLIENTS[(id(cp), user)]
+
+
+def get(cp: ControlPlane, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+    """The stored object, or None when there is none."""
+    resource = dynamic(cp).resources.get(api_version=api_version, kind=kind)
+    try:
+        found = resource.get(name=name, namespace=namespace if resource.namespaced else None)
+    except kubernetes.dynamic.exceptions.NotFoundError:
+        return None
+    return dict(found.to_dict())
 
 
 def _write(cp: ControlPlane, method: str, obj: dict, namespace: str | None, *, dry_run: bool, field_validation: str | None,
-           subresource: str | None = None) -> Verdict:
-    resource = dynamic(cp).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+           user: str | None = None, subresource: str | None = None) -> Verdict:
+    client = dynamic(cp) if user is None else user_client(cp, user)
+    resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     if subresource:
         resource = resource.subresources[subresource]
     query = {}
@@ -122,14 +147,14 @@ def _write(cp: ControlPlane, method: str, obj: dict, namespace: str | None, *, d
 
 
 def create(cp: ControlPlane, obj: dict, namespace: str | None = None, *, dry_run: bool = False,
-           field_validation: str | None = None) -> Verdict:
-    return _write(cp, "create", obj, namespace, dry_run=dry_run, field_validation=field_validation)
+           field_validation: str | None = None, user: str | None = None) -> Verdict:
+    return _write(cp, "create", obj, namespace, dry_run=dry_run, field_validation=field_validation, user=user)
 
 
 def update(cp: ControlPlane, obj: dict, namespace: str | None = None, *, dry_run: bool = False,
-           field_validation: str | None = None) -> Verdict:
+           field_validation: str | None = None, user: str | None = None) -> Verdict:
     """Replace (PUT) obj; it must carry the stored resourceVersion."""
-    return _write(cp, "update", obj, namespace, dry_run=dry_run, field_validation=field_validation)
+    return _write(cp, "update", obj, namespace, dry_run=dry_run, field_validation=field_validation, user=user)
 
 
 def update_status(cp: ControlPlane, obj: dict, namespace: str | None = None, *, dry_run: bool = False,

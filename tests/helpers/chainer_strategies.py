@@ -1,10 +1,32 @@
-"""Hypothesis strategies for ChainerJob property tests: master Job states and observations through the ChainerJob simulator."""
+"""Hypothesis strategies for ChainerJob property tests: jobs with rich templates, master Job states, and
+observations through the ChainerJob simulator."""
 
 from __future__ import annotations
 
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim
+from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from hypothesis import strategies as st
 
 MASTER_STATES = [None, "active", "Complete", "Failed", "deleted-after-finish"]
+
+
+def rich_template(main: str) -> dict:
+    """Every part of a template the hook reads or adds to, so that an edit can hit each of them."""
+    return {"metadata": {"labels": {"team": "vision"}, "annotations": {"note": "x"}},
+            "spec": {"containers": [{"name": main, "image": "chainer/chainermn:7.8.1", "command": ["python3", "t.py"],
+                                     "env": [{"name": "EPOCHS", "value": "3"}],
+                                     "ports": [{"name": "metrics", "containerPort": 8080}],
+                                     "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "500m"}},
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                     "initContainers": [{"name": "fetch", "image": "busybox", "command": ["true"]}],
+                     "volumes": [{"name": "data", "emptyDir": {}}]}}
+
+
+jobs = st.builds(
+    lambda sets, slots: chainerjob(
+        workers={name: {"replicas": n, "template": rich_template("chainer"), "mpiConfig": {"slots": slots}}
+                 for name, n in sets.items()} or None,
+        master={"template": rich_template("chainer"), "backoffLimit": 2, "activeDeadlineSeconds": 600}),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2), st.integers(1, 4))
 
 
 def observed_sim(parent: dict, obs: tuple) -> ChainerSim:

@@ -11,6 +11,11 @@ from hypothesis import strategies as st
 EXAMPLES = int(os.environ.get("MXJOB_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 60,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# A sample sent through the real API server (a namespace and a write per child each): a few dozen
+# examples, always the same ones unless MXJOB_SAMPLE_EXAMPLES asks for more.
+SAMPLE_EXAMPLES = int(os.environ.get("MXJOB_SAMPLE_EXAMPLES", "24"))
+SAMPLE = settings(max_examples=SAMPLE_EXAMPLES, deadline=None, derandomize=SAMPLE_EXAMPLES <= 24,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 garbage = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 2**31, 2**63 - 1]),
     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),

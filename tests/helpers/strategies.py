@@ -92,3 +92,17 @@ mxtune_views = st.fixed_dictionaries({
     "config_map": st.sampled_from(["observed", "deleted", "terminating"]),
     "annotated": st.booleans(),  # False: pods from before the replica-layout annotation
 })
+
+
+def with_rich_templates(parent: dict) -> dict:
+    """Every part of a template the hook reads present, so that an edit can hit each of them."""
+    for spec in parent["spec"]["mxReplicaSpecs"].values():
+        template = spec["template"]
+        template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"note": "x"}}
+        template["spec"]["containers"][0].update(
+            env=[{"name": "EPOCHS", "value": "3"},
+                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            ports=[{"name": "metrics", "containerPort": 8080}])
+        template["spec"]["containers"].append({"name": "sidecar", "image": "busybox",
+                                               "env": [{"name": "A", "value": "1"}]})
+    return parent
