@@ -7,6 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/local/dist-train-digits.yaml
+# `make test CONTROLPLANE=skip` runs everything but the tests against the real API server (for a machine
+# without Go); it says so loudly, and those tests are skipped, not passed. `make run CONTROLPLANE=skip`
+# runs the example on the in-memory stand-in.
+CONTROLPLANE ?= run
 # Every installed package pinned, dependencies of dependencies included (see `make constraints`).
 CONSTRAINTS := constraints.txt
 # What `make test` needs besides Python packages.
@@ -50,9 +54,15 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requireme
 setup: check-python
 	@$(MAKE) --no-print-directory $(STAMP)
 
-## Run the example MXJob to Succeeded on the local cluster (no Kubernetes needed).
+## Run the example MXJob to Succeeded on the local cluster (the real control plane, built first; no Go: in memory).
 run: setup
+ifeq ($(CONTROLPLANE),skip)
+	$(BIN)/localcluster run $(EXAMPLE) --control-plane memory
+else
+	@if command -v go >/dev/null; then $(MAKE) --no-print-directory controlplane; \
+	else echo "*** no Go on PATH: the job runs on the in-memory stand-in (Go 1.26+ builds the real control plane) ***"; fi
 	$(BIN)/localcluster run $(EXAMPLE)
+endif
 
 # The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl),
 # built from source at the versions controlplane/*/go.mod pin; the Go caches stay outside the checkout.
@@ -62,9 +72,6 @@ CONTROLPLANE_BIN := .controlplane/bin
 controlplane:
 	controlplane/build.sh $(CONTROLPLANE_BIN)
 
-# `make test CONTROLPLANE=skip` runs everything but the tests against the real API server (for a machine
-# without Go); it says so loudly, and those tests are skipped, not passed.
-CONTROLPLANE ?= run
 
 # `make test IMAGE_CHECK=skip` leaves the images out (for a machine where buildah and podman cannot be
 # installed: image-check needs root and apt-get); it says so loudly. Anything else runs it.
