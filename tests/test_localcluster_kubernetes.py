@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +23,7 @@ import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import bin_dir
 from localcluster.store import StoreError
 from localcluster.types import KubeObject
 
@@ -198,3 +202,49 @@ def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the
                                   if (o["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid],
                      30, what="the garbage collector to remove the held job's children")
     record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before))
+
+
+def test_a_settled_mxjob_costs_zero_writes_per_resync(cluster: LocalCluster):
+    assert cluster.control_plane is not None
+    job = cluster.submit(shell_mxjob("quiet"))
+    cluster.wait_for(lambda: all_running(cluster, "quiet", 2), 60, what="both workers running")
+    settle(cluster)
+    settled = cluster.control_plane.request_counts()
+    resync(cluster, job, 5)
+    assert writes(delta(cluster.control_plane.request_counts(), settled)) == {}
+
+
+@pytest.mark.mxnet
+def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path):
+    """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all."""
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "localcluster", "--state-dir", str(state)]
+    up = subprocess.Popen([*command, "up"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+    try:
+        assert up.stdout is not None
+        lines = []
+        for line in up.stdout:
+            lines.append(line)
+            if line.startswith("export KUBECONFIG="):
+                break
+        kubeconfig = state / "kubeconfig"
+        assert f"export KUBECONFIG={kubeconfig}\n" in lines, "".join(lines)
+        kubectl = [str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}"]
+
+        def run(*args: str) -> str:
+            result = subprocess.run([*kubectl, *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        assert run("apply", "-f", "examples/local/dist-train-digits.yaml") == "mxjob.kubeflow.org/dist-train-digits created\n"
+        assert "condition met" in run("wait", "--for=condition=Succeeded", "mxjob/dist-train-digits", "--timeout=150s")
+        table = run("get", "mxjobs").splitlines()
+        assert table[0].split() == ["NAME", "STATE", "AGE"] and table[1].split()[:2] == ["dist-train-digits", "Succeeded"]
+        log = run("logs", "dist-train-digits-worker-0")
+        assert re.search(r"final validation-accuracy=0\.9\d+", log), log[-500:]
+    finally:
+        down = subprocess.run([*command, "down"], cwd=ROOT, capture_output=True, text=True, timeout=90)
+        up.wait(timeout=30)
+    assert down.returncode == 0, down.stderr
+    assert up.returncode == 0
