@@ -52,6 +52,14 @@ VALIDATE_CHOICES = {"strict": "strict", "true": "strict", "warn": "warn", "ignor
 # While a job runs, how often `run` notes every pod's state and the log lines that look like trouble.
 REPORT_EVERY_SECONDS = 60.0
 TROUBLE_LOG_LINES = 20
+# The live view shows each running pod's last log line, cut to this width, and how long its log has been
+# silent once that is at least SILENT_SHOW_SECONDS; when every running pod has been silent for
+# --silent-after seconds (default SILENT_AFTER_SECONDS), `run` says so once (again after output resumes).
+LAST_LINE_WIDTH = 100
+SILENT_SHOW_SECONDS = 10.0
+SILENT_AFTER_SECONDS = 120.0
+# After a failure, the last lines of at most this many failed containers' logs (every one is listed).
+FAILED_LOGS_SHOWN = 4
 # A Python traceback's first line, or a line that says error, fatal or panic (localcluster's own lines excepted).
 _TRACEBACK = "Traceback (most recent call last):"
 # A metric such as `validation-error=0.1` is not an error.
@@ -75,14 +83,54 @@ def pod_row(pod: KubeObject) -> tuple[str, str, int, str]:
     return pod["metadata"]["name"], phase, restarts, _age(pod["metadata"].get("creationTimestamp"))
 
 
+def last_output(path: Path, now: float | None = None) -> tuple[str, float] | None:
+    """A log's last line of the program's own output (not the local cluster's `===` notes) and the
+    seconds since anything was written to it; None when there is no log."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - 8192))
+            text = handle.read().decode(errors="replace")
+            written = os.fstat(handle.fileno()).st_mtime
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("=== localcluster:")]
+    return (lines[-1] if lines else ""), max(0.0, (time.time() if now is None else now) - written)
+
+
+def pod_log(cluster: LocalCluster, name: str, namespace: str, pod: str) -> Path:
+    """The log of a pod's first container (where a pod's own output goes)."""
+    return cluster.job_dir(name, namespace) / f"{pod}.log"
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LAST_LINE_WIDTH else line[:LAST_LINE_WIDTH - 3] + "..."
+
+
+def _seconds(value: float) -> str:
+    seconds = int(value)
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m{seconds % 60}s"
+
+
+def output_row(found: tuple[str, float] | None) -> str:
+    """The view's line under a running pod: its last output, and how long it has been silent."""
+    if found is None:
+        return "    > (no output yet)"
+    line, silent = found
+    note = f"  [silent {_seconds(silent)}]" if silent >= SILENT_SHOW_SECONDS else ""
+    return f"    > {_cut(line) or '(no output yet)'}{note}"
+
+
 def render(cluster: LocalCluster, name: str, namespace: str = "default") -> list[str]:
-    """The progress view of one job as lines."""
+    """The progress view of one job as lines: under each running pod, its last line of output."""
     job = cluster.get_job(name, namespace) or {}
     age = _age(job.get("metadata", {}).get("creationTimestamp"))
     lines = [f"{job.get('kind', 'Job')} {namespace}/{name}   state: {job_state(job) or '-'}   age: {age}"]
     lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
     for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name, namespace)):
         lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
+        if phase == "Running":
+            lines.append(output_row(last_output(pod_log(cluster, name, namespace, pod_name))))
     conditions = job.get("status", {}).get("conditions") or []
     lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
     controller = cluster.controller_for(job) if job else None
@@ -109,9 +157,10 @@ class Progress:
             self.out.write("\n".join(lines) + "\n")
             self._drawn = len(lines)
         else:
-            # Ages tick every second; compare without them so only real changes print.
+            # Ages tick every second, and a training script prints all the time; compare without
+            # either so that only real changes print (the periodic report shows the output).
             stable = [line.rsplit(" ", 1)[0] if line.startswith("  ") and "conditions" not in line
-                      else line.split("   age:")[0] for line in lines]
+                      else line.split("   age:")[0] for line in lines if not line.startswith("    > ")]
             if stable == self._last:
                 return
             self._last = stable
@@ -276,6 +325,22 @@ def pods_settled(cluster: LocalCluster, name: str, namespace: str) -> bool:
 _EXIT_LINE = re.compile(r"^=== localcluster: container \S+ exited with code (\d+) at (\S+)$", re.M)
 
 
+def failed_containers(cluster: LocalCluster, name: str, namespace: str) -> list[tuple[str, str, int, str, Path]]:
+    """(pod, container, exit code, when, log) of every container of the job whose last run exited
+    non-zero, in the order they exited. 143 (SIGTERM) is left out: that is the cleanup stopping a pod,
+    not a cause. Read from the logs, so a pod that cleanPodPolicy deleted after it failed is still found."""
+    found = []
+    for (pod, container), path in log_files(cluster.job_dir(name, namespace)).items():
+        exits = _EXIT_LINE.findall(path.read_text(errors="replace"))
+        if exits and int(exits[-1][0]) not in (0, 128 + signal.SIGTERM):
+            found.append((exits[-1][1], pod, container, int(exits[-1][0]), path))
+    return [(pod, container, code, at, path) for at, pod, container, code, path in sorted(found)]
+
+
+def named_in(message: str, pod: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(pod)}(?![\w-])", message) is not None
+
+
 def failing_log(cluster: LocalCluster, name: str, namespace: str, message: str) -> Path | None:
     """The log that best explains a failure: a pod the message names, else the first non-zero exit."""
     logs = sorted(cluster.job_dir(name, namespace).glob("*.log"))
@@ -334,7 +399,9 @@ def diagnosis(cluster: LocalCluster, name: str, namespace: str) -> list[str]:
         pod_name, phase, restarts, _ = pod_row(pod)
         containers = "; ".join(f"{cs.get('name')}: {container_state(cs)}"
                                for cs in pod.get("status", {}).get("containerStatuses", [])) or "no container started"
-        lines.append(f"  {pod_name}  {phase}  restarts {restarts}  {containers}")
+        output = last_output(pod_log(cluster, name, namespace, pod_name)) if phase == "Running" else None
+        said = f"  last output {_seconds(output[1])} ago: {_cut(output[0])!r}" if output and output[0] else ""
+        lines.append(f"  {pod_name}  {phase}  restarts {restarts}  {containers}{said}")
     if not pods:
         lines.append("  (none)")
     for path in sorted(cluster.job_dir(name, namespace).glob("*.log")):
@@ -351,8 +418,14 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     """Run one job to the end; the exit code says how it ended."""
     try:
         # Namespaces built by hand (tests, callers) may leave out the newer options: their defaults apply.
-        validate = VALIDATE_CHOICES[getattr(args, "validate", "warn")]
-        job = load_job(Path(args.file), warn=lambda line: print(line, file=err), validate=validate)
+        validate = VALIDATE_CHOICES[getattr(args, "validate", "strict")]
+        warnings: list[str] = []
+
+        def warn(line: str) -> None:
+            warnings.append(line)
+            print(line, file=err)
+
+        job = load_job(Path(args.file), warn=warn, validate=validate)
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
@@ -387,7 +460,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
                     return EXIT_CANNOT_START
                 try:
                     code, reason = watch(cluster, name, namespace, args.timeout, out, err=err,
-                                         report_every=getattr(args, "report_every", REPORT_EVERY_SECONDS))
+                                         report_every=getattr(args, "report_every", REPORT_EVERY_SECONDS),
+                                         silent_after=getattr(args, "silent_after", SILENT_AFTER_SECONDS))
                 finally:
                     signals.stopping = True  # from here on a signal only hurries the stop along
                     cluster.stop()
@@ -398,6 +472,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             print(f"{job['kind']} {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; "
                   "every process is stopped", file=err)
             return 128 + stop.signum
+    if warnings:  # said at the start, long scrolled away by now: once more, next to the outcome
+        print(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''} about {args.file}, as at the start:", file=err)
+        print("\n".join("  " + line for line in warnings), file=err)
     print(reason, file=out if code == EXIT_SUCCEEDED else err)
     return code
 
@@ -414,13 +491,24 @@ def choose_backend(requested: str, err: TextIO) -> Backend:
     return cast(Backend, requested)
 
 
+def silence(cluster: LocalCluster, name: str, namespace: str) -> tuple[list[str], float] | None:
+    """The running pods and the shortest time any of them has been silent; None when none runs."""
+    running = [pod_row(pod)[0] for pod in cluster.pods(name, namespace) if pod_row(pod)[1] == "Running"]
+    if not running:
+        return None
+    quiet = [found[1] if (found := last_output(pod_log(cluster, name, namespace, pod))) else 0.0 for pod in running]
+    return running, min(quiet)
+
+
 def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO, *,
-          err: TextIO | None = None, report_every: float = REPORT_EVERY_SECONDS) -> tuple[int, str]:
+          err: TextIO | None = None, report_every: float = REPORT_EVERY_SECONDS,
+          silent_after: float = SILENT_AFTER_SECONDS) -> tuple[int, str]:
     """Show progress until the job ends (or the timeout); then the final view and status.
 
     Every `report_every` seconds while the job runs, and at a timeout (on `err`), every pod's state
     and the end of each log holding a traceback or an error: a crashed worker whose process never
-    exits says why the job hangs.
+    exits says why the job hangs. When every running pod has written nothing for `silent_after`
+    seconds, that is noted once (and again if it happens again after output resumed).
     """
     key = f"{namespace}/{name}"
     submitted = cluster.get_job(name, namespace) or {}
@@ -437,8 +525,18 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     deadline = time.monotonic() + timeout
     next_report = time.monotonic() + report_every
     outcome: tuple[int, str] | None = None
+    silent_noted = False
     while outcome is None:
         progress.show(render(cluster, name, namespace))
+        quiet = silence(cluster, name, namespace)
+        if quiet and quiet[1] >= silent_after and not silent_noted:
+            silent_noted = True
+            progress.note([f"silent: no running pod of {kind} {key} has written to its log for {_seconds(quiet[1])} "
+                           f"({', '.join(quiet[0])}). A worker whose program ended (sys.exit, an uncaught exception) "
+                           "can stay Running while ps-lite's threads keep its process alive; its log's last lines "
+                           "say whether it did."])
+        elif quiet is None or quiet[1] < silent_after:
+            silent_noted = False
         if time.monotonic() >= next_report:
             next_report = time.monotonic() + report_every
             progress.note([f"still waiting after {time.monotonic() - progress.started:.0f}s;",
@@ -480,10 +578,24 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     if outcome[0] == EXIT_TIMEOUT:
         print("\n".join(diagnosis(cluster, name, namespace)), file=err or out)
     if outcome[0] == EXIT_FAILED:
-        path = failing_log(cluster, name, namespace, outcome[1])
-        if path is not None:
+        failures = failed_containers(cluster, name, namespace)
+        message = outcome[1]
+        # The pod the Failed condition names first, then every other that failed, in the order they exited.
+        shown = sorted(failures, key=lambda f: not named_in(message, f[0]))
+        paths = [path for *_, path in shown] or [p for p in [failing_log(cluster, name, namespace, message)] if p]
+        for path in paths[:FAILED_LOGS_SHOWN]:
             print(f"last lines of {path}:", file=out)
             print("\n".join("  " + line for line in tail(path, FAILED_LOG_LINES)), file=out)
+        if failures:
+            print(f"failed containers ({len(failures)}):", file=out)
+            for pod, container, code, at, path in failures:
+                print(f"  {pod} (container {container}): exit code {code} at {at}  {path}", file=out)
+        later = [f"{pod} (exit code {code})" for pod, _, code, _, _ in failures if not named_in(message, pod)]
+        if later and len(later) < len(failures):  # the job failed on a pod (not a deadline or the backoff limit)
+            # The condition and status.replicaStatuses were written when the job failed and stay as they
+            # were (frozen at the end, docs/lifecycle.md); a pod that failed a moment after is told here.
+            outcome = (outcome[0], f"{message} Also failed, after the job had failed (so not in its status, which "
+                                   f"is frozen at the end): {', '.join(later)}.")
     out.flush()
     return outcome
 
@@ -546,11 +658,15 @@ def parser() -> argparse.ArgumentParser:
     run_parser = sub.add_parser("run", help="run one MXJob or ChainerJob to the end; exit 0 only if it succeeded")
     run_parser.add_argument("file", help="a YAML file holding one MXJob or ChainerJob")
     run_parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
-    run_parser.add_argument("--validate", choices=sorted(VALIDATE_CHOICES), default="warn", type=str.lower,
-                            help="a field the CRD does not know: warn (default) names it on stderr and runs the job, "
-                                 "strict (or true) refuses the job (exit 2), ignore (or false) says nothing")
+    run_parser.add_argument("--validate", choices=sorted(VALIDATE_CHOICES), default="strict", type=str.lower,
+                            help="a field the CRD does not know: strict (or true; the default, as kubectl apply's) "
+                                 "refuses the job (exit 2); warn names it on stderr, runs the job without it and "
+                                 "names it again at the end; ignore (or false) says nothing")
     run_parser.add_argument("--report-every", type=float, default=REPORT_EVERY_SECONDS, metavar="SECONDS",
                             help="while the job runs, note every pod's state and log errors this often (default 60)")
+    run_parser.add_argument("--silent-after", type=_positive_float, default=SILENT_AFTER_SECONDS, metavar="SECONDS",
+                            help="say so when no running pod has written to its log for this long "
+                                 f"(default {SILENT_AFTER_SECONDS:g})")
     run_parser.add_argument("--client-qps", type=_positive_float, default=CLIENT_QPS,
                             help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
     run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,

@@ -12,7 +12,8 @@ What it sets up, and why:
   `system:masters` for the admin, RBAC authorization (so Metacontroller's rights can be checked for
   real), default admission plugins, a service-account signing key;
 - kube-controller-manager with the controllers the children need (CONTROLLERS below) and nothing that
-  needs a kubelet's heartbeats (node lifecycle, pod GC, endpoints: pods here have no real network).
+  needs a kubelet's heartbeats (node lifecycle, pod GC, endpoints: pods here have no real network), and the
+  ClusterRole aggregation every cluster runs (so the built-in admin, edit and view roles take in an operator's rules).
 
 Every process runs in a process group of its own and is stopped with it (SIGTERM, then SIGKILL), on
 `stop()`, on leaving the `with` block, at interpreter exit, and, through PR_SET_PDEATHSIG, when the
@@ -61,6 +62,7 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
+    "clusterrole-aggregation-controller",
 )
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 START_TIMEOUT = 60.0

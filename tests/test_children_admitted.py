@@ -131,7 +131,7 @@ def test_every_example_is_found():
     assert sorted(EXAMPLE_JOBS) == [
         "byteps", "chainerjob/chainerjob-gpu-two-sets", "chainerjob/chainerjob-mn", "chainerjob/chainerjob-single",
         "digits/mxjob", "dist-cpu-train", "dist-gpu-train", "local/chainer-mn-digits", "local/dist-train-digits",
-        "single-worker", "tune"]
+        "single-worker", "smoke", "tune"]
 
 
 @pytest.mark.parametrize(("example", "scene", "gang"), EXAMPLE_CASES)

@@ -3,6 +3,7 @@ CLI's exit codes and the defaults as implemented, and a sample request that the 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -191,3 +192,95 @@ def test_no_code_or_test_points_outside_the_project():
     found = [f"{path}: {hit}" for path in tracked if path != "tests/test_docs.py"
              for hit in OUTSIDE.findall((ROOT / path).read_text(errors="replace"))]
     assert found == []
+
+
+# --- what a new user meets ---------------------------------------------------------------------------------
+
+
+def readme_section(title: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_install_pins_the_supported_metacontroller_and_says_how_to_install_it():
+    install = readme_section("Install in a cluster")
+    assert "kubectl apply -k 'github.com/metacontroller/metacontroller/manifests/production?ref=v4.17.2'" in install
+    assert "git checkout v4.17.2 && kubectl apply -k manifests/production" in install
+    assert "Other Metacontroller\nversions are not supported" in install
+    assert "| Metacontroller | v4.17.x, install v4.17.2" in readme_section("Supported versions")
+    # The ServiceAccount the pinned manifests create is the one rbac.yaml binds.
+    binding = [d for d in yaml.safe_load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d["kind"] == "ClusterRoleBinding"]
+    assert binding[0]["subjects"] == [{"kind": "ServiceAccount", "name": "metacontroller", "namespace": "metacontroller"}]
+
+
+def test_the_install_check_names_what_the_install_creates():
+    check = readme_section("Check the install")
+    rendered = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "metacontroller")], capture_output=True, text=True, check=True).stdout)}
+    for crd in re.findall(r"crd/(\S+)", check):
+        assert ("CustomResourceDefinition", crd) in rendered
+    assert re.findall(r"crd/(\S+)", check) == ["mxjobs.kubeflow.org", "chainerjobs.kubeflow.org"]
+    [deployment] = re.findall(r"deployment/(\S+) --timeout", check)
+    assert ("Deployment", deployment) in rendered
+    for controller in ("mxjob-controller", "chainerjob-controller"):
+        assert ("CompositeController", controller) in rendered and controller in check
+    smoke = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    assert f"kubectl wait --for=condition=Succeeded mxjob/{smoke['metadata']['name']}" in check
+    assert "kubectl apply -f examples/smoke.yaml" in check
+
+
+def test_the_smoke_job_uses_a_public_image_and_succeeds_on_the_local_cluster(tmp_path: Path):
+    smoke = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    [container] = smoke["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    # The hooks image's own base (Dockerfile), published on Docker Hub, not an image of this project.
+    assert f"FROM {container['image']}" in (ROOT / "Dockerfile").read_text()
+    args = cli.parser().parse_args(["--state-dir", str(tmp_path), "run", str(ROOT / "examples" / "smoke.yaml"),
+                                    "--control-plane", "memory", "--timeout", "60"])
+    out = io.StringIO()
+    assert cli.run(args, out=out, err=io.StringIO()) == cli.EXIT_SUCCEEDED
+    assert "smoke: the MXJob operator ran this pod" in (tmp_path / "default" / "smoke" / "smoke-worker-0.log").read_text().splitlines()
+    assert out.getvalue().strip().endswith("MXJob default/smoke Succeeded")
+
+
+def test_submit_and_monitor_builds_the_image_it_submits():
+    section = readme_section("Submit and monitor a job")
+    job = yaml.safe_load((ROOT / "examples" / "digits" / "mxjob.yaml").read_text())
+    images = {c["image"] for spec in job["spec"]["mxReplicaSpecs"].values() for c in spec["template"]["spec"]["containers"]}
+    assert images == {"mxjob/digits-example:1.9.1"}
+    assert "docker build -f examples/digits/Dockerfile -t <registry>/digits-example:1.9.1 ." in section
+    assert "sed 's#image: mxjob/digits-example:1.9.1#image: <registry>/digits-example:1.9.1#' examples/digits/mxjob.yaml" in section
+    assert f"job-name={job['metadata']['name']}" in section
+    assert "dist-cpu-train.yaml\n" not in section.split("Examples, and where")[0]
+
+
+def test_kueue_is_said_plainly_with_its_version_range():
+    readme = (ROOT / "README.md").read_text()
+    assert "Kueue v0.5 to\nv0.10" in readme
+    assert "**Kueue v0.11 and later have no MXJob\nintegration**: there the `kueue.x-k8s.io/queue-name` label does nothing" in readme
+    kueue = (ROOT / "docs" / "ecosystem.md").read_text().split("\n## Kueue\n", 1)[1].split("\n## ", 1)[0]
+    assert kueue.startswith("\n**Supported: Kueue v0.5 to v0.10.**")
+    assert "the job runs at once, outside any quota" in kueue
+    assert "What the project plans:" in kueue
+
+
+def test_the_readme_says_what_make_test_leaves_on_disk_and_how_to_remove_it():
+    quick = readme_section("Quick start (no cluster needed)")
+    assert "`make test` leaves about 4 GB in `.image-check/`" in quick and "`make clean`" in quick
+    clean = (ROOT / "Makefile").read_text().split("\nclean:\n", 1)[1].splitlines()[0]
+    assert ".image-check" in clean and ".controlplane" in clean
+
+
+def test_the_readme_and_localcluster_doc_say_run_validates_as_kubectl_apply():
+    assert "refuses the file, exit 2, naming every such field, as `kubectl apply` does by default" in (ROOT / "README.md").read_text()
+    assert "| `strict` (or `true`; the default) |" in (ROOT / "docs" / "localcluster.md").read_text()
+    assert cli.parser().parse_args(["run", "x.yaml"]).validate == "strict"
+
+
+USER_FILES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")),
+              *sorted(p for p in (ROOT / "examples").rglob("*") if p.suffix in (".yaml", ".py", ".md") or p.name == "Dockerfile")]
+
+
+@pytest.mark.parametrize("path", USER_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_internal_notes_in_user_files(path: Path):
+    text = path.read_text()
+    notes = re.findall(r"(?i)\bseed \d{3}\b|\bturn \d+\b|\bissue \d+\b|\(for the changelog\)|\bFINDINGS-\w", text)
+    assert notes == [], notes

@@ -3,6 +3,7 @@ MXNet alive) shows its traceback and every pod's state, periodically while `run`
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,9 @@ def test_a_hung_job_shows_its_traceback_and_pod_states_while_waiting_and_at_the_
     assert "hangs-worker-0  Running  restarts 0  mxnet: running since" in text
     assert "  Traceback (most recent call last):" in text
     assert "  RuntimeError: worker 0 lost its server" in text
-    assert "ps-lite threads still alive" not in text  # the traceback, not the whole log
+    # The traceback, not the whole log; the pod's line gives its last output (what a hung worker said last).
+    assert "ps-lite threads still alive" not in text.split("last lines of", 1)[1]
+    assert re.search(r"hangs-worker-0  Running .* last output \d+s ago: 'ps-lite threads still alive'", text)
     # The periodic note said the same while it waited.
     assert "still waiting after" in result.stdout and "RuntimeError: worker 0 lost its server" in result.stdout
 
