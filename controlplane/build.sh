@@ -50,8 +50,8 @@ staging=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$staging"' EXIT
 start=$(date +%s)
 # Static, as Kubernetes' own release builds them (hack/lib/golang.sh builds these with CGO_ENABLED=0).
-(cd "$here/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$staging/etcd" go.etcd.io/etcd/server/v3)
-(cd "$here/kubernetes" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$staging/" \
+(cd "$here/etcd" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$staging/etcd" go.etcd.io/etcd/server/v3)
+(cd "$here/kubernetes" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$staging/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
 mv -f "$staging"/* "$out/"
