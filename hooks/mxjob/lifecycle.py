@@ -21,11 +21,22 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
-from hooks.mxjob.spec import MXJob
-from hooks.mxjob.vocabulary import CREATED, FAILED, RESTARTING, RESUMED, RUNNING, SUCCEEDED, SUSPENDED, WORKER, subject
+from hooks.mxjob.spec import FAIL_JOB, RESTART_JOB, RESTART_POD, MXJob
+from hooks.mxjob.vocabulary import (
+    CREATED,
+    FAILED,
+    RESTARTING,
+    RESUMED,
+    RUNNING,
+    SCHEDULER,
+    SUCCEEDED,
+    SUSPENDED,
+    WORKER,
+    subject,
+)
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
-from hooks.shared.memory import Record, restart_record_name
+from hooks.shared.memory import Record, attempt_record_name, restart_record_name
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, parse_time, plus_seconds
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
@@ -39,7 +50,7 @@ SUCCESS_GRACE_SECONDS = 30
 _INDEX = re.compile(r"[0-9]{1,10}")
 # The status fields an outcome record holds: the whole terminal status but what a later sync adds.
 OUTCOME_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "restartCount",
-                  "restartHistory")
+                  "attempt", "restartHistory")
 
 
 class Memory(NamedTuple):
@@ -47,6 +58,7 @@ class Memory(NamedTuple):
 
     outcome: Record | None = None
     restarts: Mapping[str, Mapping[int, Record]] = {}
+    attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
 
 
 NO_MEMORY = Memory()
@@ -62,6 +74,7 @@ class Plan:
     resync_after: float | None = None
     finished: bool = False  # the job has succeeded or failed: it never gets a new pod
     attempts: dict[str, int] = field(default_factory=dict)  # restart-attempt label of a pod, when not 0
+    job_attempt: int = 0  # the job attempt new pods are created for (MXJOB_ATTEMPT, job-attempt label)
     restart_records: dict[str, JSON] = field(default_factory=dict)  # new restart records: name -> data
     outcome: JSON | None = None  # the outcome record to create (the job has just finished)
     cleaned_up: bool = False  # the TTL has run: every child but the outcome record goes
@@ -80,6 +93,29 @@ def is_retryable(exit_code: int | None) -> bool:
     return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
 
 
+def distributed(job: MXJob) -> bool:
+    """An MXTrain job with a Scheduler: its processes meet once in ps-lite, which admits no
+    process that comes back later (docs/lifecycle.md, "Recovery measured")."""
+    return job.job_mode == "MXTrain" and job.has(SCHEDULER)
+
+
+def failure_action(job: MXJob, rtype: str, exit_code: int | None, *, retried: bool) -> str:
+    """What a lost pod does to the job: the first rule of runPolicy.failurePolicy that matches
+    its replica type and exit code, else the default. `retried`: its restartPolicy retries it
+    (OnFailure, Always, or ExitCode with a retryable code). By default a pod its policy does
+    not retry fails the job, and one it retries restarts the whole job when the job is
+    distributed and only itself otherwise (a single process, or independent ones)."""
+    for rule in job.run_policy.failure.rules:
+        if rule.replica_types is not None and rtype not in rule.replica_types:
+            continue
+        if rule.exit_codes is not None and (exit_code is None or exit_code not in rule.exit_codes):
+            continue
+        return rule.action
+    if not retried:
+        return FAIL_JOB
+    return RESTART_JOB if distributed(job) else RESTART_POD
+
+
 def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
            observed_services: Mapping[str, Any], now: datetime, memory: Memory = NO_MEMORY) -> Plan:
     """The whole lifecycle step for a valid MXJob: a pure function of its arguments.
@@ -87,7 +123,7 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
     The observations are read once, into a _State built in one step (the failures classified,
     the memories merged); the branches below only choose the transition and build the Plan.
     """
-    state = _State(job, old_status, pods, now, memory.restarts)
+    state = _State(job, old_status, pods, now, memory.restarts, memory.attempts)
     if memory.outcome is not None:
         return state.finish_recorded(memory.outcome, slots, observed_services)
     if state.conds.terminal():
@@ -113,6 +149,10 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
                        f"{subject(job.key)} has reached the specified backoff limit: "
                        f"{state.restart_total()} restarts, backoffLimit "
                        f"{job.run_policy.backoff_limit}{state.exit_codes_note()}.")
+    elif state.over_max_restarts():
+        state.conclude("Failed", FAILED,
+                       f"{subject(job.key)} has reached failurePolicy.maxRestarts "
+                       f"({job.run_policy.failure.max_restarts}): {state.losses_part()}.")
     elif deadline is not None and now >= deadline:
         state.conclude("Failed", FAILED,
                        f"{subject(job.key)} was active longer than activeDeadlineSeconds "
@@ -133,6 +173,7 @@ class Failures(NamedTuple):
     recorded: frozenset[str]  # pods to recreate whose restart record is observed: safe to delete
     new_records: dict[str, JSON]
     history: dict[str, RestartRecord]  # the restart history with these failures counted
+    job_losses: list[PodView]  # lost pods whose failurePolicy action is RestartJob
 
     @property
     def not_counted(self) -> frozenset[str]:
@@ -144,7 +185,17 @@ class _State:
     """The status being rebuilt for one sync."""
 
     def __init__(self, job: MXJob, old: Any, pods: Mapping[str, PodView], now: datetime,
-                 restarts: Mapping[str, Mapping[int, Record]]):
+                 restarts: Mapping[str, Mapping[int, Record]], attempts: Mapping[int, Record]):
+        # Whole-job restarts: the attempt the children show (its records, the pods' labels). A
+        # pod of an earlier attempt that did not succeed is leaving: left out of the answer (so
+        # deleted), of the counts and of the failures; the new attempt's pods wait until none is
+        # observed. A succeeded index is never rerun (its pod stays).
+        self.attempt_records = attempts
+        self.known_attempt = max([0, *attempts, *(p.job_attempt for p in pods.values())])
+        self.all_pods = pods
+        self.leaving = {n: p for n, p in pods.items()
+                        if p.job_attempt < self.known_attempt and p.phase != "Succeeded"}
+        pods = {n: p for n, p in pods.items() if n not in self.leaving}
         self.job, self.pods, self.now = job, pods, now
         self.old = OldStatus(old)
         self.conds = Conditions(self.old.conditions(), now)
@@ -166,10 +217,14 @@ class _State:
         # counts nothing either.
         history = _merge_history(_read_history(self.old), restarts, pods)
         if self.was_terminal or job.run_policy.suspend or self.succeeded():
-            self.failures = Failures([], [], frozenset(), {}, history)
+            self.failures = Failures([], [], frozenset(), {}, history, [])
         else:
             self.failures = _classify_failures(job, pods, history, restarts)
         self.history = self.failures.history
+        # The attempt this sync runs: one more than the children show when a pod was lost for a
+        # whole-job restart now (its record is created; the old pods go on a later sync).
+        self.attempt = self.known_attempt + (1 if self.failures.job_losses and not self.failures.fatal else 0)
+        self.old_attempt = self.old.counter("attempt") or 0
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -208,7 +263,7 @@ class _State:
         """
         if self.completion_time is None:  # lost from status: the TTL counts from now
             self.completion_time = rfc3339(self.now)
-        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating]
+        keep = [p.name for p in self._sorted(self.all_pods.values()) if not p.terminating]
         status = self.status(frozen=self._frozen_replicas())
         return Plan(status=status, pods=keep, services=[n for n in sorted(observed_services) if n in slots],
                     finished=True, outcome={k: status[k] for k in OUTCOME_FIELDS if k in status},
@@ -221,7 +276,7 @@ class _State:
         read = read_outcome(outcome, self.old, key=self.job.key, now=self.now)
         self.conds = read.conds  # what _frozen_replicas counts by, when the record holds no counts
         policy = self.job.run_policy.clean_pod_policy
-        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
+        keep = [p.name for p in self._sorted(self.all_pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished))]
         services = sorted(observed_services) if policy == "None" else keep
         # A Service of no slot gets here only on its way out: a live one is a sign of another
@@ -257,13 +312,24 @@ class _State:
         gone = failures.recorded
         pods = [name for name, slot in slots.items()
                 if name not in gone and (name in self.pods or slot.index not in self.completed[slot.rtype])]
+        if self.attempt > self.known_attempt or self.leaving:
+            # A whole-job restart: first its record (this sync, when new), then the old attempt's
+            # pods go; the new attempt's are created once none of them is observed.
+            pods = [name for name in slots if name in self.pods]
         # Every pod is rendered with its slot's count, so an answer does not depend on whether the
         # pod exists yet (an existing pod is never updated: OnDelete).
         attempts = {name: self.history[name]["recreations"] for name in pods
                     if self.history.get(name, {}).get("recreations")}
         waiting = self._awaiting_recreation({p.name for p in failures.recreate}, slots)
         key = self.job.key
-        if waiting:
+        records = dict(failures.new_records)
+        if self.attempt > self.known_attempt:
+            records[attempt_record_name(self.job.name, self.attempt)] = self._attempt_record()
+        if self.attempt and not self._attempt_runs(slots):
+            message = self._job_restart_message()
+            self.conds.set("Restarting", True, RESTARTING, message)
+            self.conds.clear("Running", RESTARTING, message)
+        elif waiting:
             message = self._restart_message(waiting)
             self.conds.set("Restarting", True, RESTARTING, message)
             self.conds.clear("Running", RESTARTING, message)
@@ -273,7 +339,63 @@ class _State:
             if self._deciding_pods_run():
                 self.conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
         return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
-                    restart_records=failures.new_records)
+                    restart_records=records, job_attempt=self.known_attempt)
+
+    # --- whole-job restarts --------------------------------------------------------------------
+
+    def _attempt_record(self) -> JSON:
+        """What the record of the attempt decided now keeps: the first pod lost and how it ended."""
+        pod = self.failures.job_losses[0]
+        data: JSON = {"lostPod": pod.name, "failedUID": pod.uid}
+        code = lost_exit_code(pod)
+        if code is not None:
+            data["exitCode"] = code
+        data["cause"] = loss_cause(pod)
+        if len(self.failures.job_losses) > 1:
+            data["alsoLost"] = [p.name for p in self.failures.job_losses[1:]]
+        return data
+
+    def _attempt_runs(self, slots: Mapping[str, Slot]) -> bool:
+        """Every slot not completed has a running pod of the current attempt."""
+        if self.attempt > self.known_attempt or self.leaving:
+            return False
+        for name, slot in slots.items():
+            pod = self.pods.get(name)
+            if slot.index in self.completed[slot.rtype]:
+                continue
+            if pod is None or not pod.active:
+                return False
+        return True
+
+    def _job_restart_message(self) -> str:
+        """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+        if self.attempt > self.known_attempt:
+            data: Mapping[str, Any] = self._attempt_record()
+        else:
+            record = self.attempt_records.get(self.attempt)
+            data = record.data if record is not None else {}
+        lost = data.get("lostPod")
+        cause = data.get("cause")
+        what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
+                else "a pod was lost")
+        also = data.get("alsoLost")
+        if isinstance(also, list) and also:
+            what += f", and {len(also)} more"
+        limit = self.job.run_policy.backoff_limit
+        budget = f" of backoffLimit {limit}" if limit is not None else ""
+        return (f"{subject(self.job.key)} is restarting as attempt {self.attempt}: {what}; every pod "
+                f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT="
+                f"{self.attempt} (restarts so far: {self.restart_total()}{budget}).")
+
+    def over_max_restarts(self) -> bool:
+        """More whole-job restarts than runPolicy.failurePolicy.maxRestarts allows."""
+        limit = self.job.run_policy.failure.max_restarts
+        return limit is not None and self.attempt > limit
+
+    def losses_part(self) -> str:
+        """The pods lost now, and how, as a clause."""
+        return "; ".join(f"pod {p.name} was lost ({loss_cause(p)})" for p in self.failures.job_losses) \
+            or "no pod lost now"
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -345,10 +467,11 @@ class _State:
         """
         past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
                    for r in self.history.values())
+        # A whole-job restart counts once; the restarts of the pods it replaces are in it.
         live = sum(p.restarts for p in self.pods.values()
                    if p.uid != self.history.get(p.name, {}).get("lastFailedUID")
-                   and not self._counted_in_records(p))
-        return max(past + live, self.old_restart_count)
+                   and not self._counted_in_records(p) and p.job_attempt == self.attempt)
+        return max(past + self.attempt + live, self.old_restart_count)
 
     def _counted_in_records(self, pod: PodView) -> bool:
         return pod.phase == "Failed" and any(n > pod.attempt or r.data.get("failedUID") == pod.uid
@@ -406,8 +529,10 @@ class _State:
         """The status to write: the same observations always give the same bytes."""
         replicas = frozen if frozen is not None else self._replicas(
             self.failures.not_counted if not_counted is None else not_counted)
+        attempt = self.known_attempt if self.conds.terminal() else self.attempt
         return _status(conds=self.conds, replicas=replicas, start_time=self.start_time,
                        completion_time=self.completion_time, restart_count=self.restart_total(),
+                       attempt=max(attempt, self.old_attempt),
                        history=self.history, cleaned_up_time=self.cleaned_up_time, old=self.old)
 
     def _frozen_replicas(self) -> JSON:
@@ -494,13 +619,14 @@ def recorded_status(outcome: Outcome, old: OldStatus, *, cleaned_up_time: str | 
     recorded = outcome.recorded
     return _status(conds=outcome.conds, replicas=_frozen_from(recorded) or counted(),
                    start_time=recorded.time("startTime"), completion_time=outcome.completion_time,
-                   restart_count=recorded.counter("restartCount") or 0, history=_read_history(recorded),
+                   restart_count=recorded.counter("restartCount") or 0,
+                   attempt=recorded.counter("attempt") or 0, history=_read_history(recorded),
                    cleaned_up_time=cleaned_up_time, old=old)
 
 
 def _status(*, conds: Conditions, replicas: JSON, start_time: str | None, completion_time: str | None,
-            restart_count: int, history: Mapping[str, RestartRecord], cleaned_up_time: str | None,
-            old: OldStatus) -> JSON:
+            restart_count: int, attempt: int, history: Mapping[str, RestartRecord],
+            cleaned_up_time: str | None, old: OldStatus) -> JSON:
     """The status to write, fields in one order: the same values always give the same bytes."""
     status: JSON = {"conditions": conds.ordered(), "replicaStatuses": replicas}
     if start_time:
@@ -509,6 +635,8 @@ def _status(*, conds: Conditions, replicas: JSON, start_time: str | None, comple
         status["completionTime"] = completion_time
     if restart_count:
         status["restartCount"] = restart_count
+    if attempt:
+        status["attempt"] = attempt
     if history:
         # Fields in one order, however the record was read (status or a restart record).
         status["restartHistory"] = {k: {f: history[k][f] for f in RestartRecord.__annotations__  # type: ignore[literal-required]
@@ -533,13 +661,24 @@ def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping
     """
     order = {rtype: n for n, rtype in enumerate(job.replicas)}
     counted = dict(history)
-    fatal, recreate, recorded, new_records = [], [], set(), {}
+    fatal, recreate, recorded, new_records, job_losses = [], [], set(), {}, []
     for pod in sorted(pods.values(), key=lambda p: (order[p.rtype], p.index)):
-        if pod.phase != "Failed" or pod.terminating:
+        if pod.terminating or pod.phase == "Succeeded":
             continue
         policy = job.replicas[pod.rtype].restart_policy
-        if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
+        in_place = pod.phase != "Failed"
+        if in_place and not (pod.restarts and policy in ("OnFailure", "Always")):
+            continue
+        code = lost_exit_code(pod)
+        retried = policy in ("OnFailure", "Always") or (policy == "ExitCode" and is_retryable(code))
+        action = failure_action(job, pod.rtype, code, retried=retried)
+        if action == FAIL_JOB:
             fatal.append(pod)
+            continue
+        if action == RESTART_JOB:
+            job_losses.append(pod)
+            continue
+        if in_place:  # RestartPod: the kubelet restarts it in place, counted as a container restart
             continue
         recreate.append(pod)
         in_records = any(n > pod.attempt or r.data.get("failedUID") == pod.uid
@@ -561,7 +700,26 @@ def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping
             if pod.exit_code is not None:
                 data["exitCode"] = pod.exit_code
             new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
-    return Failures(fatal, recreate, frozenset(recorded), new_records, counted)
+    return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
+
+
+def lost_exit_code(pod: PodView) -> int | None:
+    """The exit code a lost pod shows: its container's, or the previous run's after an in-place restart."""
+    return pod.exit_code if pod.phase == "Failed" else pod.last_exit_code
+
+
+def loss_cause(pod: PodView) -> str:
+    """How a lost pod ended, for a condition: exit code, reason and the first line of its message."""
+    in_place = pod.phase != "Failed"
+    code = lost_exit_code(pod)
+    reason = pod.last_reason if in_place else pod.reason
+    message = pod.last_message if in_place else pod.message
+    text = f"exit code {code}" if code is not None else "no exit code"
+    if reason:
+        text += f", reason {reason}"
+    if message:
+        text += f": {message!r}"
+    return text
 
 
 def _merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],
@@ -614,11 +772,16 @@ def _fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
     parts = []
     for pod in fatal:
         policy = job.replicas[pod.rtype].restart_policy
-        code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
-        why = ("restartPolicy Never does not retry" if policy == "Never"
-               else "a permanent error under restartPolicy ExitCode")
+        code = lost_exit_code(pod)
+        retried = policy in ("OnFailure", "Always") or (policy == "ExitCode" and is_retryable(code))
+        if failure_action(job, pod.rtype, code, retried=retried) == FAIL_JOB and retried:
+            why = "runPolicy.failurePolicy says FailJob"
+        elif policy == "Never":
+            why = "restartPolicy Never does not retry"
+        else:
+            why = "a permanent error under restartPolicy ExitCode"
         when = f" after {after}" if after else ""
-        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}{when}; {why}")
+        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {loss_cause(pod)}{when}; {why}")
     return f"{subject(job.key)} failed: {'; '.join(parts)}."
 
 
