@@ -334,8 +334,10 @@ class _State:
             self.conds.set("Restarting", True, RESTARTING, message)
             self.conds.clear("Running", RESTARTING, message)
         else:
-            self.conds.clear("Restarting", RUNNING,
-                             f"{subject(key)}: every recreated pod is running again.")
+            again = (f"{subject(key)}: every pod of attempt {self.attempt} is running (the job was "
+                     f"restarted after {self._attempt_cause()})." if self.attempt
+                     else f"{subject(key)}: every recreated pod is running again.")
+            self.conds.clear("Restarting", RUNNING, again)
             if self._deciding_pods_run():
                 self.conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
         return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
@@ -367,8 +369,8 @@ class _State:
                 return False
         return True
 
-    def _job_restart_message(self) -> str:
-        """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+    def _attempt_cause(self) -> str:
+        """Why the current attempt began, from its record: the lost pod and how it ended."""
         if self.attempt > self.known_attempt:
             data: Mapping[str, Any] = self._attempt_record()
         else:
@@ -381,6 +383,11 @@ class _State:
         also = data.get("alsoLost")
         if isinstance(also, list) and also:
             what += f", and {len(also)} more"
+        return what
+
+    def _job_restart_message(self) -> str:
+        """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+        what = self._attempt_cause()
         limit = self.job.run_policy.backoff_limit
         budget = f" of backoffLimit {limit}" if limit is not None else ""
         return (f"{subject(self.job.key)} is restarting as attempt {self.attempt}: {what}; every pod "
