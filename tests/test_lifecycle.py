@@ -799,3 +799,18 @@ def test_a_succeeded_index_is_not_rerun_by_a_whole_job_restart():
     restart_whole_job(sim, 1)
     assert sim.pods["mx-worker-0"]["status"]["phase"] == "Succeeded"
     assert attempt_of(sim.pods["mx-worker-0"]) == "0"
+
+
+def test_a_distributed_job_under_restart_pod_says_it_may_be_stalled():
+    sim = Sim(dist_job(failurePolicy={"rules": [{"action": "RestartPod"}]}))
+    step(sim)
+    sim.run()
+    step(sim)
+    assert sim.condition("Running")["reason"] == "MXJobRunning"
+    sim.set_phase("mx-server-0", "Failed", exit_code=137)
+    delete_then_recreate(sim, "mx-server-0")
+    sim.run("mx-server-0")
+    step(sim)
+    running = sim.condition("Running")
+    assert (running["status"], running["reason"]) == ("True", "MXJobStalled")
+    assert running["message"].startswith("MXJob ns/mx may make no progress: pod mx-server-0 restarted while")

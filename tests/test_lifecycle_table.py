@@ -204,6 +204,12 @@ def row_24():
             lambda s: s.set_phase("mx-scheduler-0", "Failed", exit_code=137))
 
 
+def row_25():
+    job = mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 1, "restartPolicy": "OnFailure"}},
+                runPolicy={"failurePolicy": {"rules": [{"action": "RestartPod"}]}})
+    return running(job), lambda s: s.set_phase("mx-worker-0", "Running", restarts=1, last_exit_code=137)
+
+
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
                                   if name.startswith("row_")}
 

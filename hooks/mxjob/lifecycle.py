@@ -29,6 +29,7 @@ from hooks.mxjob.vocabulary import (
     RESUMED,
     RUNNING,
     SCHEDULER,
+    STALLED,
     SUCCEEDED,
     SUSPENDED,
     WORKER,
@@ -338,7 +339,14 @@ class _State:
                      f"restarted after {self._attempt_cause()})." if self.attempt
                      else f"{subject(key)}: every recreated pod is running again.")
             self.conds.clear("Restarting", RUNNING, again)
-            if self._deciding_pods_run():
+            stalled = self._stalled()
+            if self._deciding_pods_run() and stalled:
+                self.conds.set("Running", True, STALLED,
+                               f"{subject(key)} may make no progress: {stalled} while its peers ran, "
+                               f"and ps-lite does not admit a process that comes back (docs/lifecycle.md, "
+                               f"\"Recovery measured\": such a job waits until activeDeadlineSeconds); "
+                               f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.")
+            elif self._deciding_pods_run():
                 self.conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
         return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
                     restart_records=records, job_attempt=self.known_attempt)
@@ -393,6 +401,18 @@ class _State:
         return (f"{subject(self.job.key)} is restarting as attempt {self.attempt}: {what}; every pod "
                 f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT="
                 f"{self.attempt} (restarts so far: {self.restart_total()}{budget}).")
+
+    def _stalled(self) -> str:
+        """In a distributed job, the running pods restarted on their own (failurePolicy RestartPod:
+        recreated, or restarted in place) while their peers ran on, as a clause; "" when none."""
+        if not distributed(self.job):
+            return ""
+        names = [p.name for p in self._sorted(self.pods.values())
+                 if p.active and p.index not in self.completed[p.rtype]
+                 and (p.restarts or p.attempt) and p.job_attempt == self.attempt]
+        if not names:
+            return ""
+        return f"pod{'s' if len(names) > 1 else ''} {', '.join(names)} restarted"
 
     def over_max_restarts(self) -> bool:
         """More whole-job restarts than runPolicy.failurePolicy.maxRestarts allows."""
