@@ -62,6 +62,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=int, default=120)
     parser.add_argument("--kill-after-epoch", type=int, default=2)
     parser.add_argument("--failure-policy", default="", help="runPolicy.failurePolicy as JSON")
+    parser.add_argument("--keep-logs", default="", help="copy the pods' logs into this directory")
     args = parser.parse_args()
     name = "rec"
     victim = {"worker": f"{name}-worker-1", "server": f"{name}-server-0", "scheduler": f"{name}-scheduler-0"}[args.role]
@@ -98,6 +99,9 @@ def main() -> int:
                 accuracies[f"worker-{w}"] = float(found[-1]) if found else None
                 resumed = re.findall(r"attempt (\d+): starting at epoch (\d+)", text)
                 accuracies[f"worker-{w}-starts"] = resumed
+            if args.keep_logs:
+                import shutil
+                shutil.copytree(cluster.job_dir(name), args.keep_logs, dirs_exist_ok=True)
             outcome = finished(done)
             cond = condition(done, outcome or "Running") or {}
             print(json.dumps({"role": args.role, "policy": args.policy, "mode": args.mode,
