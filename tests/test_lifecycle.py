@@ -814,3 +814,19 @@ def test_a_distributed_job_under_restart_pod_says_it_may_be_stalled():
     running = sim.condition("Running")
     assert (running["status"], running["reason"]) == ("True", "MXJobStalled")
     assert running["message"].startswith("MXJob ns/mx may make no progress: pod mx-server-0 restarted while")
+
+
+@pytest.mark.parametrize("same_sync", [True, False], ids=["same-sync", "record-not-seen-yet"])
+def test_a_peer_that_aborts_beside_the_lost_scheduler_is_part_of_the_same_restart(same_sync):
+    sim = Sim(dist_job())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-scheduler-0", "Failed", exit_code=137)
+    if not same_sync:
+        sim.sync()  # attempt 1 decided (status.attempt 1) ...
+        sim.remove("v1", "ConfigMap", "mx-attempt-1")  # ... and the next sync's children lack its record
+    sim.set_phase("mx-worker-0", "Failed", exit_code=134)  # ps-lite's check failed: SIGABRT
+    sim.sync()
+    assert sim.state() == "Restarting", sim.condition("Failed")
+    assert "pod mx-scheduler-0 was lost (exit code 137)" in sim.condition("Restarting")["message"]

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
-from hooks.mxjob.spec import FAIL_JOB, RESTART_JOB, RESTART_POD, MXJob
+from hooks.mxjob.spec import FAIL_JOB, RESTART_JOB, RESTART_POD, FailureRule, MXJob
 from hooks.mxjob.vocabulary import (
     CREATED,
     FAILED,
@@ -106,15 +106,24 @@ def failure_action(job: MXJob, rtype: str, exit_code: int | None, *, retried: bo
     (OnFailure, Always, or ExitCode with a retryable code). By default a pod its policy does
     not retry fails the job, and one it retries restarts the whole job when the job is
     distributed and only itself otherwise (a single process, or independent ones)."""
+    rule = matching_rule(job, rtype, exit_code)
+    if rule is not None:
+        return rule.action
+    if not retried:
+        return FAIL_JOB
+    return RESTART_JOB if distributed(job) else RESTART_POD
+
+
+def matching_rule(job: MXJob, rtype: str, exit_code: int | None) -> FailureRule | None:
+    """The first rule of runPolicy.failurePolicy that matches a lost pod's replica type and exit
+    code (a pod lost without one matches only a rule without onExitCodes)."""
     for rule in job.run_policy.failure.rules:
         if rule.replica_types is not None and rtype not in rule.replica_types:
             continue
         if rule.exit_codes is not None and (exit_code is None or exit_code not in rule.exit_codes):
             continue
-        return rule.action
-    if not retried:
-        return FAIL_JOB
-    return RESTART_JOB if distributed(job) else RESTART_POD
+        return rule
+    return None
 
 
 def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
@@ -222,10 +231,19 @@ class _State:
         else:
             self.failures = _classify_failures(job, pods, history, restarts)
         self.history = self.failures.history
+        self.old_attempt = self.old.counter("attempt") or 0
+        failures = self.failures
+        if failures.fatal and (failures.job_losses or self.old_attempt > self.known_attempt):
+            # One loss, one restart: a peer that fails by default (no rule says FailJob) beside a
+            # pod lost for a whole-job restart, or after one was decided whose record is not
+            # observed yet, is collateral (a ps-lite process giving up when a peer vanished).
+            collateral = [p for p in failures.fatal if matching_rule(job, p.rtype, lost_exit_code(p)) is None]
+            self.failures = failures._replace(
+                fatal=[p for p in failures.fatal if p not in collateral],
+                job_losses=failures.job_losses + collateral)
         # The attempt this sync runs: one more than the children show when a pod was lost for a
         # whole-job restart now (its record is created; the old pods go on a later sync).
         self.attempt = self.known_attempt + (1 if self.failures.job_losses and not self.failures.fatal else 0)
-        self.old_attempt = self.old.counter("attempt") or 0
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -554,8 +572,12 @@ class _State:
 
     def status(self, *, frozen: JSON | None = None, not_counted: frozenset[str] | None = None) -> JSON:
         """The status to write: the same observations always give the same bytes."""
-        replicas = frozen if frozen is not None else self._replicas(
-            self.failures.not_counted if not_counted is None else not_counted)
+        if not_counted is None:
+            # Pods a whole-job restart replaces are not counted from the sync that decides it on,
+            # so the status does not change when they go.
+            not_counted = self.failures.not_counted | {
+                p.name for p in self.pods.values() if p.job_attempt < self.attempt and p.phase != "Succeeded"}
+        replicas = frozen if frozen is not None else self._replicas(not_counted)
         attempt = self.known_attempt if self.conds.terminal() else self.attempt
         return _status(conds=self.conds, replicas=replicas, start_time=self.start_time,
                        completion_time=self.completion_time, restart_count=self.restart_total(),
