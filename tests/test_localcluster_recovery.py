@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits-resume.yaml"
 RECOVERY_BOUND = 60  # seconds from the kill to Succeeded, documented in docs/lifecycle.md
-EPOCHS = 6
+EPOCHS = 8  # margin above --min-accuracy 0.9: six epochs ended at 0.919 to 0.967 after a restart
 
 
 def resumable_job(checkpoints: Path, policy: str) -> dict:
@@ -60,7 +60,7 @@ def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: 
         took = time.monotonic() - killed
         logs = [worker_log(cluster, i) for i in (0, 1)]
 
-    assert finished(done) == "Succeeded", done["status"]
+    assert finished(done) == "Succeeded", (condition(done, "Failed") or {}).get("message")
     assert took < RECOVERY_BOUND
     status = done["status"]
     assert status["attempt"] == 1 and status["restartCount"] == 1
