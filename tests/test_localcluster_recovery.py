@@ -98,3 +98,38 @@ def test_a_failed_job_keeps_exit_code_reason_and_message_after_its_pods_are_gone
     assert message == ("MXJob default/why failed: Worker 0 (pod why-worker-0) failed with exit code 3, reason "
                        "Error: 'loading shard 3 of 4'; restartPolicy Never does not retry.")
     assert message in outcome["data"]["record"]
+
+
+# --- ChainerJob: the master Job's retries run mpiexec again over every rank ---------------------------
+
+CHAINER_EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
+CHAINER_BOUND = 120  # seconds from the kill to Complete (measured: 30 to 33 s, a full retrain)
+
+
+@pytest.mark.chainer
+@pytest.mark.parametrize("victim", ["worker", "master"])
+def test_a_killed_chainermn_process_is_retried_by_the_master_job_and_completes(tmp_path: Path, victim: str):
+    job = yaml.safe_load(CHAINER_EXAMPLE.read_text())
+    job["metadata"]["name"] = "cmn"
+    with LocalCluster(tmp_path / "state") as cluster:
+        cluster.submit(job)
+
+        def masters() -> str:
+            return "".join(p.read_text() for p in sorted(cluster.job_dir("cmn").glob("cmn-master-?????.log")))
+
+        cluster.wait_for(lambda: re.search(r"epoch +2 ", masters()), 240, interval=0.2, what="epoch 2")
+        pod = "cmn-workerset-ws0-1" if victim == "worker" else next(
+            p["metadata"]["name"] for p in cluster.pods("cmn")
+            if "-master-" in p["metadata"]["name"] and p["status"].get("phase") == "Running")
+        cluster.kubelet.kill("default", pod, sig=signal.SIGKILL)
+        killed = time.monotonic()
+        done = cluster.wait_for(lambda: (j := cluster.get_job("cmn")) and any(
+            c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j["status"].get("conditions", []))
+            and j, CHAINER_BOUND, interval=0.2, what="the job's end")
+        took = time.monotonic() - killed
+        text = masters()
+    assert condition(done, "Complete")["status"] == "True", done["status"]
+    assert took < CHAINER_BOUND
+    # The first master pod failed with the lost rank; the Job's second one trained every rank again.
+    assert len(re.findall(r"container chainer start", text)) == 2
+    assert float(re.findall(r"final test accuracy (\d\.\d+)", text)[-1]) >= 0.9
