@@ -44,14 +44,17 @@ def worker_log(cluster: LocalCluster, index: int) -> str:
 
 
 @pytest.mark.mxnet
-@pytest.mark.parametrize("victim,policy,backend", [
-    ("rec-worker-1", "ExitCode", "memory"), ("rec-server-0", "ExitCode", "memory"),
-    ("rec-scheduler-0", "ExitCode", "memory"), ("rec-worker-0", "OnFailure", "memory"),
-    pytest.param("rec-server-0", "ExitCode", "kubernetes", marks=pytest.mark.apiserver),
+@pytest.mark.parametrize("victim,policy,backend,stale", [
+    ("rec-worker-1", "ExitCode", "memory", None), ("rec-server-0", "ExitCode", "memory", None),
+    ("rec-scheduler-0", "ExitCode", "memory", None), ("rec-worker-0", "OnFailure", "memory", None),
+    # Metacontroller's stale parent cache (docs/lifecycle.md): the restart still happens once.
+    ("rec-worker-1", "ExitCode", "memory", "parent"),
+    pytest.param("rec-server-0", "ExitCode", "kubernetes", None, marks=pytest.mark.apiserver),
 ])
 def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: Path, victim: str, policy: str,
-                                                                     backend: str):
-    with LocalCluster(tmp_path / "state", restart_backoff=(0.2, 1.0), backend=backend) as cluster:  # type: ignore[arg-type]
+                                                                     backend: str, stale: str | None):
+    with LocalCluster(tmp_path / "state", restart_backoff=(0.2, 1.0), backend=backend,  # type: ignore[arg-type]
+                      stale=stale) as cluster:  # type: ignore[arg-type]
         cluster.submit(resumable_job(tmp_path / "checkpoints", policy))
         cluster.wait_for(lambda: "epoch 2/" in worker_log(cluster, 0), 120, interval=0.2, what="epoch 2 done")
         cluster.kubelet.kill("default", victim, sig=signal.SIGKILL)
