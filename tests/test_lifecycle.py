@@ -830,3 +830,24 @@ def test_a_peer_that_aborts_beside_the_lost_scheduler_is_part_of_the_same_restar
     sim.sync()
     assert sim.state() == "Restarting", sim.condition("Failed")
     assert "pod mx-scheduler-0 was lost (exit code 137)" in sim.condition("Restarting")["message"]
+
+
+def test_a_pod_level_restart_says_the_reason_and_message_too():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137, reason="OOMKilled", message="killed at step 40\nmore")
+    delete_then_recreate(sim, "mx-worker-0")
+    assert ("pod mx-worker-0 exited with code 137, reason OOMKilled: 'killed at step 40' and is recreated"
+            in sim.condition("Restarting")["message"])
+
+
+def test_an_evicted_pod_names_its_reason():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", pod_reason="Evicted")
+    step(sim)
+    assert "failed with no exit code, reason Evicted; restartPolicy Never" in sim.condition("Failed")["message"]

@@ -562,6 +562,14 @@ class _State:
             record = self.history.get(name, {})
             code = record.get("lastExitCode")
             cause = f"exited with code {code}" if code is not None else "failed without an exit code"
+            # How it ended, from its restart record (observed, or created now).
+            n = record.get("recreations", 0)
+            observed = self.restarts.get(name, {}).get(n)
+            data = observed.data if observed is not None else self.failures.new_records.get(
+                restart_record_name(name, n), {})
+            reason, text = data.get("reason"), data.get("message")
+            if isinstance(reason, str):
+                cause += f", reason {reason}" + (f": {text!r}" if isinstance(text, str) else "")
             parts.append(f"pod {name} {cause} and is recreated")
         limit = self.job.run_policy.backoff_limit
         budget = f" of backoffLimit {limit}" if limit is not None else ""
@@ -748,6 +756,10 @@ def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping
             data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
             if pod.exit_code is not None:
                 data["exitCode"] = pod.exit_code
+            if pod.reason:
+                data["reason"] = pod.reason
+            if pod.message:
+                data["message"] = pod.message
             new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
     return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
 
