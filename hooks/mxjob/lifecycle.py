@@ -3,10 +3,12 @@
 The hook is stateless. What it must remember across syncs is written in status and, because a
 sync often reads a stale parent (docs/lifecycle.md, "Why the outcome is recorded in a child"),
 also in children that stay (hooks.shared.memory): the job's outcome in `<job>-outcome`, each
-recreation of a pod in `<pod>-restart-<n>` and in the restart-attempt label of the new pod. The
-hook takes the larger of the two memories, and deletes a pod only on a sync that sees the record
-that makes the deletion safe: cleanup waits for the outcome record, a failed pod's deletion for
-its restart record. Completed indexes are kept in status and by the succeeded pods themselves,
+recreation of a pod in `<pod>-restart-<n>` and in the restart-attempt label of the new pod, each
+whole-job restart (runPolicy.failurePolicy RestartJob) in `<job>-attempt-<n>` and in the
+job-attempt label of the new attempt's pods. The hook takes the larger of the memories, and
+deletes a pod only on a sync that sees the record that makes the deletion safe: cleanup waits for
+the outcome record, a failed pod's deletion for its restart record, the old attempt's pods for
+the attempt record. Completed indexes are kept in status and by the succeeded pods themselves,
 which the hook never deletes while the job runs. A field of the status memory not in the shape
 written here is treated as absent (hooks.shared.status).
 The transition table in docs/lifecycle.md is checked against
