@@ -129,8 +129,34 @@ def record_exit(run: ContainerRun) -> None:
     reason = "Completed" if code == 0 else "Error"
     started = run.state.get("running", {}).get("startedAt", finished)
     run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}
+    if code != 0 and run.container.get("terminationMessagePolicy") == "FallbackToLogsOnError" and run.log is not None:
+        # As the kubelet does: with no termination-log file, the tail of the log (80 lines, 2 KiB).
+        message = log_tail(run.log)
+        if message:
+            run.state["terminated"]["message"] = message
     if run.log is not None:
         run.log.write(f"=== localcluster: container {run.name} exited with code {code} at {finished}\n")
+
+
+def log_tail(log: TextIO, lines: int = 80, limit: int = 2048) -> str:
+    """The last lines this run of the container wrote to its log (from its start line on), without
+    the local cluster's own notes, at most `lines` lines and `limit` bytes, as the kubelet reads them."""
+    try:
+        log.flush()
+        with open(log.name, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except (OSError, AttributeError, TypeError):
+        return ""
+    run_lines = text.splitlines()
+    starts = [i for i, line in enumerate(run_lines) if line.startswith("=== localcluster: pod ") and " start #" in line]
+    if starts:
+        run_lines = run_lines[starts[-1] + 1:]
+    kept = [line for line in run_lines if not line.startswith("=== localcluster:")][-lines:]
+    tail = "\n".join(kept).encode()[-limit:].decode(errors="ignore")
+    return tail
 
 
 def backoff(run: ContainerRun, restart_backoff: tuple[float, float]) -> float:

@@ -227,16 +227,25 @@ class Sim(Stepped):
             self.set_phase(name, "Running")
 
     def set_phase(self, name: str, phase: str, *, exit_code: int | None = None,
-                  restarts: int = 0, last_exit_code: int | None = None) -> None:
-        """Report a pod phase with the mxnet container's state (and last state), as the kubelet does."""
+                  restarts: int = 0, last_exit_code: int | None = None, reason: str | None = None,
+                  message: str | None = None, pod_reason: str | None = None) -> None:
+        """Report a pod phase with the mxnet container's state (and last state), as the kubelet does.
+
+        `reason` and `message` go on the terminated state (the last one when only a last exit code
+        is given); `pod_reason` on the pod (Evicted, DeadlineExceeded)."""
         state: dict = {"running": {}} if phase == "Running" else {}
+        extra = {k: v for k, v in (("reason", reason), ("message", message)) if v is not None}
         if exit_code is not None:
             # The kubelet stamps every terminated state; the success grace counts from it.
-            state = {"terminated": {"exitCode": exit_code, "finishedAt": rfc3339(self.now)}}
+            state = {"terminated": {"exitCode": exit_code, "finishedAt": rfc3339(self.now), **extra}}
         container: dict = {"name": "mxnet", "restartCount": restarts, "state": state}
         if last_exit_code is not None:
-            container["lastState"] = {"terminated": {"exitCode": last_exit_code}}
-        self.write_status("v1", "Pod", name, {"phase": phase, "containerStatuses": [container]})
+            container["lastState"] = {"terminated": {"exitCode": last_exit_code,
+                                                     **(extra if exit_code is None else {})}}
+        status: dict = {"phase": phase, "containerStatuses": [container]}
+        if pod_reason is not None:
+            status["reason"] = pod_reason
+        self.write_status("v1", "Pod", name, status)
 
     def terminating(self, name: str) -> None:
         """The pod is being deleted by someone else: bound to a node, it stays until its containers stop."""

@@ -41,7 +41,7 @@ def test_worker_env_is_wired_in_the_documented_order():
     env = env_of(child(answer, "Pod", "dist-worker-1"))
     assert [e["name"] for e in env] == ["MXJOB_CLUSTER", "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI",
                                         "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_ROLE",
-                                        "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID"]
+                                        "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID", "MXJOB_ATTEMPT"]
     assert env[0] == {"name": "MXJOB_CLUSTER",
                       "valueFrom": {"configMapKeyRef": {"name": "dist-cluster", "key": "cluster"}}}
     values = {e["name"]: e["value"] for e in env[1:]}

@@ -131,6 +131,7 @@ def test_every_example_is_found():
     assert sorted(EXAMPLE_JOBS) == [
         "byteps", "chainerjob/chainerjob-gpu-two-sets", "chainerjob/chainerjob-mn", "chainerjob/chainerjob-single",
         "digits/mxjob", "dist-cpu-train", "dist-gpu-train", "local/chainer-mn-digits", "local/dist-train-digits",
+        "local/dist-train-digits-resume",
         "single-worker", "smoke", "tune"]
 
 

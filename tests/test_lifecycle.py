@@ -220,10 +220,10 @@ def test_worker_permanent_failure_under_never_fails_the_job():
     assert pods(sim) == ["mx-worker-1"]  # the failed pod is kept for its logs
 
 
-def test_retryable_exit_under_exitcode_restarts_then_succeeds():
+def test_retryable_exit_under_exitcode_restarts_the_pod_with_failure_policy_restart_pod():
     spec = {"replicas": 2, "restartPolicy": "ExitCode"}
     sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": spec},
-                    runPolicy={"backoffLimit": 3}))
+                    runPolicy={"backoffLimit": 3, "failurePolicy": {"rules": [{"action": "RestartPod"}]}}))
     step(sim)
     sim.run()
     step(sim)
@@ -628,3 +628,226 @@ def test_an_unreadable_outcome_record_still_means_finished(text):
     assert sim.state() == "Failed"
     assert "outcome record that cannot be read" in sim.condition("Failed")["message"]
     assert len([c for c in sim.created[created:] if c.startswith("Pod/")]) == 0
+
+
+# --- whole-job restarts (runPolicy.failurePolicy, docs/lifecycle.md "Restarts") -------------------
+
+
+def attempt_of(pod: dict) -> str:
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    return env["MXJOB_ATTEMPT"]
+
+
+def dist_job(policy: str = "ExitCode", **run_policy) -> dict:
+    every = {"restartPolicy": policy}
+    return mxjob(replicas={"Scheduler": {"replicas": 1, **every}, "Server": {"replicas": 1, **every},
+                           "Worker": {"replicas": 2, **every}}, runPolicy={"backoffLimit": 3, **run_policy})
+
+
+def restart_whole_job(sim: Sim, attempt: int) -> None:
+    """The three syncs of a whole-job restart, as delete_then_recreate's: the attempt's record is
+    created (no pod goes yet), the sync that sees it leaves every pod out that has not succeeded
+    (Metacontroller deletes them), and the next creates them all again for the new attempt (a
+    fixed point)."""
+    uids = {n: p["metadata"]["uid"] for n, p in sim.pods.items()}
+    since = len(sim.created)
+    sim.sync()
+    assert new_records(sim, since, f"-attempt-{attempt}") and sim.state() == "Restarting"
+    assert {n: p["metadata"]["uid"] for n, p in sim.pods.items()} == uids
+    sim.sync()
+    assert sim.state() == "Restarting"
+    kept = {n for n, p in sim.pods.items() if p.get("status", {}).get("phase") == "Succeeded"}
+    assert set(sim.pods) == kept
+    step(sim)
+    assert all(sim.pods[n]["metadata"]["uid"] != uids[n] for n in sim.pods if n not in kept)
+    for name, pod in sim.pods.items():
+        if name not in kept:
+            assert attempt_of(pod) == str(attempt)
+            assert pod["metadata"]["labels"]["training.kubeflow.org/job-attempt"] == str(attempt)
+
+
+def test_a_lost_worker_restarts_the_whole_distributed_job_then_it_succeeds():
+    sim = Sim(dist_job())
+    step(sim)
+    assert all(attempt_of(p) == "0" for p in sim.pods.values())
+    sim.run()
+    step(sim)
+    sim.tick(10)
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
+    restart_whole_job(sim, 1)
+    message = sim.condition("Restarting")["message"]
+    assert "attempt 1" in message and "pod mx-worker-1 was lost (exit code 137, reason Error)" in message
+    assert sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running" and sim.condition("Restarting")["status"] == "False"
+    finish_ok(sim, "mx-worker-0", "mx-worker-1", "mx-scheduler-0", "mx-server-0")
+    step(sim)
+    assert sim.state() == "Succeeded" and sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
+
+
+@pytest.mark.parametrize("lost", ["mx-scheduler-0", "mx-server-0", "mx-worker-0"])
+def test_any_lost_pod_under_onfailure_restarts_the_whole_job_counted_once(lost):
+    sim = Sim(dist_job("OnFailure"))
+    step(sim)
+    sim.run()
+    step(sim)
+    # The kubelet restarted the container in place: ps-lite would never admit it again.
+    sim.set_phase(lost, "Running", restarts=1, last_exit_code=137, reason="Error")
+    restart_whole_job(sim, 1)
+    assert f"pod {lost} was lost (exit code 137, reason Error)" in sim.condition("Restarting")["message"]
+    sim.run()
+    step(sim)
+    assert sim.state() == "Running" and sim.status["restartCount"] == 1
+
+
+def test_a_peer_that_fails_while_the_job_restarts_does_not_fail_it():
+    sim = Sim(dist_job())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-server-0", "Failed", exit_code=137)
+    sim.sync()  # attempt 1 recorded
+    sim.set_phase("mx-worker-0", "Failed", exit_code=1)  # a peer of the lost server gives up
+    sim.sync()
+    assert sim.state() == "Restarting" and "mx-worker-0" not in sim.pods
+    step(sim)
+    assert sim.state() == "Restarting" and all(attempt_of(p) == "1" for p in sim.pods.values())
+
+
+def test_a_stale_parent_cannot_make_the_hook_forget_the_attempt():
+    sim = Sim(dist_job())
+    step(sim)
+    sim.run()
+    step(sim)
+    before = sim.parent["status"]
+    sim.set_phase("mx-worker-1", "Failed", exit_code=143)
+    sim.sync()
+    sim.set_parent_status(before)  # the status of before the restart, with the record observed
+    sim.sync()
+    assert sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
+    assert sim.pods == {}
+    step(sim)
+    assert sorted(sim.pods) == ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
+    assert all(attempt_of(p) == "1" for p in sim.pods.values())
+
+
+def test_backoff_limit_counts_each_whole_job_restart_once():
+    sim = Sim(dist_job(backoffLimit=1))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+    restart_whole_job(sim, 1)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-scheduler-0", "Failed", exit_code=137)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "backoff limit: 2 restarts, backoffLimit 1" in sim.condition("Failed")["message"]
+    assert sim.status["attempt"] == 1
+
+
+def test_max_restarts_is_a_budget_of_its_own():
+    sim = Sim(dist_job(failurePolicy={"maxRestarts": 0}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="OOMKilled", message="out of memory\nmore")
+    step(sim)
+    assert sim.state() == "Failed"
+    assert sim.condition("Failed")["message"] == (
+        "MXJob ns/mx has reached failurePolicy.maxRestarts (0): pod mx-worker-1 was lost "
+        "(exit code 137, reason OOMKilled: 'out of memory').")
+
+
+def test_rules_pick_the_action_by_replica_type_and_exit_code():
+    rules = [{"action": "FailJob", "onExitCodes": [138]},
+             {"action": "RestartPod", "onReplicaTypes": ["Worker"]}]
+    sim = Sim(dist_job(failurePolicy={"rules": rules}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137)
+    delete_then_recreate(sim, "mx-worker-1")  # RestartPod: only that pod
+    assert "attempt" not in sim.status
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-server-0", "Failed", exit_code=138)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert "failurePolicy says FailJob" in sim.condition("Failed")["message"]
+
+
+def test_a_single_process_job_keeps_pod_level_restarts():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+    delete_then_recreate(sim, "mx-worker-0")
+    assert "attempt" not in sim.status and attempt_of(sim.pods["mx-worker-0"]) == "0"
+
+
+def test_a_succeeded_index_is_not_rerun_by_a_whole_job_restart():
+    sim = Sim(dist_job())
+    step(sim)
+    sim.run()
+    step(sim)
+    finish_ok(sim, "mx-worker-0")
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137)
+    restart_whole_job(sim, 1)
+    assert sim.pods["mx-worker-0"]["status"]["phase"] == "Succeeded"
+    assert attempt_of(sim.pods["mx-worker-0"]) == "0"
+
+
+def test_a_distributed_job_under_restart_pod_says_it_may_be_stalled():
+    sim = Sim(dist_job(failurePolicy={"rules": [{"action": "RestartPod"}]}))
+    step(sim)
+    sim.run()
+    step(sim)
+    assert sim.condition("Running")["reason"] == "MXJobRunning"
+    sim.set_phase("mx-server-0", "Failed", exit_code=137)
+    delete_then_recreate(sim, "mx-server-0")
+    sim.run("mx-server-0")
+    step(sim)
+    running = sim.condition("Running")
+    assert (running["status"], running["reason"]) == ("True", "MXJobStalled")
+    assert running["message"].startswith("MXJob ns/mx may make no progress: pod mx-server-0 restarted while")
+
+
+@pytest.mark.parametrize("same_sync", [True, False], ids=["same-sync", "record-not-seen-yet"])
+def test_a_peer_that_aborts_beside_the_lost_scheduler_is_part_of_the_same_restart(same_sync):
+    sim = Sim(dist_job())
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-scheduler-0", "Failed", exit_code=137)
+    if not same_sync:
+        sim.sync()  # attempt 1 decided (status.attempt 1) ...
+        sim.remove("v1", "ConfigMap", "mx-attempt-1")  # ... and the next sync's children lack its record
+    sim.set_phase("mx-worker-0", "Failed", exit_code=134)  # ps-lite's check failed: SIGABRT
+    sim.sync()
+    assert sim.state() == "Restarting", sim.condition("Failed")
+    assert "pod mx-scheduler-0 was lost (exit code 137)" in sim.condition("Restarting")["message"]
+
+
+def test_a_pod_level_restart_says_the_reason_and_message_too():
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", exit_code=137, reason="OOMKilled", message="killed at step 40\nmore")
+    delete_then_recreate(sim, "mx-worker-0")
+    assert ("pod mx-worker-0 exited with code 137, reason OOMKilled: 'killed at step 40' and is recreated"
+            in sim.condition("Restarting")["message"])
+
+
+def test_an_evicted_pod_names_its_reason():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    step(sim)
+    sim.run()
+    step(sim)
+    sim.set_phase("mx-worker-0", "Failed", pod_reason="Evicted")
+    step(sim)
+    assert "failed with no exit code, reason Evicted; restartPolicy Never" in sim.condition("Failed")["message"]

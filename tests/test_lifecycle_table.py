@@ -79,12 +79,17 @@ def row_6():
     return running(exitcode_job()), lambda s: s.set_phase("mx-worker-0", "Failed", exit_code=127)
 
 
+def workers_job(**spec) -> dict:
+    """Independent workers, no Scheduler: a lost pod restarts alone."""
+    return mxjob(replicas={"Worker": {"replicas": 2, "restartPolicy": "ExitCode"}}, **spec)
+
+
 def row_7():
-    return running(exitcode_job()), lambda s: s.set_phase("mx-worker-1", "Failed", exit_code=138)
+    return running(workers_job()), lambda s: s.set_phase("mx-worker-1", "Failed", exit_code=138)
 
 
 def row_8():
-    sim = running(exitcode_job())
+    sim = running(workers_job())
     sim.set_phase("mx-worker-1", "Failed", exit_code=130)
     sim.sync()  # the restart is recorded in a child
     sim.sync()  # which is seen: the failed pod is deleted
@@ -93,9 +98,8 @@ def row_8():
 
 
 def row_9():
-    job = mxjob(replicas={"Scheduler": 1, "Server": {"replicas": 1, "restartPolicy": "Always"},
-                          "Worker": 1})
-    return running(job), lambda s: s.set_phase("mx-server-0", "Failed")
+    job = mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "Always"}})
+    return running(job), lambda s: s.set_phase("mx-worker-0", "Failed")
 
 
 def row_10():
@@ -175,6 +179,35 @@ def row_20():
         s.edit({"mxReplicaSpecs": {**s.parent["spec"]["mxReplicaSpecs"], "Worker": {
             **s.parent["spec"]["mxReplicaSpecs"]["Worker"], "replicas": 3}}})
     return sim, stale_and_edited
+
+
+def row_21():
+    return running(exitcode_job()), lambda s: s.set_phase("mx-worker-1", "Failed", exit_code=137)
+
+
+def row_22():
+    sim = running(exitcode_job())
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137)
+    sim.sync()  # attempt 1 is recorded
+    return sim, lambda s: None  # the next sync sees the record: the old pods are deleted
+
+
+def row_23():
+    sim = row_22()[0]
+    sim.sync()
+    sim.sync()  # attempt 1's pods are created
+    return sim, lambda s: s.run()
+
+
+def row_24():
+    return (running(exitcode_job(runPolicy={"failurePolicy": {"maxRestarts": 0}})),
+            lambda s: s.set_phase("mx-scheduler-0", "Failed", exit_code=137))
+
+
+def row_25():
+    job = mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 1, "restartPolicy": "OnFailure"}},
+                runPolicy={"failurePolicy": {"rules": [{"action": "RestartPod"}]}})
+    return running(job), lambda s: s.set_phase("mx-worker-0", "Running", restarts=1, last_exit_code=137)
 
 
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()

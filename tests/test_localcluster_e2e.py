@@ -180,7 +180,7 @@ def test_permanent_failure_fails_the_job_and_cleans_running_pods(cluster: LocalC
     done = cluster.wait_finished("perm", timeout=30)
     assert finished(done) == "Failed"
     assert condition(done, "Failed")["message"] == (
-        "MXJob default/perm failed: Worker 0 (pod perm-worker-0) failed with exit code 1; restartPolicy Never "
+        "MXJob default/perm failed: Worker 0 (pod perm-worker-0) failed with exit code 1, reason Error; restartPolicy Never "
         "does not retry.")
     # cleanPodPolicy Running: the running pod is terminated and removed, the failed one kept for its logs.
     cluster.wait_for(lambda: cluster.pod("perm-worker-1") is None, 10, what="running pod removed")
@@ -515,7 +515,7 @@ def test_cli_exits_non_zero_with_the_failure_reason(tmp_path: Path):
     assert result.returncode == 1, result.stdout + result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last == ("MXJob default/clifail Failed: MXJobFailed: MXJob default/clifail failed: Worker 0 (pod "
-                    "clifail-worker-0) failed with exit code 2; restartPolicy Never does not retry.")
+                    "clifail-worker-0) failed with exit code 2, reason Error; restartPolicy Never does not retry.")
     assert "--- " in result.stdout  # non-tty: progress lines, not redraws
     # The end of the failing pod's log is shown under the final status.
     assert "last lines of " in result.stdout and "clifail-worker-0.log" in result.stdout

@@ -47,8 +47,10 @@ def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path:
     assert pods["late-fail-scheduler-0"]["status"]["phase"] == "Succeeded"
     assert finished(done) == "Failed" and condition(done, "Succeeded") is None
     message = condition(done, "Failed")["message"]
-    assert message == ("MXJob default/late-fail failed: Worker 1 (pod late-fail-worker-1) failed with exit code 1 "
-                       "after Scheduler 0 succeeded; restartPolicy Never does not retry.")
+    # The reason, and the first line of its termination message (the log's tail: FallbackToLogsOnError).
+    assert message.startswith("MXJob default/late-fail failed: Worker 1 (pod late-fail-worker-1) failed with exit code 1, "
+                              "reason Error: '")
+    assert message.endswith("' after Scheduler 0 succeeded; restartPolicy Never does not retry.")
     terminated = pods["late-fail-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 1
     assert done["status"]["replicaStatuses"]["Worker"]["failed"] == 1

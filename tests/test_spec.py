@@ -169,3 +169,28 @@ def test_a_pod_spec_does_not_grow_with_the_job():
     # in the pod's replica-layout annotation.
     assert len(large) - len(small) == 3 * (4 + 1)
 
+
+
+@pytest.mark.parametrize("policy,field,words", [
+    ({"maxRestarts": -1}, "spec.runPolicy.failurePolicy.maxRestarts", "non-negative"),
+    ({"rules": [{"action": "Retry"}]}, "spec.runPolicy.failurePolicy.rules[0].action", "not one of RestartJob"),
+    ({"rules": [{"action": "FailJob", "onExitCodes": [256]}]},
+     "spec.runPolicy.failurePolicy.rules[0].onExitCodes", "from 0 to 255"),
+    ({"rules": [{"action": "FailJob", "onReplicaTypes": []}]},
+     "spec.runPolicy.failurePolicy.rules[0].onReplicaTypes", "non-empty list"),
+    ({"rules": [{"action": "FailJob"}] * 17}, "spec.runPolicy.failurePolicy.rules", "at most 16"),
+    ("RestartJob", "spec.runPolicy.failurePolicy", "must be an object"),
+], ids=["negative-max-restarts", "unknown-action", "exit-code-too-big", "no-replica-types", "too-many-rules",
+        "not-an-object"])
+def test_a_bad_failure_policy_is_reported_with_its_field_path(policy, field, words):
+    problems = problems_of(mxjob(runPolicy={"failurePolicy": policy}))
+    assert any(p.startswith(field + ":") and words in p for p in problems), problems
+
+
+def test_a_failure_policy_is_parsed_in_order():
+    job = parse_mxjob(mxjob(runPolicy={"failurePolicy": {"maxRestarts": 2, "rules": [
+        {"action": "FailJob", "onReplicaTypes": ["Worker"], "onExitCodes": [138]}, {"action": "RestartJob"}]}}))
+    policy = job.run_policy.failure
+    assert policy.max_restarts == 2
+    assert [(r.action, r.replica_types, r.exit_codes) for r in policy.rules] == [
+        ("FailJob", frozenset({"Worker"}), frozenset({138})), ("RestartJob", None, None)]

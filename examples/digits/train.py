@@ -8,6 +8,7 @@ on to train. The operator sets DMLC_ROLE, DMLC_PS_ROOT_URI/PORT and DMLC_NUM_SER
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -22,6 +23,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--checkpoint-dir",
+        default="",
+        help="a directory every worker can read (a shared volume): worker 0 saves the weights there after "
+        "each epoch, and every worker resumes from the last one saved when the job restarts",
+    )
     parser.add_argument(
         "--min-accuracy",
         type=float,
@@ -68,6 +75,30 @@ def shard(x, y, rank: int, num_workers: int):
     return x[start : start + per_worker], y[start : start + per_worker]
 
 
+def load_checkpoint(directory: str) -> tuple[int, str | None]:
+    """The last epoch saved in `directory` and its parameter file; (0, None) when there is none."""
+    if not directory:
+        return 0, None
+    try:
+        with open(os.path.join(directory, "latest.json")) as f:
+            latest = json.load(f)
+    except FileNotFoundError:
+        return 0, None
+    return int(latest["epoch"]), os.path.join(directory, latest["params"])
+
+
+def save_checkpoint(net, directory: str, epoch: int) -> None:
+    """Save the weights after `epoch`, then point latest.json at them (each step a rename, so a
+    kill at any moment leaves the previous checkpoint whole)."""
+    os.makedirs(directory, exist_ok=True)
+    params = f"epoch-{epoch:04d}.params"
+    net.save_parameters(os.path.join(directory, params + ".tmp"))
+    os.replace(os.path.join(directory, params + ".tmp"), os.path.join(directory, params))
+    with open(os.path.join(directory, "latest.json.tmp"), "w") as f:
+        json.dump({"epoch": epoch, "params": params}, f)
+    os.replace(os.path.join(directory, "latest.json.tmp"), os.path.join(directory, "latest.json"))
+
+
 def evaluate(mx, net, x, y, batch_size: int) -> float:
     """Accuracy of `net` on (x, y)."""
     metric = mx.metric.Accuracy()
@@ -97,6 +128,14 @@ def train(args: argparse.Namespace) -> int:
     net.add(gluon.nn.Dense(args.hidden, activation="relu"), gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(10))
     # Same initial weights on every worker; with update_on_kvstore the server holds the master copy anyway.
     net.initialize(mx.init.Xavier())
+    # MXJOB_ATTEMPT: how many times the operator has restarted the whole job (0 on the first run).
+    # On a restart every worker loads the last checkpoint, so all start from the same weights.
+    attempt = os.environ.get("MXJOB_ATTEMPT", "0")
+    done, params = load_checkpoint(args.checkpoint_dir)
+    if params is not None:
+        net.load_parameters(params)
+    print(f"[worker {rank}] attempt {attempt}: starting at epoch {done + 1} of {args.epochs}"
+          + (f" from checkpoint {params}" if params else ""), flush=True)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     loader = gluon.data.DataLoader(
@@ -104,7 +143,7 @@ def train(args: argparse.Namespace) -> int:
     )
 
     val_acc = 0.0
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(done + 1, args.epochs + 1):
         started = time.monotonic()
         train_metric = mx.metric.Accuracy()
         for batch_x, batch_y in loader:
@@ -120,7 +159,11 @@ def train(args: argparse.Namespace) -> int:
             f"validation-accuracy={val_acc:.4f} time={time.monotonic() - started:.2f}s",
             flush=True,
         )
+        if args.checkpoint_dir and rank == 0:
+            save_checkpoint(net, args.checkpoint_dir, epoch)
 
+    if done >= args.epochs:
+        val_acc = evaluate(mx, net, x_val, y_val, 256)
     print(f"[worker {rank}] final validation-accuracy={val_acc:.4f}", flush=True)
     if val_acc < args.min_accuracy:
         print(f"[worker {rank}] below --min-accuracy {args.min_accuracy}", flush=True)

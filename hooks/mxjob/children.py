@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
 from hooks.mxjob.names import (
+    JOB_ATTEMPT_LABEL,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
     child_name,
@@ -35,7 +36,7 @@ def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
 
 
 def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
-                gang: Gang | None = None) -> Callable[[int, int], JSON]:
+                gang: Gang | None = None) -> Callable[[int, int, int], JSON]:
     """The builder of the desired Pods of one replica type: the template with the operator's
     changes, nothing else. What every pod of the type shares is prepared once."""
     template = spec.template
@@ -47,14 +48,17 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     # place so that the operator sees the exit code and decides.
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
 
-    def pod(index: int, attempt: int = 0) -> JSON:
+    def pod(index: int, attempt: int = 0, job_attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
         pod_spec["restartPolicy"] = restart_policy
-        operator_env = env_for(job, spec.type, index, wiring=wiring)
+        operator_env = env_for(job, spec.type, index, wiring=wiring, attempt=job_attempt)
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
                 container["ports"] = main_ports(container.get("ports"), spec.port)
+                # The last lines of the log become the termination message when the process fails
+                # without writing one, so the job's status can say why after the pod is gone.
+                container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
@@ -63,6 +67,9 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         if attempt:
             # The restart count survives a stale status through the pods themselves.
             metadata["labels"][RESTART_ATTEMPT_LABEL] = str(attempt)
+        if job_attempt:
+            # So does the job's attempt: pods of an earlier one are told apart by it.
+            metadata["labels"][JOB_ATTEMPT_LABEL] = str(job_attempt)
         metadata["annotations"] = {**(annotations or {}), LAYOUT_ANNOTATION: wiring.layout}
         if gang is not None:
             mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,

@@ -18,10 +18,11 @@ from hooks.shared.k8s import JSON
 
 CLUSTER_ENV = "MXJOB_CLUSTER"
 CLUSTER_KEY = "cluster"  # the ConfigMap's data key
+ATTEMPT_ENV = "MXJOB_ATTEMPT"  # how many times the whole job has been restarted: 0, 1, ...
 
 OPERATOR_ENV_NAMES = frozenset({
     CLUSTER_ENV, "MX_CONFIG", "DMLC_PS_ROOT_PORT", "DMLC_PS_ROOT_URI", "DMLC_NUM_SERVER",
-    "DMLC_NUM_WORKER", "DMLC_ROLE", "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID",
+    "DMLC_NUM_WORKER", "DMLC_ROLE", "DMLC_USE_KUBERNETES", "DMLC_WORKER_ID", ATTEMPT_ENV,
 })
 
 _CLUSTER_REF = f"$({CLUSTER_ENV})"
@@ -72,7 +73,7 @@ def cluster_wiring(job: MXJob) -> ClusterWiring:
                          labels=_compact(labels), layout=_compact(layout))
 
 
-def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> list[JSON]:
+def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring, attempt: int = 0) -> list[JSON]:
     """Operator env entries of one pod, in the documented order.
 
     MXJOB_CLUSTER comes first: the kubelet expands `$(NAME)` only with entries defined earlier.
@@ -92,6 +93,7 @@ def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring) -> lis
     env.append({"name": "DMLC_USE_KUBERNETES", "value": "1"})
     if rtype == WORKER:
         env.append({"name": "DMLC_WORKER_ID", "value": str(index)})
+    env.append({"name": ATTEMPT_ENV, "value": str(attempt)})
     return env
 
 

@@ -3,10 +3,12 @@
 The hook is stateless. What it must remember across syncs is written in status and, because a
 sync often reads a stale parent (docs/lifecycle.md, "Why the outcome is recorded in a child"),
 also in children that stay (hooks.shared.memory): the job's outcome in `<job>-outcome`, each
-recreation of a pod in `<pod>-restart-<n>` and in the restart-attempt label of the new pod. The
-hook takes the larger of the two memories, and deletes a pod only on a sync that sees the record
-that makes the deletion safe: cleanup waits for the outcome record, a failed pod's deletion for
-its restart record. Completed indexes are kept in status and by the succeeded pods themselves,
+recreation of a pod in `<pod>-restart-<n>` and in the restart-attempt label of the new pod, each
+whole-job restart (runPolicy.failurePolicy RestartJob) in `<job>-attempt-<n>` and in the
+job-attempt label of the new attempt's pods. The hook takes the larger of the memories, and
+deletes a pod only on a sync that sees the record that makes the deletion safe: cleanup waits for
+the outcome record, a failed pod's deletion for its restart record, the old attempt's pods for
+the attempt record. Completed indexes are kept in status and by the succeeded pods themselves,
 which the hook never deletes while the job runs. A field of the status memory not in the shape
 written here is treated as absent (hooks.shared.status).
 The transition table in docs/lifecycle.md is checked against
@@ -21,11 +23,23 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
-from hooks.mxjob.spec import MXJob
-from hooks.mxjob.vocabulary import CREATED, FAILED, RESTARTING, RESUMED, RUNNING, SUCCEEDED, SUSPENDED, WORKER, subject
+from hooks.mxjob.spec import FAIL_JOB, RESTART_JOB, RESTART_POD, FailureRule, MXJob
+from hooks.mxjob.vocabulary import (
+    CREATED,
+    FAILED,
+    RESTARTING,
+    RESUMED,
+    RUNNING,
+    SCHEDULER,
+    STALLED,
+    SUCCEEDED,
+    SUSPENDED,
+    WORKER,
+    subject,
+)
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
-from hooks.shared.memory import Record, restart_record_name
+from hooks.shared.memory import Record, attempt_record_name, restart_record_name
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, parse_time, plus_seconds
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
@@ -39,7 +53,7 @@ SUCCESS_GRACE_SECONDS = 30
 _INDEX = re.compile(r"[0-9]{1,10}")
 # The status fields an outcome record holds: the whole terminal status but what a later sync adds.
 OUTCOME_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "restartCount",
-                  "restartHistory")
+                  "attempt", "restartHistory")
 
 
 class Memory(NamedTuple):
@@ -47,6 +61,7 @@ class Memory(NamedTuple):
 
     outcome: Record | None = None
     restarts: Mapping[str, Mapping[int, Record]] = {}
+    attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
 
 
 NO_MEMORY = Memory()
@@ -62,6 +77,7 @@ class Plan:
     resync_after: float | None = None
     finished: bool = False  # the job has succeeded or failed: it never gets a new pod
     attempts: dict[str, int] = field(default_factory=dict)  # restart-attempt label of a pod, when not 0
+    job_attempt: int = 0  # the job attempt new pods are created for (MXJOB_ATTEMPT, job-attempt label)
     restart_records: dict[str, JSON] = field(default_factory=dict)  # new restart records: name -> data
     outcome: JSON | None = None  # the outcome record to create (the job has just finished)
     cleaned_up: bool = False  # the TTL has run: every child but the outcome record goes
@@ -80,6 +96,38 @@ def is_retryable(exit_code: int | None) -> bool:
     return exit_code is None or exit_code in RETRYABLE_EXIT_CODES
 
 
+def distributed(job: MXJob) -> bool:
+    """An MXTrain job with a Scheduler: its processes meet once in ps-lite, which admits no
+    process that comes back later (docs/lifecycle.md, "Recovery measured")."""
+    return job.job_mode == "MXTrain" and job.has(SCHEDULER)
+
+
+def failure_action(job: MXJob, rtype: str, exit_code: int | None, *, retried: bool) -> str:
+    """What a lost pod does to the job: the first rule of runPolicy.failurePolicy that matches
+    its replica type and exit code, else the default. `retried`: its restartPolicy retries it
+    (OnFailure, Always, or ExitCode with a retryable code). By default a pod its policy does
+    not retry fails the job, and one it retries restarts the whole job when the job is
+    distributed and only itself otherwise (a single process, or independent ones)."""
+    rule = matching_rule(job, rtype, exit_code)
+    if rule is not None:
+        return rule.action
+    if not retried:
+        return FAIL_JOB
+    return RESTART_JOB if distributed(job) else RESTART_POD
+
+
+def matching_rule(job: MXJob, rtype: str, exit_code: int | None) -> FailureRule | None:
+    """The first rule of runPolicy.failurePolicy that matches a lost pod's replica type and exit
+    code (a pod lost without one matches only a rule without onExitCodes)."""
+    for rule in job.run_policy.failure.rules:
+        if rule.replica_types is not None and rtype not in rule.replica_types:
+            continue
+        if rule.exit_codes is not None and (exit_code is None or exit_code not in rule.exit_codes):
+            continue
+        return rule
+    return None
+
+
 def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
            observed_services: Mapping[str, Any], now: datetime, memory: Memory = NO_MEMORY) -> Plan:
     """The whole lifecycle step for a valid MXJob: a pure function of its arguments.
@@ -87,7 +135,7 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
     The observations are read once, into a _State built in one step (the failures classified,
     the memories merged); the branches below only choose the transition and build the Plan.
     """
-    state = _State(job, old_status, pods, now, memory.restarts)
+    state = _State(job, old_status, pods, now, memory.restarts, memory.attempts)
     if memory.outcome is not None:
         return state.finish_recorded(memory.outcome, slots, observed_services)
     if state.conds.terminal():
@@ -113,6 +161,10 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
                        f"{subject(job.key)} has reached the specified backoff limit: "
                        f"{state.restart_total()} restarts, backoffLimit "
                        f"{job.run_policy.backoff_limit}{state.exit_codes_note()}.")
+    elif state.over_max_restarts():
+        state.conclude("Failed", FAILED,
+                       f"{subject(job.key)} has reached failurePolicy.maxRestarts "
+                       f"({job.run_policy.failure.max_restarts}): {state.losses_part()}.")
     elif deadline is not None and now >= deadline:
         state.conclude("Failed", FAILED,
                        f"{subject(job.key)} was active longer than activeDeadlineSeconds "
@@ -133,6 +185,7 @@ class Failures(NamedTuple):
     recorded: frozenset[str]  # pods to recreate whose restart record is observed: safe to delete
     new_records: dict[str, JSON]
     history: dict[str, RestartRecord]  # the restart history with these failures counted
+    job_losses: list[PodView]  # lost pods whose failurePolicy action is RestartJob
 
     @property
     def not_counted(self) -> frozenset[str]:
@@ -144,7 +197,17 @@ class _State:
     """The status being rebuilt for one sync."""
 
     def __init__(self, job: MXJob, old: Any, pods: Mapping[str, PodView], now: datetime,
-                 restarts: Mapping[str, Mapping[int, Record]]):
+                 restarts: Mapping[str, Mapping[int, Record]], attempts: Mapping[int, Record]):
+        # Whole-job restarts: the attempt the children show (its records, the pods' labels). A
+        # pod of an earlier attempt that did not succeed is leaving: left out of the answer (so
+        # deleted), of the counts and of the failures; the new attempt's pods wait until none is
+        # observed. A succeeded index is never rerun (its pod stays).
+        self.attempt_records = attempts
+        self.known_attempt = max([0, *attempts, *(p.job_attempt for p in pods.values())])
+        self.all_pods = pods
+        self.leaving = {n: p for n, p in pods.items()
+                        if p.job_attempt < self.known_attempt and p.phase != "Succeeded"}
+        pods = {n: p for n, p in pods.items() if n not in self.leaving}
         self.job, self.pods, self.now = job, pods, now
         self.old = OldStatus(old)
         self.conds = Conditions(self.old.conditions(), now)
@@ -166,10 +229,23 @@ class _State:
         # counts nothing either.
         history = _merge_history(_read_history(self.old), restarts, pods)
         if self.was_terminal or job.run_policy.suspend or self.succeeded():
-            self.failures = Failures([], [], frozenset(), {}, history)
+            self.failures = Failures([], [], frozenset(), {}, history, [])
         else:
             self.failures = _classify_failures(job, pods, history, restarts)
         self.history = self.failures.history
+        self.old_attempt = self.old.counter("attempt") or 0
+        failures = self.failures
+        if failures.fatal and (failures.job_losses or self.old_attempt > self.known_attempt):
+            # One loss, one restart: a peer that fails by default (no rule says FailJob) beside a
+            # pod lost for a whole-job restart, or after one was decided whose record is not
+            # observed yet, is collateral (a ps-lite process giving up when a peer vanished).
+            collateral = [p for p in failures.fatal if matching_rule(job, p.rtype, lost_exit_code(p)) is None]
+            self.failures = failures._replace(
+                fatal=[p for p in failures.fatal if p not in collateral],
+                job_losses=failures.job_losses + collateral)
+        # The attempt this sync runs: one more than the children show when a pod was lost for a
+        # whole-job restart now (its record is created; the old pods go on a later sync).
+        self.attempt = self.known_attempt + (1 if self.failures.job_losses and not self.failures.fatal else 0)
 
     # --- transitions -------------------------------------------------------------------------
 
@@ -208,7 +284,7 @@ class _State:
         """
         if self.completion_time is None:  # lost from status: the TTL counts from now
             self.completion_time = rfc3339(self.now)
-        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating]
+        keep = [p.name for p in self._sorted(self.all_pods.values()) if not p.terminating]
         status = self.status(frozen=self._frozen_replicas())
         return Plan(status=status, pods=keep, services=[n for n in sorted(observed_services) if n in slots],
                     finished=True, outcome={k: status[k] for k in OUTCOME_FIELDS if k in status},
@@ -221,7 +297,7 @@ class _State:
         read = read_outcome(outcome, self.old, key=self.job.key, now=self.now)
         self.conds = read.conds  # what _frozen_replicas counts by, when the record holds no counts
         policy = self.job.run_policy.clean_pod_policy
-        keep = [p.name for p in self._sorted(self.pods.values()) if not p.terminating and (
+        keep = [p.name for p in self._sorted(self.all_pods.values()) if not p.terminating and (
             policy == "None" or (policy == "Running" and p.finished))]
         services = sorted(observed_services) if policy == "None" else keep
         # A Service of no slot gets here only on its way out: a live one is a sign of another
@@ -257,23 +333,116 @@ class _State:
         gone = failures.recorded
         pods = [name for name, slot in slots.items()
                 if name not in gone and (name in self.pods or slot.index not in self.completed[slot.rtype])]
+        if self.attempt > self.known_attempt or self.leaving:
+            # A whole-job restart: first its record (this sync, when new), then the old attempt's
+            # pods go; the new attempt's are created once none of them is observed.
+            pods = [name for name in slots if name in self.pods]
         # Every pod is rendered with its slot's count, so an answer does not depend on whether the
         # pod exists yet (an existing pod is never updated: OnDelete).
         attempts = {name: self.history[name]["recreations"] for name in pods
                     if self.history.get(name, {}).get("recreations")}
         waiting = self._awaiting_recreation({p.name for p in failures.recreate}, slots)
         key = self.job.key
-        if waiting:
+        records = dict(failures.new_records)
+        if self.attempt > self.known_attempt:
+            records[attempt_record_name(self.job.name, self.attempt)] = self._attempt_record()
+        if self.attempt and not self._attempt_runs(slots):
+            message = self._job_restart_message()
+            self.conds.set("Restarting", True, RESTARTING, message)
+            self.conds.clear("Running", RESTARTING, message)
+        elif waiting:
             message = self._restart_message(waiting)
             self.conds.set("Restarting", True, RESTARTING, message)
             self.conds.clear("Running", RESTARTING, message)
         else:
-            self.conds.clear("Restarting", RUNNING,
-                             f"{subject(key)}: every recreated pod is running again.")
-            if self._deciding_pods_run():
+            again = (f"{subject(key)}: every pod of attempt {self.attempt} is running (the job was "
+                     f"restarted after {self._attempt_cause()})." if self.attempt
+                     else f"{subject(key)}: every recreated pod is running again.")
+            self.conds.clear("Restarting", RUNNING, again)
+            stalled = self._stalled()
+            if self._deciding_pods_run() and stalled:
+                self.conds.set("Running", True, STALLED,
+                               f"{subject(key)} may make no progress: {stalled} while its peers ran, "
+                               f"and ps-lite does not admit a process that comes back (docs/lifecycle.md, "
+                               f"\"Recovery measured\": such a job waits until activeDeadlineSeconds); "
+                               f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.")
+            elif self._deciding_pods_run():
                 self.conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
         return Plan(status=self.status(), pods=pods, services=list(slots), attempts=attempts,
-                    restart_records=failures.new_records)
+                    restart_records=records, job_attempt=self.known_attempt)
+
+    # --- whole-job restarts --------------------------------------------------------------------
+
+    def _attempt_record(self) -> JSON:
+        """What the record of the attempt decided now keeps: the first pod lost and how it ended."""
+        pod = self.failures.job_losses[0]
+        data: JSON = {"lostPod": pod.name, "failedUID": pod.uid}
+        code = lost_exit_code(pod)
+        if code is not None:
+            data["exitCode"] = code
+        data["cause"] = loss_cause(pod)
+        if len(self.failures.job_losses) > 1:
+            data["alsoLost"] = [p.name for p in self.failures.job_losses[1:]]
+        return data
+
+    def _attempt_runs(self, slots: Mapping[str, Slot]) -> bool:
+        """Every slot not completed has a running pod of the current attempt."""
+        if self.attempt > self.known_attempt or self.leaving:
+            return False
+        for name, slot in slots.items():
+            pod = self.pods.get(name)
+            if slot.index in self.completed[slot.rtype]:
+                continue
+            if pod is None or not pod.active:
+                return False
+        return True
+
+    def _attempt_cause(self) -> str:
+        """Why the current attempt began, from its record: the lost pod and how it ended."""
+        if self.attempt > self.known_attempt:
+            data: Mapping[str, Any] = self._attempt_record()
+        else:
+            record = self.attempt_records.get(self.attempt)
+            data = record.data if record is not None else {}
+        lost = data.get("lostPod")
+        cause = data.get("cause")
+        what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
+                else "a pod was lost")
+        also = data.get("alsoLost")
+        if isinstance(also, list) and also:
+            what += f", and {len(also)} more"
+        return what
+
+    def _job_restart_message(self) -> str:
+        """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+        what = self._attempt_cause()
+        limit = self.job.run_policy.backoff_limit
+        budget = f" of backoffLimit {limit}" if limit is not None else ""
+        return (f"{subject(self.job.key)} is restarting as attempt {self.attempt}: {what}; every pod "
+                f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT="
+                f"{self.attempt} (restarts so far: {self.restart_total()}{budget}).")
+
+    def _stalled(self) -> str:
+        """In a distributed job, the running pods restarted on their own (failurePolicy RestartPod:
+        recreated, or restarted in place) while their peers ran on, as a clause; "" when none."""
+        if not distributed(self.job):
+            return ""
+        names = [p.name for p in self._sorted(self.pods.values())
+                 if p.active and p.index not in self.completed[p.rtype]
+                 and (p.restarts or p.attempt) and p.job_attempt == self.attempt]
+        if not names:
+            return ""
+        return f"pod{'s' if len(names) > 1 else ''} {', '.join(names)} restarted"
+
+    def over_max_restarts(self) -> bool:
+        """More whole-job restarts than runPolicy.failurePolicy.maxRestarts allows."""
+        limit = self.job.run_policy.failure.max_restarts
+        return limit is not None and self.attempt > limit
+
+    def losses_part(self) -> str:
+        """The pods lost now, and how, as a clause."""
+        return "; ".join(f"pod {p.name} was lost ({loss_cause(p)})" for p in self.failures.job_losses) \
+            or "no pod lost now"
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -345,10 +514,11 @@ class _State:
         """
         past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0)
                    for r in self.history.values())
+        # A whole-job restart counts once; the restarts of the pods it replaces are in it.
         live = sum(p.restarts for p in self.pods.values()
                    if p.uid != self.history.get(p.name, {}).get("lastFailedUID")
-                   and not self._counted_in_records(p))
-        return max(past + live, self.old_restart_count)
+                   and not self._counted_in_records(p) and p.job_attempt == self.attempt)
+        return max(past + self.attempt + live, self.old_restart_count)
 
     def _counted_in_records(self, pod: PodView) -> bool:
         return pod.phase == "Failed" and any(n > pod.attempt or r.data.get("failedUID") == pod.uid
@@ -394,6 +564,14 @@ class _State:
             record = self.history.get(name, {})
             code = record.get("lastExitCode")
             cause = f"exited with code {code}" if code is not None else "failed without an exit code"
+            # How it ended, from its restart record (observed, or created now).
+            n = record.get("recreations", 0)
+            observed = self.restarts.get(name, {}).get(n)
+            data = observed.data if observed is not None else self.failures.new_records.get(
+                restart_record_name(name, n), {})
+            reason, text = data.get("reason"), data.get("message")
+            if isinstance(reason, str):
+                cause += f", reason {reason}" + (f": {text!r}" if isinstance(text, str) else "")
             parts.append(f"pod {name} {cause} and is recreated")
         limit = self.job.run_policy.backoff_limit
         budget = f" of backoffLimit {limit}" if limit is not None else ""
@@ -404,10 +582,16 @@ class _State:
 
     def status(self, *, frozen: JSON | None = None, not_counted: frozenset[str] | None = None) -> JSON:
         """The status to write: the same observations always give the same bytes."""
-        replicas = frozen if frozen is not None else self._replicas(
-            self.failures.not_counted if not_counted is None else not_counted)
+        if not_counted is None:
+            # Pods a whole-job restart replaces are not counted from the sync that decides it on,
+            # so the status does not change when they go.
+            not_counted = self.failures.not_counted | {
+                p.name for p in self.pods.values() if p.job_attempt < self.attempt and p.phase != "Succeeded"}
+        replicas = frozen if frozen is not None else self._replicas(not_counted)
+        attempt = self.known_attempt if self.conds.terminal() else self.attempt
         return _status(conds=self.conds, replicas=replicas, start_time=self.start_time,
                        completion_time=self.completion_time, restart_count=self.restart_total(),
+                       attempt=max(attempt, self.old_attempt),
                        history=self.history, cleaned_up_time=self.cleaned_up_time, old=self.old)
 
     def _frozen_replicas(self) -> JSON:
@@ -494,13 +678,14 @@ def recorded_status(outcome: Outcome, old: OldStatus, *, cleaned_up_time: str | 
     recorded = outcome.recorded
     return _status(conds=outcome.conds, replicas=_frozen_from(recorded) or counted(),
                    start_time=recorded.time("startTime"), completion_time=outcome.completion_time,
-                   restart_count=recorded.counter("restartCount") or 0, history=_read_history(recorded),
+                   restart_count=recorded.counter("restartCount") or 0,
+                   attempt=recorded.counter("attempt") or 0, history=_read_history(recorded),
                    cleaned_up_time=cleaned_up_time, old=old)
 
 
 def _status(*, conds: Conditions, replicas: JSON, start_time: str | None, completion_time: str | None,
-            restart_count: int, history: Mapping[str, RestartRecord], cleaned_up_time: str | None,
-            old: OldStatus) -> JSON:
+            restart_count: int, attempt: int, history: Mapping[str, RestartRecord],
+            cleaned_up_time: str | None, old: OldStatus) -> JSON:
     """The status to write, fields in one order: the same values always give the same bytes."""
     status: JSON = {"conditions": conds.ordered(), "replicaStatuses": replicas}
     if start_time:
@@ -509,6 +694,8 @@ def _status(*, conds: Conditions, replicas: JSON, start_time: str | None, comple
         status["completionTime"] = completion_time
     if restart_count:
         status["restartCount"] = restart_count
+    if attempt:
+        status["attempt"] = attempt
     if history:
         # Fields in one order, however the record was read (status or a restart record).
         status["restartHistory"] = {k: {f: history[k][f] for f in RestartRecord.__annotations__  # type: ignore[literal-required]
@@ -533,13 +720,24 @@ def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping
     """
     order = {rtype: n for n, rtype in enumerate(job.replicas)}
     counted = dict(history)
-    fatal, recreate, recorded, new_records = [], [], set(), {}
+    fatal, recreate, recorded, new_records, job_losses = [], [], set(), {}, []
     for pod in sorted(pods.values(), key=lambda p: (order[p.rtype], p.index)):
-        if pod.phase != "Failed" or pod.terminating:
+        if pod.terminating or pod.phase == "Succeeded":
             continue
         policy = job.replicas[pod.rtype].restart_policy
-        if policy == "Never" or (policy == "ExitCode" and not is_retryable(pod.exit_code)):
+        in_place = pod.phase != "Failed"
+        if in_place and not (pod.restarts and policy in ("OnFailure", "Always")):
+            continue
+        code = lost_exit_code(pod)
+        retried = policy in ("OnFailure", "Always") or (policy == "ExitCode" and is_retryable(code))
+        action = failure_action(job, pod.rtype, code, retried=retried)
+        if action == FAIL_JOB:
             fatal.append(pod)
+            continue
+        if action == RESTART_JOB:
+            job_losses.append(pod)
+            continue
+        if in_place:  # RestartPod: the kubelet restarts it in place, counted as a container restart
             continue
         recreate.append(pod)
         in_records = any(n > pod.attempt or r.data.get("failedUID") == pod.uid
@@ -560,8 +758,31 @@ def _classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping
             data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
             if pod.exit_code is not None:
                 data["exitCode"] = pod.exit_code
+            if pod.reason:
+                data["reason"] = pod.reason
+            if pod.message:
+                data["message"] = pod.message
             new_records[restart_record_name(pod.name, record.get("recreations", 1))] = data
-    return Failures(fatal, recreate, frozenset(recorded), new_records, counted)
+    return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
+
+
+def lost_exit_code(pod: PodView) -> int | None:
+    """The exit code a lost pod shows: its container's, or the previous run's after an in-place restart."""
+    return pod.exit_code if pod.phase == "Failed" else pod.last_exit_code
+
+
+def loss_cause(pod: PodView) -> str:
+    """How a lost pod ended, for a condition: exit code, reason and the first line of its message."""
+    in_place = pod.phase != "Failed"
+    code = lost_exit_code(pod)
+    reason = pod.last_reason if in_place else pod.reason
+    message = pod.last_message if in_place else pod.message
+    text = f"exit code {code}" if code is not None else "no exit code"
+    if reason:
+        text += f", reason {reason}"
+    if message:
+        text += f": {message!r}"
+    return text
 
 
 def _merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],
@@ -614,11 +835,16 @@ def _fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
     parts = []
     for pod in fatal:
         policy = job.replicas[pod.rtype].restart_policy
-        code = f"exit code {pod.exit_code}" if pod.exit_code is not None else "no exit code"
-        why = ("restartPolicy Never does not retry" if policy == "Never"
-               else "a permanent error under restartPolicy ExitCode")
+        code = lost_exit_code(pod)
+        retried = policy in ("OnFailure", "Always") or (policy == "ExitCode" and is_retryable(code))
+        if failure_action(job, pod.rtype, code, retried=retried) == FAIL_JOB and retried:
+            why = "runPolicy.failurePolicy says FailJob"
+        elif policy == "Never":
+            why = "restartPolicy Never does not retry"
+        else:
+            why = "a permanent error under restartPolicy ExitCode"
         when = f" after {after}" if after else ""
-        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {code}{when}; {why}")
+        parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {loss_cause(pod)}{when}; {why}")
     return f"{subject(job.key)} failed: {'; '.join(parts)}."
 
 

@@ -17,6 +17,9 @@ LEGACY_JOB_NAME_LABEL = "job-name"
 # On a recreated pod: how many times the operator had recreated its slot when it created it, so
 # the restart count can be read from the children when the status is stale (docs/lifecycle.md).
 RESTART_ATTEMPT_LABEL = "training.kubeflow.org/restart-attempt"
+# On every pod of a restarted job: the job attempt it belongs to (runPolicy.failurePolicy,
+# RestartJob). Pods of an earlier attempt are deleted before the new attempt's are created.
+JOB_ATTEMPT_LABEL = "training.kubeflow.org/job-attempt"
 # On every pod: the replica layout it was built with (each type's count and port), so the layout
 # guard can tell a started job's layout from its pods when the cluster ConfigMap is not observed.
 LAYOUT_ANNOTATION = "training.kubeflow.org/replica-layout"

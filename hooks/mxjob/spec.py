@@ -64,6 +64,28 @@ _RUN_POLICY_MAX = {"ttlSecondsAfterFinished": MAX_SECONDS, "activeDeadlineSecond
                    "backoffLimit": MAX_BACKOFF_LIMIT}
 _RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
 _RUN_POLICY_FIELDS = ("cleanPodPolicy", *_RUN_POLICY_INTS, "suspend", "schedulingPolicy")
+# runPolicy.failurePolicy (docs/lifecycle.md, "Restarts"): what a lost pod does to the job.
+RESTART_JOB, RESTART_POD, FAIL_JOB = "RestartJob", "RestartPod", "FailJob"
+FAILURE_ACTIONS = (RESTART_JOB, RESTART_POD, FAIL_JOB)
+MAX_FAILURE_RULES = 16
+MAX_RULE_EXIT_CODES = 32
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """One rule of runPolicy.failurePolicy.rules: the action for a lost pod it matches."""
+
+    action: str
+    replica_types: frozenset[str] | None = None  # None: every type
+    exit_codes: frozenset[int] | None = None  # None: every code, and a pod lost without one
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """runPolicy.failurePolicy: rules tried in order, and the budget of whole-job restarts."""
+
+    rules: tuple[FailureRule, ...] = ()
+    max_restarts: int | None = None  # None: only backoffLimit bounds job restarts
 
 
 @dataclass(frozen=True)
@@ -95,6 +117,7 @@ class RunPolicy:
     suspend: bool = False
     scheduling: SchedulingPolicy = field(default_factory=SchedulingPolicy)
     scheduling_path: str = "spec.runPolicy.schedulingPolicy"
+    failure: FailurePolicy = field(default_factory=FailurePolicy)
 
 
 @dataclass(frozen=True)
@@ -218,7 +241,55 @@ def _parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: boo
                      ttl_seconds_after_finished=ints["ttlSecondsAfterFinished"],
                      active_deadline_seconds=ints["activeDeadlineSeconds"],
                      backoff_limit=ints["backoffLimit"], suspend=suspend,
-                     scheduling=scheduling, scheduling_path=scheduling_path)
+                     scheduling=scheduling, scheduling_path=scheduling_path,
+                     failure=_parse_failure_policy(run_policy.get("failurePolicy"), problems))
+
+
+def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
+    """spec.runPolicy.failurePolicy: {maxRestarts, rules: [{action, onReplicaTypes, onExitCodes}]}."""
+    path = "spec.runPolicy.failurePolicy"
+    if raw is None:
+        return FailurePolicy()
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: must be an object")
+        return FailurePolicy()
+    max_restarts = raw.get("maxRestarts")
+    if max_restarts is not None and not is_non_negative_int(max_restarts, MAX_BACKOFF_LIMIT):
+        problems.append(f"{path}.maxRestarts: must be a non-negative integer of at most {MAX_BACKOFF_LIMIT}, "
+                        f"got {show(max_restarts)}")
+        max_restarts = None
+    raw_rules = _or_default(raw.get("rules"), [])
+    if not isinstance(raw_rules, list) or len(raw_rules) > MAX_FAILURE_RULES:
+        problems.append(f"{path}.rules: must be a list of at most {MAX_FAILURE_RULES} rules")
+        raw_rules = []
+    rules = []
+    for i, rule in enumerate(raw_rules):
+        at = f"{path}.rules[{i}]"
+        if not isinstance(rule, Mapping):
+            problems.append(f"{at}: must be an object")
+            continue
+        action = rule.get("action")
+        if action not in FAILURE_ACTIONS:
+            problems.append(f"{at}.action: {show(action)} is not one of {', '.join(FAILURE_ACTIONS)}")
+            continue
+        types: frozenset[str] | None = None
+        if rule.get("onReplicaTypes") is not None:
+            value = rule["onReplicaTypes"]
+            if not (isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value)):
+                problems.append(f"{at}.onReplicaTypes: must be a non-empty list of {', '.join(REPLICA_TYPES)}")
+                continue
+            types = frozenset(value)
+        codes: frozenset[int] | None = None
+        if rule.get("onExitCodes") is not None:
+            value = rule["onExitCodes"]
+            if not (isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES
+                    and all(is_non_negative_int(v, 255) for v in value)):
+                problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes "
+                                f"from 0 to 255")
+                continue
+            codes = frozenset(value)
+        rules.append(FailureRule(action, types, codes))
+    return FailurePolicy(tuple(rules), max_restarts)
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:

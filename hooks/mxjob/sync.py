@@ -23,6 +23,8 @@ from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import (
+    attempt_record_name,
+    attempt_records,
     observed_record_as_desired,
     outcome_name,
     read_record,
@@ -51,10 +53,12 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
                  "annotations": dict[str, str], "deletionTimestamp": str},
     # The layout guard reads the DMLC_NUM_* entries of live pods (changed_since_created).
     "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}]}]},
-    "status": {"phase": str,
+    "status": {"phase": str, "reason": str, "message": str,
                "containerStatuses": [{"name": str, "restartCount": int,
-                                      "state": {"terminated": {"exitCode": int, "finishedAt": str}},
-                                      "lastState": {"terminated": {"exitCode": int}}}]},
+                                      "state": {"terminated": {"exitCode": int, "finishedAt": str,
+                                                               "reason": str, "message": str}},
+                                      "lastState": {"terminated": {"exitCode": int, "reason": str,
+                                                                   "message": str}}}]},
     "data": dict[str, str],
 }
 
@@ -96,7 +100,9 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         return _invalid_spec(parent, old_status, observed, err, now)
 
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
-    memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts)
+    attempts = attempt_records(observed.config_maps, job.name)
+    memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
+                    attempts=attempts)
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
                   observed_services=observed.services, memory=memory, now=now)
     # The gang exists while the job may still get pods: a finished job's PodGroup would keep
@@ -109,12 +115,13 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         if len(pod_names) < len(plan.pods):
             _say_pods_wait(plan.status, old_status, job, podgroup, now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
-    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0)) for n in pod_names]
+    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in pod_names]
     children += [service_for(job, job.replicas[slots[n].rtype], slots[n].index) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,
-                         [restart_record_name(pod, n) for pod, records in restarts.items() for n in records])
+                         [restart_record_name(pod, n) for pod, records in restarts.items() for n in records]
+                         + [attempt_record_name(job.name, n) for n in attempts])
     if podgroup is not None:
         children.insert(0, podgroup)
     response: SyncResponse = {"status": plan.status, "children": children}
@@ -278,7 +285,8 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed
                                      ("startTime", start_time),
                                      ("completionTime", old.time("completionTime")),
                                      ("cleanedUpTime", old.time("cleanedUpTime")),
-                                     ("restartCount", old.counter("restartCount")))
+                                     ("restartCount", old.counter("restartCount")),
+                                     ("attempt", old.counter("attempt")))
                    if v})
     status["specError"] = message
     return {"status": _with_warnings(status, old), "children": children}
@@ -291,5 +299,5 @@ def _with_warnings(status: JSON, old: OldStatus) -> JSON:
     return status
 
 
-_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount",
+_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount", "attempt",
               WARNINGS_FIELD)

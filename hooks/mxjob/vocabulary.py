@@ -20,6 +20,7 @@ REPLICA_TYPES = (*TRAIN_TYPES, *TUNE_TYPES)
 CREATED = f"{KIND}Created"
 RUNNING = f"{KIND}Running"
 RESTARTING = f"{KIND}Restarting"
+STALLED = f"{KIND}Stalled"  # Running, but a restarted pod will never be re-admitted (failurePolicy RestartPod)
 SUSPENDED = f"{KIND}Suspended"
 RESUMED = f"{KIND}Resumed"
 SUCCEEDED = f"{KIND}Succeeded"

@@ -13,6 +13,9 @@ holds a JSON object under one key. This module owns their shape; each kind decid
 - `<job>-outcome`: the job's outcome, the whole terminal status as the hook wrote it. Once it is
   observed the job is terminal, whatever the status says, and the status is the record's.
 - `<pod>-restart-<n>`: the n-th recreation of one pod (MXJob), with what the failure showed.
+- `<job>-attempt-<n>`: the n-th restart of the whole job (MXJob, failurePolicy RestartJob), with
+  the pod whose loss caused it and what it showed. Pods of an earlier attempt are deleted only on
+  a sync that sees it.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from hooks.shared.k8s import JSON
 RECORD_KEY = "record"
 OUTCOME_SUFFIX = "-outcome"
 RESTART_INFIX = "-restart-"
+ATTEMPT_INFIX = "-attempt-"
 MAX_RECORD_TEXT = 512 * 1024  # far below a ConfigMap's 1 MiB; a record of ours is a few KB
 
 
@@ -43,6 +47,25 @@ def outcome_name(job_name: str) -> str:
 def restart_record_name(pod_name: str, attempt: int) -> str:
     """`<pod>-restart-<attempt>`: the record of the attempt-th recreation of that pod."""
     return f"{pod_name}{RESTART_INFIX}{attempt}"
+
+
+def attempt_record_name(job_name: str, attempt: int) -> str:
+    """`<job>-attempt-<n>`: the record of the n-th restart of the whole job (no pod, Service or
+    other ConfigMap of a job ends so: theirs end in `-<type>-<index>`, `-restart-<n>` or a word)."""
+    return f"{job_name}{ATTEMPT_INFIX}{attempt}"
+
+
+def attempt_records(config_maps: Mapping[str, Any], job_name: str) -> dict[int, Record]:
+    """Every observed job-restart record of the job, by attempt number."""
+    found: dict[int, Record] = {}
+    prefix = job_name + ATTEMPT_INFIX
+    for name, obj in config_maps.items():
+        tail = name[len(prefix):] if name.startswith(prefix) else ""
+        if tail.isdigit() and len(tail) <= 9 and tail[0] != "0":
+            record = read_record(obj)
+            if record is not None:
+                found[int(tail)] = record
+    return found
 
 
 def record_config_map(name: str, namespace: str | None, labels: Mapping[str, str], data: Mapping[str, Any]) -> JSON:

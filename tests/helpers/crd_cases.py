@@ -167,6 +167,7 @@ REPRESENTATIVE_STATUS = {
     "completionTime": "2025-01-02T04:00:00Z",
     "observedGeneration": 3,
     "restartCount": 1,
+    "attempt": 1,
     "restartHistory": {
         "job-worker-1": {"lastFailedUID": "0b4f", "recreations": 1, "priorContainerRestarts": 2}
     },
