@@ -75,7 +75,8 @@ def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: 
         # Attempt 0 trained from scratch, attempt 1 resumed from worker 0's checkpoint.
         starts = re.findall(r"attempt (\d+): starting at epoch (\d+) of \d+( from checkpoint)?", text)
         assert starts[0] == ("0", "1", "") and starts[-1][0] == "1" and starts[-1][2], starts
-        assert int(starts[-1][1]) >= 3
+        # The kill follows epoch 2's log line; its checkpoint may not be on disk yet, so epoch 1's is the floor.
+        assert int(starts[-1][1]) >= 2
         assert f"epoch {EPOCHS}/{EPOCHS}" in text
         final = float(re.findall(r"final validation-accuracy=([0-9.]+)", text)[-1])
         assert final >= 0.9
