@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from .config import ControllerConfig
 from .delayqueue import DelayQueue
-from .store import ADDED, DELETED, ObjectStore, StoreError, controller_reference, controller_uid, key_of
+from .store import ADDED, DELETED, ObjectStore, StoreError, controller_reference, controller_uid, json_copy, key_of
 from .types import ChildRule, KubeObject, SyncRequest
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
@@ -96,7 +96,7 @@ def three_way_merge(observed: Any, last_applied: Any, desired: Any) -> Any:
     last-applied keys); list items are keyed by their stringified merge key, so two items with one
     key collapse into the last one, and every observed duplicate is written back as that item.
     """
-    return copy.deepcopy(_merge(copy.deepcopy(observed), last_applied, desired))
+    return json_copy(_merge(json_copy(observed), last_applied, desired))
 
 
 def _merge(destination: Any, last: Any, desired: Any) -> Any:
@@ -201,6 +201,8 @@ class ClientThrottle:
 class Emulation:
     """One CompositeController's sync against the store, stepped by the caller; `hook` answers a request."""
 
+    hook_serialises = False  # True when `hook` only reads the request (sends it as JSON)
+
     def __init__(
         self,
         store: ObjectStore,
@@ -287,12 +289,15 @@ class Emulation:
         children: dict[str, dict[str, KubeObject]] = {}
         for rule in self.config.children:
             found: dict[str, KubeObject] = {}
-            for obj in self.store.list(rule["apiVersion"], rule["kind"], namespace):
-                meta = obj["metadata"]
-                owner = controller_uid(obj)
-                matches = selector_matches(meta.get("labels"), selector)
+            # Only this parent's children and orphans are copied: in a namespace of thousands of
+            # children, copying every one of them on every sync of every parent was most of the cost.
+            for shared in self.store.list_shared(rule["apiVersion"], rule["kind"], namespace):
+                owner = controller_uid(shared)
                 if owner is not None and owner != uid:
                     continue  # another controller's
+                obj = json_copy(shared)
+                meta = obj["metadata"]
+                matches = selector_matches(meta.get("labels"), selector)
                 if owner is not None and not matches:
                     if not parent["metadata"].get("deletionTimestamp"):  # release: drop our ownerRef, keep the object
                         meta["ownerReferences"] = [r for r in meta.get("ownerReferences", []) if r.get("uid") != uid]
@@ -369,7 +374,9 @@ class Emulation:
             # The child informers lag: this sync sees (and applies against) the previous sync's view.
             observed_by_rule = state.children_seen if state.children_seen is not None else fresh
             state.children_seen = fresh
-        request = self.build_request(copy.deepcopy(parent), copy.deepcopy(observed_by_rule))
+        # A hook that serialises the request (over HTTP) cannot change it: no copy needed.
+        request = self.build_request(copy.deepcopy(parent),
+                                     observed_by_rule if self.hook_serialises else copy.deepcopy(observed_by_rule))
         answer = self.hook(request)
         if not isinstance(answer, dict):
             raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
@@ -464,7 +471,7 @@ class Emulation:
             return False
         last_raw = observed["metadata"].get("annotations", {}).get(LAST_APPLIED)
         last = json.loads(last_raw) if last_raw else {}
-        desired_annotated = copy.deepcopy(desired)
+        desired_annotated = json_copy(desired)
         desired_annotated["metadata"].setdefault("annotations", {})[LAST_APPLIED] = last_applied_json(desired)
         merged = three_way_merge(observed, last, desired_annotated)
         observed_meta: dict[str, Any] = dict(observed["metadata"])
@@ -498,6 +505,8 @@ class Emulation:
 
 class MetacontrollerStandIn(Emulation):
     """The emulation run as Metacontroller runs it: watch-driven workers calling a hook over HTTP."""
+
+    hook_serialises = True
 
     def __init__(
         self,
