@@ -232,10 +232,6 @@ class ApiStore:
             raise
         return obj
 
-    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
-        """Copies from the informer caches, in creation order (as the in-memory store lists)."""
-        return [json_copy(obj) for obj in self.list_shared(api_version, kind, namespace)]
-
     def list_shared(self, api_version: str | None = None, kind: str | None = None,
                     namespace: str | None = None) -> list[KubeObject]:
         """The cached objects themselves, not copies, in creation order: read them, never change them
@@ -247,6 +243,10 @@ class ApiStore:
             with informer.lock:
                 found += [obj for (ns, _), obj in informer.cache.items() if namespace is None or ns == namespace]
         return sorted(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), int(o["metadata"].get("resourceVersion") or 0)))
+
+    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
+        """Copies from the informer caches, in creation order (as the in-memory store lists)."""
+        return [json_copy(obj) for obj in self.list_shared(api_version, kind, namespace)]
 
     # --- writes ----------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .kubeletapi import KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
-from .store import ObjectStore, Store, StoreError, controller_uid
+from .store import ObjectStore, Store, StoreError, controller_uid, json_copy
 from .types import KubeObject
 
 T = TypeVar("T")
@@ -333,7 +333,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (obj for obj in self.store.list("v1", kind, namespace) if controller_uid(obj) == uid),
+            (json_copy(obj) for obj in self.store.list_shared("v1", kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -344,7 +344,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (obj for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) == uid),
+            (json_copy(obj) for obj in self.store.list_shared(api_version, kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -355,9 +355,10 @@ class LocalCluster:
             return []
         owners = {job["metadata"]["uid"]}
         for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "StatefulSet")):
-            owners |= {obj["metadata"]["uid"] for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) in owners}
+            owners |= {obj["metadata"]["uid"] for obj in self.store.list_shared(api_version, kind, namespace)
+                       if controller_uid(obj) in owners}
         return sorted(
-            (pod for pod in self.store.list("v1", "Pod", namespace) if controller_uid(pod) in owners),
+            (json_copy(pod) for pod in self.store.list_shared("v1", "Pod", namespace) if controller_uid(pod) in owners),
             key=lambda pod: pod["metadata"]["name"],
         )
 

@@ -99,9 +99,9 @@ class ObjectStore(Protocol):
     def watch(self, watcher: Watcher) -> None: ...
     def batch(self) -> AbstractContextManager[None]: ...
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None: ...
-    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]: ...
     def list_shared(self, api_version: str | None = None, kind: str | None = None,
                     namespace: str | None = None) -> list[KubeObject]: ...
+    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]: ...
     def create(self, obj: KubeObject, *, restore: bool = False) -> KubeObject: ...
     def update(self, obj: KubeObject) -> KubeObject: ...
     def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> bool: ...
@@ -170,6 +170,11 @@ class Store:
             obj = self._objects.get((api_version, kind, namespace, name))
             return copy.deepcopy(obj) if obj is not None else None
 
+    def list_shared(self, api_version: str | None = None, kind: str | None = None,
+                    namespace: str | None = None) -> list[KubeObject]:
+        """As `list` (read-only where a store can share its objects; this one changes them in place, so copies)."""
+        return self.list(api_version, kind, namespace)
+
     def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
         """Copies of every object matching the filters, in creation order."""
         with self._lock:
@@ -180,11 +185,6 @@ class Store:
                 and (kind is None or k == kind)
                 and (namespace is None or ns == namespace)
             ]
-
-    def list_shared(self, api_version: str | None = None, kind: str | None = None,
-                    namespace: str | None = None) -> list[KubeObject]:
-        """As `list` (read-only where a store can share its objects; this one changes them in place, so copies)."""
-        return self.list(api_version, kind, namespace)
 
     # --- writes ----------------------------------------------------------------------------------
 
