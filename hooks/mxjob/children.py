@@ -93,8 +93,9 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
                         min_member=min_member, policy=policy, resources=resources)
 
 
-def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
-    """The headless Service that gives one replica its stable DNS name."""
+def service_builder(job: MXJob, spec: ReplicaSpec) -> Callable[[int], JSON]:
+    """The builder of the headless Services (one per replica index, its stable DNS name) of one
+    replica type: the ports, the same for every index, are worked out once."""
     main = next(c for c in spec.template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
     ports = main_ports(main.get("ports"), spec.port)
     taken = {p["name"] for p in ports if p.get("name")}
@@ -112,20 +113,25 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
         service_ports.append({"name": name, "port": p["containerPort"],
                               "protocol": p.get("protocol") or "TCP",
                               "targetPort": p["containerPort"]})
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": child_name(job.name, spec.type, index),
-            "namespace": job.namespace,
-            "labels": labels_for(job.name, spec.type, index, master=job.is_master(spec.type)),
-        },
-        "spec": {
-            "clusterIP": "None",
-            # The scheduler's name must resolve before its pod is Ready, or the other roles
-            # cannot find it while it starts.
-            "publishNotReadyAddresses": True,
-            "selector": selector_for(job.name, spec.type, index),
-            "ports": service_ports,
-        },
-    }
+    master = job.is_master(spec.type)
+
+    def service(index: int) -> JSON:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": child_name(job.name, spec.type, index),
+                "namespace": job.namespace,
+                "labels": labels_for(job.name, spec.type, index, master=master),
+            },
+            "spec": {
+                "clusterIP": "None",
+                # The scheduler's name must resolve before its pod is Ready, or the other roles
+                # cannot find it while it starts.
+                "publishNotReadyAddresses": True,
+                "selector": selector_for(job.name, spec.type, index),
+                "ports": [dict(p) for p in service_ports],
+            },
+        }
+
+    return service
