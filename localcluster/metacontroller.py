@@ -529,6 +529,7 @@ class MetacontrollerStandIn(Emulation):
         self.hot_loop_syncs, self.hot_loop_window = hot_loop_syncs, hot_loop_window
         self._queue: DelayQueue[str] = DelayQueue()
         self.hook_seconds: list[float] = []  # every hook call's duration (the HTTP exchange), for benchmarks
+        self.sync_seconds: list[float] = []  # every successful sync's duration (reads, hook call, writes)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"metacontroller-{i}", daemon=True) for i in range(workers)]
         if config.resync_period_seconds:
@@ -603,6 +604,7 @@ class MetacontrollerStandIn(Emulation):
         state = self._states.get(uid)
         if state is None or state.hot_loop:
             return
+        start = time.monotonic()
         try:
             wrote = self.sync(uid)
         except SyncError as err:
@@ -614,6 +616,7 @@ class MetacontrollerStandIn(Emulation):
             return
         state.failures = 0
         state.last_error = None
+        self.sync_seconds.append(time.monotonic() - start)
         state.syncs += 1
         now = time.monotonic()
         if wrote:
