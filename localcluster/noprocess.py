@@ -169,7 +169,7 @@ class NoProcessNode:
         with pod.lock:
             if pod.gone:
                 return
-            if self.gate is not None:
+            if self.gate is not None and self.gate(obj) is not None:  # only a held pod costs a fresh read
                 current = self.store.get("v1", "Pod", pod.namespace, pod.name)
                 if current is None or current["metadata"]["uid"] != pod.uid:
                     return
@@ -180,7 +180,7 @@ class NoProcessNode:
                         self._write(pod)
                     self._later(GATE_RETRY_SECONDS, lambda: self._admit(pod, obj))
                     return
-                pod.unschedulable = None
+            pod.unschedulable = None
             if not (obj.get("spec") or {}).get("nodeName"):
                 self.store.bind(pod.namespace, pod.name, self.node_name)
             self._start(pod)

@@ -77,3 +77,24 @@ def test_on_the_real_api_server_a_noprocess_job_runs_and_settles(tmp_path: Path)
                       client_qps=200, client_burst=200) as cluster:
         cluster.submit(mxjob("real", 20))
         cluster.wait_for(lambda: running(cluster, "real", 22), 120, what="22 pods Running")
+
+
+def test_the_gang_gate_holds_noprocess_pods_until_their_podgroup_exists(tmp_path: Path):
+    """The gate holds no-process pods Pending (Unschedulable) as it holds process pods."""
+    with LocalCluster(tmp_path, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "held", "namespace": "default", "annotations": {"scheduling.k8s.io/group-name": "g"}},
+               "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}
+        cluster.store.create(pod)
+
+        def scheduled() -> dict | None:
+            current = cluster.store.get("v1", "Pod", "default", "held") or {}
+            return next((c for c in current.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), None)
+
+        held = cluster.wait_for(scheduled, 10, what="PodScheduled reported")
+        assert held["status"] == "False" and held["reason"] == "Unschedulable"
+        cluster.store.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                              "metadata": {"name": "g", "namespace": "default"}, "spec": {"minMember": 1}})
+        cluster.wait_for(lambda: (cluster.store.get("v1", "Pod", "default", "held") or {}).get("status", {}).get("phase") == "Running",
+                         10, what="the pod Running once its gang is complete")
+        assert scheduled()["status"] == "True"  # type: ignore[index]
