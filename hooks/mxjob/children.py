@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_builder, merge_env
 from hooks.mxjob.names import (
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
@@ -46,11 +46,12 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     # ExitCode is the operator's policy, not the kubelet's: the pod must not be restarted in
     # place so that the operator sees the exit code and decides.
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
+    operator_env_for = env_builder(job, spec.type, wiring=wiring)
 
     def pod(index: int, attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
         pod_spec["restartPolicy"] = restart_policy
-        operator_env = env_for(job, spec.type, index, wiring=wiring)
+        operator_env = operator_env_for(index)
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
