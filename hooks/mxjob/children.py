@@ -47,6 +47,9 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     # place so that the operator sees the exit code and decides.
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
     operator_env_for = env_builder(job, spec.type, wiring=wiring)
+    master = job.is_master(spec.type)
+    main = next((c for c in (template.get("spec") or {}).get("containers") or [] if c.get("name") == MAIN_CONTAINER), None)
+    ports = main_ports(main.get("ports"), spec.port) if main is not None else []
 
     def pod(index: int, attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
@@ -55,11 +58,11 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
-                container["ports"] = main_ports(container.get("ports"), spec.port)
+                container["ports"] = [dict(p) for p in ports]
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
-            "labels": {**template_labels, **labels_for(job.name, spec.type, index, master=job.is_master(spec.type))},
+            "labels": {**template_labels, **labels_for(job.name, spec.type, index, master=master)},
         }
         if attempt:
             # The restart count survives a stale status through the pods themselves.
