@@ -22,6 +22,7 @@ import heapq
 import itertools
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -146,7 +147,6 @@ class NoProcessNode:
         except StoreError:
             pass  # the pod is gone or changed under us: its next event says what to do
         except Exception:  # a bug must not stop the writers
-            import traceback
             traceback.print_exc()
 
     def _run_timers(self) -> None:
