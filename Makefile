@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run test image-check bench lint clean constraints controlplane
+.PHONY: help setup check-python check-tools run test image-check bench bench-scale lint clean constraints controlplane
 
 ## Show the targets and what they do.
 help:
@@ -103,6 +103,10 @@ lint: setup
 ## One sync, pure and over HTTP, against the floor of its JSON (BENCH_ARGS=--big adds 2,500 replicas).
 bench: setup
 	$(BIN)/python benchmarks/sync_bench.py $(BENCH_ARGS)
+
+## Big jobs and many jobs on the real control plane (pods on the no-process node); SCALE_ARGS=--quick fits minutes.
+bench-scale: setup controlplane
+	$(BIN)/python benchmarks/scale_bench.py $(SCALE_ARGS)
 
 ## Rewrite constraints.txt from .venv (after changing a requirements file and running `make setup`).
 constraints: setup

@@ -9,7 +9,8 @@ annotation) with a Running status added.
 Per size: request and response bytes; the pure core (on the request as the shell decodes it); the
 HTTP sync through Flask's test client and through the real gunicorn command on loopback (one
 worker); the floor, which is decoding the same request bytes and encoding the same answer with the
-stdlib `json` and with orjson in the same run; the ratio of the gunicorn sync to the orjson floor;
+stdlib `json` and with orjson in the same run; the ratios of the pure core, of the in-process (test
+client) sync and of the gunicorn sync to the orjson floor;
 and the peak resident memory (VmHWM) of the gunicorn worker after that size's syncs.
 """
 
@@ -363,7 +364,8 @@ def table(rows: list[dict[str, Any]], with_gunicorn: bool) -> str:
     head = ["replicas", "request (MB)", "response (MB)", "pure core (ms)", "HTTP test client (ms)"]
     if with_gunicorn:
         head.append("HTTP gunicorn (ms)")
-    head += ["floor stdlib json (ms)", "floor orjson (ms)", "floor orjson, GC off (ms)"]
+    head += ["floor stdlib json (ms)", "floor orjson (ms)", "floor orjson, GC off (ms)",
+             "ratio pure / orjson floor", "ratio test client / orjson floor"]
     if with_gunicorn:
         head += ["ratio gunicorn / orjson floor", "ratio to floor with GC off", "worker peak RSS (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
@@ -373,7 +375,8 @@ def table(rows: list[dict[str, Any]], with_gunicorn: bool) -> str:
         if with_gunicorn:
             cells.append(f"{row['gunicorn_s'] * 1000:,.1f}")
         cells += [f"{row['stdlib_floor_s'] * 1000:,.1f}", f"{row['orjson_floor_s'] * 1000:,.1f}",
-                  f"{row['orjson_floor_nogc_s'] * 1000:,.1f}"]
+                  f"{row['orjson_floor_nogc_s'] * 1000:,.1f}", f"{row['pure_s'] / row['orjson_floor_s']:.2f}x",
+                  f"{row['http_s'] / row['orjson_floor_s']:.2f}x"]
         if with_gunicorn:
             cells += [f"{row['gunicorn_s'] / row['orjson_floor_s']:.2f}x",
                       f"{row['gunicorn_s'] / row['orjson_floor_nogc_s']:.2f}x",

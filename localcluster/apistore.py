@@ -29,7 +29,7 @@ from urllib.parse import quote, urlencode
 import kubernetes
 import urllib3
 
-from .store import ADDED, DELETED, MODIFIED, StoreError, Watcher
+from .store import ADDED, DELETED, MODIFIED, StoreError, Watcher, json_copy
 from .types import KubeObject
 
 # (apiVersion, kind) -> plural, for what the local cluster reads and writes.
@@ -183,7 +183,7 @@ class ApiStore:
     def emit(self, event: str, obj: KubeObject) -> None:
         for watcher in list(self._watchers):
             try:
-                watcher(event, copy.deepcopy(obj))
+                watcher(event, json_copy(obj))
             except Exception:  # a broken watcher must not stop the informer
                 traceback.print_exc()
 
@@ -232,15 +232,21 @@ class ApiStore:
             raise
         return obj
 
-    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
-        """From the informer caches, in creation order (as the in-memory store lists)."""
+    def list_shared(self, api_version: str | None = None, kind: str | None = None,
+                    namespace: str | None = None) -> list[KubeObject]:
+        """The cached objects themselves, not copies, in creation order: read them, never change them
+        (copy what you keep or change). A cached object is only ever replaced, never changed in place."""
         found: list[KubeObject] = []
         for (av, k), informer in self._informers.items():
             if (api_version is not None and av != api_version) or (kind is not None and k != kind):
                 continue
             with informer.lock:
-                found += [copy.deepcopy(obj) for (ns, _), obj in informer.cache.items() if namespace is None or ns == namespace]
+                found += [obj for (ns, _), obj in informer.cache.items() if namespace is None or ns == namespace]
         return sorted(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), int(o["metadata"].get("resourceVersion") or 0)))
+
+    def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
+        """Copies from the informer caches, in creation order (as the in-memory store lists)."""
+        return [json_copy(obj) for obj in self.list_shared(api_version, kind, namespace)]
 
     # --- writes ----------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .kubeletapi import KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
-from .store import ObjectStore, Store, StoreError, controller_uid
+from .store import ObjectStore, Store, StoreError, controller_uid, json_copy
 from .types import KubeObject
 
 T = TypeVar("T")
@@ -104,17 +104,20 @@ class LocalCluster:
         control_plane_dir: Path | None = None,
         gpus: int = 0,
         metacontroller: bool = True,
+        kubelet_mode: str = "process",
     ):
         """`backend` "kubernetes" runs it all on the real control plane (`control_plane`, or one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster);
         "memory" on the in-memory store. `metacontroller=False` starts no stand-in: a real Metacontroller
-        pointed at the control plane's kubeconfig takes that role."""
+        pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
+        pod without a process (localcluster/noprocess.py), for scale measurements only."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or ([config] if config else load_controller_configs())
         self.backend = backend
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
         self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
+        self._kubelet_mode = kubelet_mode
         self.run_metacontroller = metacontroller
         self.log_server: KubeletLogServer | None = None
         self.jobs: JobController | None = None
@@ -145,7 +148,7 @@ class LocalCluster:
                   "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
                   "(docs/localcluster.md, 'DNS').", file=sys.stderr)
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=self._restart_backoff,
-                                      gate=GangGate(self.store))
+                                      gate=GangGate(self.store), mode=self._kubelet_mode)
 
     def _start_kubernetes(self) -> None:
         """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""
@@ -330,7 +333,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (obj for obj in self.store.list("v1", kind, namespace) if controller_uid(obj) == uid),
+            (json_copy(obj) for obj in self.store.list_shared("v1", kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -341,7 +344,7 @@ class LocalCluster:
             return []
         uid = job["metadata"]["uid"]
         return sorted(
-            (obj for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) == uid),
+            (json_copy(obj) for obj in self.store.list_shared(api_version, kind, namespace) if controller_uid(obj) == uid),
             key=lambda obj: obj["metadata"]["name"],
         )
 
@@ -352,9 +355,10 @@ class LocalCluster:
             return []
         owners = {job["metadata"]["uid"]}
         for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "StatefulSet")):
-            owners |= {obj["metadata"]["uid"] for obj in self.store.list(api_version, kind, namespace) if controller_uid(obj) in owners}
+            owners |= {obj["metadata"]["uid"] for obj in self.store.list_shared(api_version, kind, namespace)
+                       if controller_uid(obj) in owners}
         return sorted(
-            (pod for pod in self.store.list("v1", "Pod", namespace) if controller_uid(pod) in owners),
+            (json_copy(pod) for pod in self.store.list_shared("v1", "Pod", namespace) if controller_uid(pod) in owners),
             key=lambda pod: pod["metadata"]["name"],
         )
 

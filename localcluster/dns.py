@@ -103,9 +103,9 @@ class ClusterDNS:
 
     def resolvable(self, namespace: str) -> list[str]:
         """The cluster names of a namespace that resolve now, sorted."""
-        pods = [p for p in self.store.list("v1", "Pod", namespace) if _has_address(p)]
+        pods = [p for p in self.store.list_shared("v1", "Pod", namespace) if _has_address(p)]
         names: set[str] = set()
-        for service in self.store.list("v1", "Service", namespace):
+        for service in self.store.list_shared("v1", "Service", namespace):
             name = service["metadata"]["name"]
             selector = service.get("spec", {}).get("selector") or {}
             if any(_selects(selector, pod) for pod in pods):
@@ -185,7 +185,7 @@ class ClusterDNS:
 
     def rewrite_env(self, namespace: str, env: dict[str, str]) -> dict[str, str]:
         """The env with every Service port remapped; names too (to loopback) unless names are strict."""
-        services = {svc["metadata"]["name"] for svc in self.store.list("v1", "Service", namespace)}
+        services = {svc["metadata"]["name"] for svc in self.store.list_shared("v1", "Service", namespace)}
         resolver = _Resolver(self, namespace, services, keep_names=self.strict)
         out = {name: resolver.value(value, host_context=name.endswith(HOST_SUFFIXES)) for name, value in env.items()}
         for name, value in env.items():

@@ -47,7 +47,7 @@ class GangGate:
         if podgroup is None:
             return f"pod group {name}: waiting for the PodGroup to be created"
         min_member = int(podgroup.get("spec", {}).get("minMember") or 0)
-        members = sum(1 for other in self.store.list("v1", "Pod", namespace)
+        members = sum(1 for other in self.store.list_shared("v1", "Pod", namespace)
                       if group_of(other) == group and not other["metadata"].get("deletionTimestamp"))
         if members < min_member:
             return (f"pod group {name}: {members} of its minMember {min_member} pods exist; "

@@ -46,6 +46,7 @@ from typing import Any
 
 from .config import REPO_ROOT
 from .dns import ClusterDNS
+from .noprocess import NOPROCESS, NoProcessNode, wants_noprocess
 from .podenv import EnvError
 from .podprocess import (
     POLL_SECONDS,
@@ -77,8 +78,16 @@ class ProcessKubelet:
     """Watches the store for Pods and runs each in a PodWorker thread."""
 
     def __init__(self, store: ObjectStore, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
-                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None):
+                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None,
+                 mode: str = "process"):
+        """`mode` "noprocess" runs every pod on the no-process node (noprocess.py: Running without a
+        process, for scale measurements); "process" runs processes, except for pods whose
+        `localcluster.kubeflow.org/kubelet` annotation is "noprocess"."""
+        if mode not in ("process", NOPROCESS):
+            raise ValueError(f"kubelet mode must be 'process' or 'noprocess', not {mode!r}")
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
+        self.mode = mode
+        self._noprocess: NoProcessNode | None = None
         self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
         self.restart_backoff = restart_backoff
         self.gate = gate
@@ -97,6 +106,9 @@ class ProcessKubelet:
 
     def _on_event(self, event: str, obj: KubeObject) -> None:
         if obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1" or self._stopped:
+            return
+        if self.mode == NOPROCESS or wants_noprocess(obj):
+            self.noprocess.on_event(event, obj)
             return
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -123,6 +135,14 @@ class ProcessKubelet:
                 worker.start()
             elif meta.get("deletionTimestamp"):
                 worker.request_termination(float(meta.get("deletionGracePeriodSeconds", 30)))
+
+    @property
+    def noprocess(self) -> NoProcessNode:
+        """The no-process node, made when the first pod goes there."""
+        with self._lock:
+            if self._noprocess is None:
+                self._noprocess = NoProcessNode(self.store, node_name=NODE_NAME, gate=self.gate)
+            return self._noprocess
 
     def _record(self, event: str, pod: KubeObject) -> None:
         """Keep `<pods_dir>/<ns>/<name>/pod.json` as the API server's copy, for `kubectl get` in pods.
@@ -200,6 +220,8 @@ class ProcessKubelet:
     def stop(self, grace: float = 2.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
         self._stopped = True
+        if self._noprocess is not None:
+            self._noprocess.stop()
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()

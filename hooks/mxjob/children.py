@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_for, merge_env
+from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_builder, merge_env
 from hooks.mxjob.names import (
     JOB_ATTEMPT_LABEL,
     LAYOUT_ANNOTATION,
@@ -47,22 +47,26 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     # ExitCode is the operator's policy, not the kubelet's: the pod must not be restarted in
     # place so that the operator sees the exit code and decides.
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
+    operator_env_for = env_builder(job, spec.type, wiring=wiring)
+    master = job.is_master(spec.type)
+    main = next((c for c in (template.get("spec") or {}).get("containers") or [] if c.get("name") == MAIN_CONTAINER), None)
+    ports = main_ports(main.get("ports"), spec.port) if main is not None else []
 
     def pod(index: int, attempt: int = 0, job_attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
         pod_spec["restartPolicy"] = restart_policy
-        operator_env = env_for(job, spec.type, index, wiring=wiring, attempt=job_attempt)
+        operator_env = operator_env_for(index, job_attempt)
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
-                container["ports"] = main_ports(container.get("ports"), spec.port)
+                container["ports"] = [dict(p) for p in ports]
                 # The last lines of the log become the termination message when the process fails
                 # without writing one, so the job's status can say why after the pod is gone.
                 container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,
-            "labels": {**template_labels, **labels_for(job.name, spec.type, index, master=job.is_master(spec.type))},
+            "labels": {**template_labels, **labels_for(job.name, spec.type, index, master=master)},
         }
         if attempt:
             # The restart count survives a stale status through the pods themselves.
@@ -100,8 +104,9 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
                         min_member=min_member, policy=policy, resources=resources)
 
 
-def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
-    """The headless Service that gives one replica its stable DNS name."""
+def service_builder(job: MXJob, spec: ReplicaSpec) -> Callable[[int], JSON]:
+    """The builder of the headless Services (one per replica index, its stable DNS name) of one
+    replica type: the ports, the same for every index, are worked out once."""
     main = next(c for c in spec.template["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
     ports = main_ports(main.get("ports"), spec.port)
     taken = {p["name"] for p in ports if p.get("name")}
@@ -119,20 +124,25 @@ def service_for(job: MXJob, spec: ReplicaSpec, index: int) -> JSON:
         service_ports.append({"name": name, "port": p["containerPort"],
                               "protocol": p.get("protocol") or "TCP",
                               "targetPort": p["containerPort"]})
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": child_name(job.name, spec.type, index),
-            "namespace": job.namespace,
-            "labels": labels_for(job.name, spec.type, index, master=job.is_master(spec.type)),
-        },
-        "spec": {
-            "clusterIP": "None",
-            # The scheduler's name must resolve before its pod is Ready, or the other roles
-            # cannot find it while it starts.
-            "publishNotReadyAddresses": True,
-            "selector": selector_for(job.name, spec.type, index),
-            "ports": service_ports,
-        },
-    }
+    master = job.is_master(spec.type)
+
+    def service(index: int) -> JSON:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": child_name(job.name, spec.type, index),
+                "namespace": job.namespace,
+                "labels": labels_for(job.name, spec.type, index, master=master),
+            },
+            "spec": {
+                "clusterIP": "None",
+                # The scheduler's name must resolve before its pod is Ready, or the other roles
+                # cannot find it while it starts.
+                "publishNotReadyAddresses": True,
+                "selector": selector_for(job.name, spec.type, index),
+                "ports": [dict(p) for p in service_ports],
+            },
+        }
+
+    return service

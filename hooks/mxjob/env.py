@@ -8,6 +8,7 @@ the whole map were inline while every pod spec (and so every sync request) stays
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,26 +75,39 @@ def cluster_wiring(job: MXJob) -> ClusterWiring:
 
 
 def env_for(job: MXJob, rtype: str, index: int, *, wiring: ClusterWiring, attempt: int = 0) -> list[JSON]:
-    """Operator env entries of one pod, in the documented order.
+    """Operator env entries of one pod, in the documented order (see env_builder)."""
+    return env_builder(job, rtype, wiring=wiring)(index, attempt)
+
+
+def env_builder(job: MXJob, rtype: str, *, wiring: ClusterWiring) -> Callable[[int, int], list[JSON]]:
+    """The operator env entries of the pods of one replica type, by index and job attempt, in the documented order.
 
     MXJOB_CLUSTER comes first: the kubelet expands `$(NAME)` only with entries defined earlier.
+    What every pod of the type shares is worked out once; each call returns fresh entries.
     """
-    env: list[JSON] = [
-        {"name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": wiring.config_map, "key": CLUSTER_KEY}}},
-        {"name": "MX_CONFIG", "value": wiring.mx_config(rtype, index)},
-    ]
+    shared: list[tuple[str, str]] = []
     scheduler = job.replicas.get(SCHEDULER)
     # Without a Scheduler there is nothing to point at; an empty value would be dropped by the
     # API server and make the pod differ from what we applied.
     if scheduler is not None and scheduler.replicas > 0:
-        env.append({"name": "DMLC_PS_ROOT_PORT", "value": str(scheduler.port)})
-        env.append({"name": "DMLC_PS_ROOT_URI", "value": child_name(job.name, SCHEDULER, 0)})
-    env.extend({"name": name, "value": value} for name, value in layout_env(job).items())
-    env.append({"name": "DMLC_ROLE", "value": rtype.lower()})
-    env.append({"name": "DMLC_USE_KUBERNETES", "value": "1"})
-    if rtype == WORKER:
-        env.append({"name": "DMLC_WORKER_ID", "value": str(index)})
-    env.append({"name": ATTEMPT_ENV, "value": str(attempt)})
+        shared.append(("DMLC_PS_ROOT_PORT", str(scheduler.port)))
+        shared.append(("DMLC_PS_ROOT_URI", child_name(job.name, SCHEDULER, 0)))
+    shared.extend(layout_env(job).items())
+    shared.append(("DMLC_ROLE", rtype.lower()))
+    shared.append(("DMLC_USE_KUBERNETES", "1"))
+    worker = rtype == WORKER
+
+    def env(index: int, attempt: int = 0) -> list[JSON]:
+        entries: list[JSON] = [
+            {"name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": wiring.config_map, "key": CLUSTER_KEY}}},
+            {"name": "MX_CONFIG", "value": wiring.mx_config(rtype, index)},
+        ]
+        entries += [{"name": name, "value": value} for name, value in shared]
+        if worker:
+            entries.append({"name": "DMLC_WORKER_ID", "value": str(index)})
+        entries.append({"name": ATTEMPT_ENV, "value": str(attempt)})
+        return entries
+
     return env
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, TypeGuard
 
-from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_for
+from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_builder
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
 from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
 from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
@@ -116,7 +116,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
             _say_pods_wait(plan.status, old_status, job, podgroup, now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in pod_names]
-    children += [service_for(job, job.replicas[slots[n].rtype], slots[n].index) for n in plan.services]
+    services = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
+    children += [services[slots[n].rtype](slots[n].index) for n in plan.services]
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,

@@ -19,6 +19,8 @@ from typing import Any, TypedDict
 
 import msgspec
 
+from hooks.shared.request import CheckedChildren
+
 # Deeper than any Kubernetes object: the deepest real paths in a sync request (an affinity term
 # inside a pod template inside an MXJob, or a managedFields tree mirroring one) are about 20
 # levels. Far below Python's recursion limit (1,000), so no recursive code in the core can hit it.
@@ -102,6 +104,7 @@ class RequestDecoder:
         if observed_fields is None:
             self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
             self._unbounded: tuple[str, ...] | None = None
+            self._fields: Mapping[str, Any] | None = None
         else:
             child = _typed_dict("ObservedChild", observed_fields)
             request = _typed_dict("SyncRequest", {
@@ -110,6 +113,7 @@ class RequestDecoder:
             self._decoder = msgspec.json.Decoder(request | list | str | int | float | bool | None)
             # The children's depth is bounded by their declared types; these parts are not.
             self._unbounded = ("controller", "parent", "related", "finalizing")
+            self._fields = observed_fields
 
     def decode(self, raw: bytes) -> dict[str, Any]:
         """The request as plain dicts and lists, or MalformedRequest saying what is wrong and where."""
@@ -130,6 +134,11 @@ class RequestDecoder:
         if any(_too_deep(part, 2) for part in parts):
             raise MalformedRequest(f"request body nests deeper than {MAX_DEPTH} levels, deeper than any "
                                    "Kubernetes object")
+        children = value.get("children")
+        if self._fields is not None and type(children) is dict:
+            # Every declared field of every observed child has been checked for type by the decoder:
+            # the core need not walk them again (hooks.shared.request.read_children).
+            value["children"] = CheckedChildren(children, self._fields)
         return value
 
 

@@ -26,6 +26,19 @@ GENERIC_OBSERVED_FIELDS: Mapping[str, Any] = {
     "status": {},
 }
 
+
+
+class CheckedChildren(dict):  # type: ignore[type-arg]
+    """A request's `children` whose observed objects a decoder has already checked against `fields`
+    (hooks.server.wire decodes only those fields, typed, and refuses any of another type), so
+    read_children need not walk them again: that walk was half of a large sync. Any other mapping is
+    checked here, so the core refuses a malformed request alike with or without the shell."""
+
+    def __init__(self, children: dict[str, Any], fields: Mapping[str, Any]):
+        super().__init__(children)
+        self.fields = fields
+
+
 _ARTICLE = {"object": "an", "string": "a", "integer": "an", "string map": "a", "list of objects": "a"}
 
 
@@ -68,6 +81,7 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
     if not isinstance(children, Mapping):
         raise InvalidRequest("children: required, a map keyed by child kind "
                              f"({', '.join(keys)})")
+    checked = isinstance(children, CheckedChildren) and children.fields is fields
     observed = []
     for key in keys:
         value = children.get(key)
@@ -79,11 +93,11 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
         if not isinstance(value, Mapping):
             raise InvalidRequest(f"children[{key}]: must be a map of observed objects by name, got {_type(value)}")
         for name, obj in value.items():
-            path = f"children[{key}][{_short(name)}]"
-            _check_child(path, obj, tree)
+            if not checked:
+                _check_child(f"children[{key}][{_short(name)}]", obj, tree)
             # Children are matched by name, so a child must not claim another one's.
             if (obj.get("metadata") or {}).get("name", name) != name:
-                raise InvalidRequest(f"{path}.metadata.name: must equal the key {_short(name)}")
+                raise InvalidRequest(f"children[{key}][{_short(name)}].metadata.name: must equal the key {_short(name)}")
         observed.append(value)
     return observed
 
