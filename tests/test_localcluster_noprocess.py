@@ -59,11 +59,15 @@ def test_annotations_end_a_pod_with_an_exit_code_after_a_time(tmp_path: Path, co
 
 
 def test_under_always_an_exit_restarts_the_container_and_the_pod_stays_running(tmp_path: Path):
+    # A Worker-only job: the operator leaves its restarts to the kubelet (a distributed job with a
+    # Scheduler is restarted whole instead: docs/lifecycle.md, "Restarts").
     annotations = {EXIT_AFTER_ANNOTATION: "0.3", EXIT_CODE_ANNOTATION: "1"}
+    job = mxjob("loops", 2, annotations=annotations, policy="Always")
+    job["spec"]["mxReplicaSpecs"] = {"Worker": job["spec"]["mxReplicaSpecs"]["Worker"]}
     with LocalCluster(tmp_path, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
-        cluster.submit(mxjob("loops", 1, annotations=annotations, policy="Always"))
+        cluster.submit(job)
         cluster.wait_for(lambda: all(p.get("status", {}).get("containerStatuses", [{}])[0].get("restartCount", 0) >= 2
-                                     for p in cluster.pods("loops")) and len(cluster.pods("loops")) == 3, 30,
+                                     for p in cluster.pods("loops")) and len(cluster.pods("loops")) == 2, 30,
                          what="two restarts")
         pod = cluster.pods("loops")[0]
         assert pod["status"]["phase"] == "Running"
