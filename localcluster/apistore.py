@@ -29,24 +29,15 @@ from urllib.parse import quote, urlencode
 import kubernetes
 import urllib3
 
+from .config import KNOWN_KINDS, PARENT_KINDS
 from .store import ADDED, DELETED, MODIFIED, StoreError, Watcher, json_copy
 from .types import KubeObject
 
-# (apiVersion, kind) -> plural, for what the local cluster reads and writes.
+# (apiVersion, kind) -> plural: every parent and child kind the stand-in knows (config.py), read
+# the other way round, plus Events.
 PLURALS: dict[tuple[str, str], str] = {
-    ("v1", "Pod"): "pods",
-    ("v1", "Service"): "services",
-    ("v1", "ConfigMap"): "configmaps",
-    ("v1", "ServiceAccount"): "serviceaccounts",
+    **{(api_version, kind): plural for (api_version, plural), kind in {**KNOWN_KINDS, **PARENT_KINDS}.items()},
     ("v1", "Event"): "events",
-    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
-    ("apps/v1", "StatefulSet"): "statefulsets",
-    ("batch/v1", "Job"): "jobs",
-    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
-    ("kubeflow.org/v1", "MXJob"): "mxjobs",
-    ("kubeflow.org/v1alpha1", "ChainerJob"): "chainerjobs",
 }
 WATCH_TIMEOUT_SECONDS = 240  # the server ends a watch after this; the informer resumes from its resourceVersion
 RETRY_SECONDS = 0.5
