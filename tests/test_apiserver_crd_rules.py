@@ -201,9 +201,7 @@ def test_schema_rejects(cp, dry_runs, dotted, value):
 @pytest.mark.parametrize("dotted,value", SCHEMA_ACCEPTS.values(), ids=SCHEMA_ACCEPTS.keys())
 def test_schema_accepts(cp, dry_runs, dotted, value):
     obj = with_field(VALID, dotted, value)
-    verdict = dry_create(cp, dry_runs, obj)
-    agree(True, emulated(obj), verdict)
-    assert verdict.stored is not None and verdict.stored["spec"] == with_defaults(obj["spec"]), "stored as sent"
+    assert_admitted_as_sent(cp, dry_runs, obj)
 
 
 @pytest.mark.parametrize("path", SCHEMA_REQUIRES.values(), ids=SCHEMA_REQUIRES.keys())
@@ -212,15 +210,20 @@ def test_schema_requires(cp, dry_runs, path):
     agree(False, emulated(obj), dry_create(cp, dry_runs, obj), ["Required value"])
 
 
+
+def assert_admitted_as_sent(cp, dry_runs, obj):
+    """The server and the emulation both admit obj, and the server stores its spec as sent (defaults aside)."""
+    verdict = dry_create(cp, dry_runs, obj)
+    agree(True, emulated(obj), verdict)
+    assert verdict.stored is not None and verdict.stored["spec"] == with_defaults(obj["spec"]), "stored as sent"
+
 # ---------------------------------------------------------------------------------------------
 # MXJob: the rules on create
 
 
 @pytest.mark.parametrize("obj", CEL_ACCEPTS.values(), ids=CEL_ACCEPTS.keys())
 def test_cel_accepts(cp, dry_runs, obj):
-    verdict = dry_create(cp, dry_runs, obj)
-    agree(True, emulated(obj), verdict)
-    assert verdict.stored is not None and verdict.stored["spec"] == with_defaults(obj["spec"])
+    assert_admitted_as_sent(cp, dry_runs, obj)
 
 
 @pytest.mark.parametrize("obj,fragments", CEL_REJECTS.values(), ids=CEL_REJECTS.keys())
@@ -363,9 +366,7 @@ VERSION_DOCS = {f"{path.stem}-{doc['apiVersion'].rsplit('/', 1)[1]}": doc
 
 @pytest.mark.parametrize("doc", VERSION_DOCS.values(), ids=VERSION_DOCS.keys())
 def test_each_version_admits_its_manifests(cp, dry_runs, doc):
-    verdict = dry_create(cp, dry_runs, doc)
-    agree(True, emulated(doc), verdict)
-    assert verdict.stored is not None and verdict.stored["spec"] == with_defaults(doc["spec"])
+    assert_admitted_as_sent(cp, dry_runs, doc)
 
 
 @pytest.mark.parametrize("stored,new,fragments", VERSION_UPDATE_REJECTS.values(), ids=VERSION_UPDATE_REJECTS.keys())
