@@ -194,3 +194,12 @@ def test_a_failure_policy_is_parsed_in_order():
     assert policy.max_restarts == 2
     assert [(r.action, r.replica_types, r.exit_codes) for r in policy.rules] == [
         ("FailJob", frozenset({"Worker"}), frozenset({138})), ("RestartJob", None, None)]
+
+
+def test_every_problem_of_a_failure_policy_rule_is_named_in_one_answer():
+    job = mxjob()
+    job["spec"]["runPolicy"] = {"failurePolicy": {"rules": [{"action": "Reboot", "onExitCodes": ["x"], "onReplicaTypes": ["Bogus"]}]}}
+    with pytest.raises(SpecError) as err:
+        parse_mxjob(job)
+    at = "spec.runPolicy.failurePolicy.rules[0]"
+    assert [p.split(":")[0] for p in err.value.problems] == [f"{at}.action", f"{at}.onReplicaTypes", f"{at}.onExitCodes"]

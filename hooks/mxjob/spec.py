@@ -268,27 +268,28 @@ def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
         if not isinstance(rule, Mapping):
             problems.append(f"{at}: must be an object")
             continue
+        # Every field of a rule is checked, so one answer names every problem of it.
+        before = len(problems)
         action = rule.get("action")
         if action not in FAILURE_ACTIONS:
             problems.append(f"{at}.action: {show(action)} is not one of {', '.join(FAILURE_ACTIONS)}")
-            continue
         types: frozenset[str] | None = None
         if rule.get("onReplicaTypes") is not None:
             value = rule["onReplicaTypes"]
-            if not (isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value)):
+            if isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value):
+                types = frozenset(value)
+            else:
                 problems.append(f"{at}.onReplicaTypes: must be a non-empty list of {', '.join(REPLICA_TYPES)}")
-                continue
-            types = frozenset(value)
         codes: frozenset[int] | None = None
         if rule.get("onExitCodes") is not None:
             value = rule["onExitCodes"]
-            if not (isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES
-                    and all(is_non_negative_int(v, 255) for v in value)):
-                problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes "
-                                f"from 0 to 255")
-                continue
-            codes = frozenset(value)
-        rules.append(FailureRule(action, types, codes))
+            if isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES and all(is_non_negative_int(v, 255) for v in value):
+                codes = frozenset(value)
+            else:
+                problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")
+        if len(problems) > before:
+            continue
+        rules.append(FailureRule(str(action), types, codes))
     return FailurePolicy(tuple(rules), max_restarts)
 
 
