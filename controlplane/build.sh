@@ -24,12 +24,17 @@ k8s_version=$(cd "$here/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kuber
 etcd_version=$(cd "$here/etcd" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 
 # What each binary prints for --version when it is the pinned one.
+# Each output is read whole before it is searched: `... | grep -q` under pipefail fails at random when grep
+# stops reading early and the writer dies of SIGPIPE.
 up_to_date() {
-	[ -x "$out/etcd" ] && "$out/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}" || return 1
+	local printed
+	[ -x "$out/etcd" ] && printed=$("$out/etcd" --version 2>/dev/null) || return 1
+	grep -qx "etcd Version: ${etcd_version#v}" <<<"$printed" || return 1
 	for bin in kube-apiserver kube-controller-manager kube-scheduler; do
 		[ -x "$out/$bin" ] && [ "$("$out/$bin" --version 2>/dev/null)" = "Kubernetes $k8s_version" ] || return 1
 	done
-	[ -x "$out/kubectl" ] && "$out/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $k8s_version" || return 1
+	[ -x "$out/kubectl" ] && printed=$("$out/kubectl" version --client 2>/dev/null) || return 1
+	grep -qx "Client Version: $k8s_version" <<<"$printed" || return 1
 }
 
 if up_to_date; then
