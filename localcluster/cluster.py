@@ -60,7 +60,8 @@ def job_state(job: KubeObject | None) -> str | None:
 
 def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
     """One condition of the job's status, or None."""
-    for cond in (job or {}).get("status", {}).get("conditions") or []:
+    conditions: list[dict[str, Any]] = (job or {}).get("status", {}).get("conditions") or []
+    for cond in conditions:
         if cond.get("type") == type_:
             return cond
     return None
