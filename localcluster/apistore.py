@@ -191,10 +191,12 @@ class ApiStore:
         config = client.configuration
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
         client.update_params_for_auth(headers, [], ["BearerToken"])  # the token from the kubeconfig, if it has one
-        return client.rest_client.pool_manager.request(
+        # The kubernetes client has no type hints; its pool manager is urllib3's, whose request() returns this.
+        response: urllib3.HTTPResponse = client.rest_client.pool_manager.request(
             method, config.host + path, body=None if body is None else json.dumps(body), headers=headers,
             preload_content=False, timeout=urllib3.Timeout(connect=10, read=timeout), retries=False,
         )
+        return response
 
     def request(self, method: str, path: str, body: Any = None, *, client: kubernetes.client.ApiClient | None = None) -> Any:
         """One API call; StoreError with the server's code and reason when it refuses."""
@@ -209,6 +211,11 @@ class ApiStore:
             raise StoreError(response.status, answer.get("reason", "Unknown"), answer.get("message", data.decode(errors="replace")))
         return answer
 
+    def _object(self, method: str, path: str, body: Any = None) -> KubeObject:
+        """A call whose answer is the object itself (a GET, POST or PUT of one object)."""
+        obj: KubeObject = self.request(method, path, body)
+        return obj
+
     def _object_path(self, api_version: str, kind: str, namespace: str, name: str, sub: str = "") -> str:
         return f"{collection_path(api_version, kind, namespace)}/{quote(name)}" + (f"/{sub}" if sub else "")
 
@@ -216,7 +223,7 @@ class ApiStore:
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None:
         try:
-            obj = self.request("GET", self._object_path(api_version, kind, namespace, name))
+            obj = self._object("GET", self._object_path(api_version, kind, namespace, name))
         except StoreError as err:
             if err.code == 404:
                 return None
@@ -248,7 +255,7 @@ class ApiStore:
         namespace = meta.get("namespace", "default")
         body = copy.deepcopy(obj)
         body.setdefault("metadata", {})["namespace"] = namespace
-        return self.request("POST", collection_path(obj["apiVersion"], obj["kind"], namespace), body)
+        return self._object("POST", collection_path(obj["apiVersion"], obj["kind"], namespace), body)
 
     def update(self, obj: KubeObject) -> KubeObject:
         meta = obj["metadata"]
@@ -259,9 +266,9 @@ class ApiStore:
             if current is None:
                 raise StoreError(404, "NotFound", f"{obj['kind']} {meta['name']!r} not found")
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.request("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
+        return self._object("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
 
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> bool:
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Replace .status through the status subresource (a fresh read, retried on conflict); True if it changed."""
         for _ in range(10):
             current = self.get(api_version, kind, namespace, name)

@@ -33,7 +33,7 @@ from .crds import served_kinds
 from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
 from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .store import StoreError
-from .types import KubeObject
+from .types import ContainerStatus, KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
 EXIT_SUSPENDED = 5  # the job is suspended: nothing will run until spec.runPolicy.suspend is false
@@ -318,7 +318,7 @@ def pods_settled(cluster: LocalCluster, name: str, namespace: str) -> bool:
     """No pod of the job runs, waits to start, or is being deleted, and the status has caught up."""
     if not all(pod_row(pod)[1] in ("Succeeded", "Failed", "Evicted") for pod in cluster.pods(name, namespace)):
         return False
-    replicas = ((cluster.get_job(name, namespace) or {}).get("status") or {}).get("replicaStatuses") or {}
+    replicas: dict[str, dict[str, int]] = ((cluster.get_job(name, namespace) or {}).get("status") or {}).get("replicaStatuses") or {}
     return sum(counts.get("active", 0) for counts in replicas.values()) == 0
 
 
@@ -378,7 +378,7 @@ def trouble(lines: list[str], limit: int = TROUBLE_LOG_LINES) -> list[str]:
     return lines[max(0, last - limit + 3):last + 3]
 
 
-def container_state(status: dict) -> str:
+def container_state(status: ContainerStatus) -> str:
     """One container's state as `kubectl describe pod` names it: running, waiting (reason), terminated (exit code)."""
     state = status.get("state") or {}
     if "running" in state:

@@ -28,7 +28,6 @@ from .types import KubeObject
 
 T = TypeVar("T")
 Backend = Literal["memory", "kubernetes"]
-TERMINAL = ("Succeeded", "Failed")
 # Kubernetes' rule for namespaces and for the names of objects that become DNS labels; it also
 # keeps a name from being a path ("..", "/etc", "a/b") when it names a folder under the state dir.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -60,7 +59,8 @@ def job_state(job: KubeObject | None) -> str | None:
 
 def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
     """One condition of the job's status, or None."""
-    for cond in (job or {}).get("status", {}).get("conditions") or []:
+    conditions: list[dict[str, Any]] = (job or {}).get("status", {}).get("conditions") or []
+    for cond in conditions:
         if cond.get("type") == type_:
             return cond
     return None
@@ -89,7 +89,6 @@ class LocalCluster:
         *,
         hook_url: str | None = None,
         fault_proxy: bool = False,
-        config: ControllerConfig | None = None,
         configs: list[ControllerConfig] | None = None,
         restart_backoff: tuple[float, float] = RESTART_BACKOFF,
         time_scale: float = 1.0,
@@ -112,7 +111,7 @@ class LocalCluster:
         pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only."""
         self.state_dir = Path(state_dir).resolve()
-        self.configs = configs or ([config] if config else load_controller_configs())
+        self.configs = configs or load_controller_configs()
         self.backend = backend
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
@@ -325,17 +324,6 @@ class LocalCluster:
                 if err.code != 409:
                     raise
         raise StoreError(409, "Conflict", f"MXJob {name!r}: too many conflicts")
-
-    def children(self, name: str, kind: str = "Pod", namespace: str = "default") -> list[KubeObject]:
-        """A job's children of one kind (by controller ownerReference), sorted by name."""
-        job = self.get_job(name, namespace)
-        if job is None:
-            return []
-        uid = job["metadata"]["uid"]
-        return sorted(
-            (json_copy(obj) for obj in self.store.list_shared("v1", kind, namespace) if controller_uid(obj) == uid),
-            key=lambda obj: obj["metadata"]["name"],
-        )
 
     def children_of(self, job_name: str, api_version: str, kind: str, namespace: str = "default") -> list[KubeObject]:
         """A job's children of any apiVersion and kind (by controller ownerReference), sorted by name."""

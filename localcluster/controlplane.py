@@ -41,9 +41,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from .types import KubeObject
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
@@ -292,11 +295,12 @@ class ControlPlane:
             return False
         return _http_ok(f"{self.server}{path}", token=self.token, context=self._ssl_context())
 
-    def get(self, path: str) -> dict:
+    def get(self, path: str) -> dict[str, Any]:
         """GET a path of the API as admin, decoded."""
         request = urllib.request.Request(f"{self.server}{path}", headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(request, context=self._ssl_context(), timeout=10) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane: the one built beside it, at the server's version
@@ -343,7 +347,7 @@ class ControlPlane:
 NODE_NAME = "localcluster"  # the process kubelet's node (podsandbox.NODE_NAME names the same)
 
 
-def node_object(gpus: int = 0, kubelet_port: int = 0) -> dict:
+def node_object(gpus: int = 0, kubelet_port: int = 0) -> KubeObject:
     """The process kubelet's Node: Ready, generous capacity, and `nvidia.com/gpu` when asked (nothing checks it)."""
     capacity = {"cpu": "64", "memory": "256Gi", "pods": "10000", "ephemeral-storage": "1Ti"}
     if gpus:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,7 +34,7 @@ class ServedKind:
         return dict(self.warnings).get(version)
 
 
-def served_kind(crd: dict) -> ServedKind:
+def served_kind(crd: dict[str, Any]) -> ServedKind:
     """A CRD document read into what serving needs."""
     spec = crd["spec"]
     versions = spec["versions"]

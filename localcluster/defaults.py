@@ -65,17 +65,17 @@ def image_tag(image: str) -> str:
     return match["tag"] or ("" if digest else "latest")
 
 
-def _unset(obj: dict, key: str) -> bool:
+def _unset(obj: dict[str, Any], key: str) -> bool:
     """Go's defaulting sees an absent field and a zero one alike (a string "", a nil pointer)."""
     return obj.get(key) in (None, "")
 
 
-def _set(obj: dict, key: str, value: Any) -> None:
+def _set(obj: dict[str, Any], key: str, value: Any) -> None:
     if _unset(obj, key):
         obj[key] = value
 
 
-def _field_selectors(items: list) -> None:
+def _field_selectors(items: list[Any]) -> None:
     """A fieldRef's apiVersion is v1, a resourceFieldRef's divisor "0" (env, downwardAPI volumes)."""
     for item in items:
         if not isinstance(item, dict):
@@ -99,7 +99,7 @@ def _probe(probe: Any) -> None:
         _set(probe["httpGet"], "scheme", "HTTP")
 
 
-def _container(container: dict, *, host_network: bool) -> None:
+def _container(container: dict[str, Any], *, host_network: bool) -> None:
     if _unset(container, "imagePullPolicy"):
         container["imagePullPolicy"] = "Always" if image_tag(str(container.get("image", ""))) == "latest" else "IfNotPresent"
     _set(container, "terminationMessagePath", "/dev/termination-log")
@@ -144,7 +144,7 @@ def _template_spec(workload: KubeObject) -> None:
         default_pod_spec(template.setdefault("spec", {}))
 
 
-def _tolerates(tolerations: list[dict], key: str) -> bool:
+def _tolerates(tolerations: list[dict[str, Any]], key: str) -> bool:
     """DefaultTolerationSeconds: does a toleration already cover `key`'s NoExecute taint (an empty key
     or effect matches any)?"""
     return any(t.get("key", "") in (key, "") and t.get("effect", "") in ("NoExecute", "") for t in tolerations)

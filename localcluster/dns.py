@@ -48,7 +48,8 @@ def free_port() -> int:
     """A TCP port free on loopback right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # (host, port) for AF_INET; typeshed says Any
+        return port
 
 
 HOST_HOSTS = Path("/etc/hosts")

@@ -92,7 +92,7 @@ def unknown_fields(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> list[st
 
 def pruned(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
     """obj as the API server would store it: a deep copy without the fields unknown_fields names."""
-    copy = copy_json(obj)
+    copy: dict[str, Any] = copy_json(obj)
     meta, rest, embedded = _unknown_paths(obj, schema)
     for path in [*meta, *rest, *embedded]:
         parent: Any = copy
@@ -105,7 +105,7 @@ def pruned(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
 def defaulted(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of obj with the schema's `default`s filled in where a field is absent, as the API
     server does on every write (structural defaulting: a default set here is defaulted in turn)."""
-    copy = copy_json(obj)
+    copy: dict[str, Any] = copy_json(obj)
     _default(copy, schema)
     return copy
 

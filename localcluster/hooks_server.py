@@ -34,7 +34,7 @@ class HooksServer:
         self.port = port or free_port()
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._metrics_dir: str | None = None
 
     @property

@@ -18,7 +18,7 @@ import copy
 import secrets
 import time
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from .reconciler import Key, Reconciler
 from .store import Store, StoreError, controller_reference, now_rfc3339
@@ -43,18 +43,18 @@ def _seconds_since(timestamp: str) -> float:
     return (datetime.now(UTC) - started).total_seconds()
 
 
-def _past_backoff_limit_on_failure(spec: dict, active: list[KubeObject]) -> bool:
+def _past_backoff_limit_on_failure(spec: dict[str, Any], active: list[KubeObject]) -> bool:
     """job_controller.go pastBackoffLimitOnFailure: under OnFailure, the container restarts of the running and
     pending pods reach backoffLimit (any restart when the limit is 0); failed pods are counted separately."""
     if spec.get("template", {}).get("spec", {}).get("restartPolicy") != "OnFailure":
         return False
-    restarts = sum(cs.get("restartCount", 0) for p in active if p.get("status", {}).get("phase") in ("Running", "Pending")
+    restarts: int = sum(cs.get("restartCount", 0) for p in active if p.get("status", {}).get("phase") in ("Running", "Pending")
                    for cs in p.get("status", {}).get("initContainerStatuses", []) + p.get("status", {}).get("containerStatuses", []))
-    limit = spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    limit: int = spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
     return restarts > 0 if limit == 0 else restarts >= limit
 
 
-def _condition(type_: str, reason: str, message: str) -> dict:
+def _condition(type_: str, reason: str, message: str) -> dict[str, str]:
     now = now_rfc3339()
     return {"type": type_, "status": "True", "lastProbeTime": now, "lastTransitionTime": now, "reason": reason, "message": message}
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 from jsonpath_ng.ext import parse as jsonpath_parse
 
+from localcluster.types import KubeObject
 from localcluster.volumes import PathMap
 
 USAGE = ("usage: kubectl exec [-i] [-t] [-n NAMESPACE] [-c CONTAINER] POD -- COMMAND [ARG...]\n"
@@ -149,7 +150,7 @@ def get(pods_dir: Path, default_ns: str, argv: list[str]) -> int:
     return 1 if missing else 0
 
 
-def table_row(pod: dict) -> tuple[str, str, str, str]:
+def table_row(pod: KubeObject) -> tuple[str, str, str, str]:
     """NAME, READY, STATUS and RESTARTS columns of one Pod."""
     statuses = pod.get("status", {}).get("containerStatuses") or []
     ready = sum(1 for s in statuses if s.get("ready"))

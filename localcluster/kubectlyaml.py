@@ -52,19 +52,21 @@ class ManifestError(ValueError):
 class KubectlLoader(yaml.SafeLoader):
     """PyYAML's safe loader with go-yaml v2's resolution of plain scalars."""
 
+    # types-PyYAML leaves BaseResolver.resolve and BaseConstructor.construct_object without hints,
+    # so calling them from typed code needs the ignores below (the only untyped calls into yaml).
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
             return MERGE if value == "<<" else PLAIN
-        return super().resolve(kind, value, implicit)
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """Keys become strings as they are read: `1`, `1.0` and `y` are one key to a Python dict, three to kubectl."""
         self.flatten_mapping(node)
         mapping: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             where = f"line {key_node.start_mark.line + 1}"
-            mapping[map_key(key, where)] = self.construct_object(value_node, deep=deep)
+            mapping[map_key(key, where)] = self.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
         return mapping
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from .config import ControllerConfig
 from .delayqueue import DelayQueue
-from .store import ADDED, DELETED, ObjectStore, StoreError, controller_reference, controller_uid, json_copy, key_of
+from .store import ADDED, DELETED, Key, ObjectStore, StoreError, controller_reference, controller_uid, json_copy, key_of
 from .types import ChildRule, KubeObject, SyncRequest
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
@@ -74,7 +74,7 @@ class _ParentState:
     writing_syncs: list[float] = field(default_factory=list)  # times of consecutive syncs that wrote something
     hot_loop: str | None = None
     last_error: str | None = None
-    status_behind: dict | None = None  # stale="parent": the status before the last write, not yet seen by the cache
+    status_behind: dict[str, Any] | None = None  # stale="parent": the status before the last write, not yet seen by the cache
     stale_pending: bool = False
     children_seen: dict[str, dict[str, KubeObject]] | None = None  # stale="children": the previous sync's view
     syncs: int = 0  # completed syncs, for tests that count what a resync costs
@@ -107,7 +107,7 @@ def _merge(destination: Any, last: Any, desired: Any) -> Any:
     return desired
 
 
-def _merge_object(destination: dict, last: dict, desired: dict) -> dict:
+def _merge_object(destination: dict[str, Any], last: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
     for key in last:
         if key not in desired:
             destination.pop(key, None)
@@ -116,7 +116,7 @@ def _merge_object(destination: dict, last: dict, desired: dict) -> dict:
     return destination
 
 
-def _merge_array(destination: list, last: list, desired: list | None) -> Any:
+def _merge_array(destination: list[Any], last: list[Any], desired: list[Any] | None) -> Any:
     merge_key = _list_merge_key(destination, last, desired or [])
     if merge_key is None:
         return desired
@@ -136,7 +136,7 @@ def _merge_array(destination: list, last: list, desired: list | None) -> Any:
     return merged
 
 
-def _list_map(merge_key: str, items: list) -> dict[str, Any]:
+def _list_map(merge_key: str, items: list[Any]) -> dict[str, Any]:
     return {go_merge_key(item[merge_key]): item for item in items}
 
 
@@ -153,7 +153,7 @@ def go_merge_key(value: Any) -> str:
     return str(value) if isinstance(value, (int, float)) else json.dumps(value, sort_keys=True)
 
 
-def _list_merge_key(*lists: list) -> str | None:
+def _list_merge_key(*lists: list[Any]) -> str | None:
     common: set[str] | None = None
     for lst in lists:
         for item in lst:
@@ -324,7 +324,7 @@ class Emulation:
         """The sync hook request body (hook version v1)."""
         return SyncRequest(controller=copy.deepcopy(self.config.raw), parent=parent, children=children, related={}, finalizing=False)
 
-    def _desired(self, parent: KubeObject, answer: dict[str, Any]) -> dict[tuple, tuple[ChildRule, KubeObject]]:
+    def _desired(self, parent: KubeObject, answer: dict[str, Any]) -> dict[Key, tuple[ChildRule, KubeObject]]:
         """Normalised desired children by key; a bad one fails the whole sync before any change."""
         children = answer.get("children")
         if children is None:
@@ -333,7 +333,7 @@ class Emulation:
             raise SyncError("sync hook answer: children is not a list")
         selector = self.selector(parent)
         namespace = parent["metadata"]["namespace"]
-        desired: dict[tuple, tuple[ChildRule, KubeObject]] = {}
+        desired: dict[Key, tuple[ChildRule, KubeObject]] = {}
         for child in children:
             if not isinstance(child, dict) or not child.get("metadata", {}).get("name"):
                 raise SyncError(f"sync hook answer: a child has no metadata.name: {str(child)[:200]}")
@@ -403,7 +403,7 @@ class Emulation:
             raise SyncError("applying the sync answer failed: " + "; ".join(errors))
         return wrote
 
-    def _write_status(self, parent: KubeObject, state: _ParentState, status: dict) -> bool:
+    def _write_status(self, parent: KubeObject, state: _ParentState, status: dict[str, Any]) -> bool:
         """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer)."""
         self._api_call()
         current = self.store.get(parent["apiVersion"], parent["kind"], *state.key)
@@ -418,13 +418,14 @@ class Emulation:
             state.status_behind, state.stale_pending = current.get("status"), True
         return written
 
-    def _ordered(self, keys: list[tuple]) -> list[tuple]:
+    def _ordered(self, keys: list[Key]) -> list[Key]:
         """Grouped and sorted by group, version and kind; in no defined order within a kind."""
         shuffled = list(keys)
         self._random.shuffle(shuffled)
         return sorted(shuffled, key=lambda key: write_order(key[0], key[1]))  # sorted() is stable
 
-    def _apply_children(self, parent: KubeObject, observed: dict, desired: dict) -> tuple[bool, list[str]]:
+    def _apply_children(self, parent: KubeObject, observed: dict[Key, KubeObject],
+                        desired: dict[Key, tuple[ChildRule, KubeObject]]) -> tuple[bool, list[str]]:
         """Delete, then create and update, one object at a time; returns (anything written, errors)."""
         wrote, errors = False, []
         doomed = [key for key, obj in observed.items() if key not in desired and not obj["metadata"].get("deletionTimestamp")]
@@ -598,7 +599,7 @@ class MetacontrollerStandIn(Emulation):
     def retry_delay(self, failures: int) -> float:
         """The rate limiter's delay before retry number `failures` (1 for the first), on this clock."""
         first, cap = self.backoff
-        return min(cap, first * 2 ** min(failures - 1, 64)) / self.time_scale
+        return min(cap, first * 2.0 ** min(failures - 1, 64)) / self.time_scale
 
     def _handle(self, uid: str) -> None:
         state = self._states.get(uid)
@@ -663,7 +664,7 @@ class MetacontrollerStandIn(Emulation):
 def _check_pod_update(old: KubeObject, new: KubeObject) -> None:
     """The API server's Pod update validation: only images and a few fields may change (else 422)."""
 
-    def comparable(pod: KubeObject) -> dict:
+    def comparable(pod: KubeObject) -> dict[str, Any]:
         spec = copy.deepcopy(pod.get("spec", {}))
         for name in MUTABLE_POD_FIELDS:
             spec.pop(name, None)

@@ -45,7 +45,7 @@ class ContainerRun:
 
     container: Container
     init: bool = False
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     log: TextIO | None = None
     restart_count: int = 0
     state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
@@ -162,7 +162,7 @@ def log_tail(log: TextIO, lines: int = 80, limit: int = 2048) -> str:
 def backoff(run: ContainerRun, restart_backoff: tuple[float, float]) -> float:
     """Seconds before the next restart: `first` doubled per restart so far, at most `cap`."""
     first, cap = restart_backoff
-    return min(cap, first * (2 ** run.restart_count))
+    return min(cap, first * 2.0 ** run.restart_count)  # 2.0: an int power of 2 would type as Any
 
 
 def will_restart(policy: str, code: int | None) -> bool:

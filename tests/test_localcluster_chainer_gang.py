@@ -29,7 +29,7 @@ def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_pa
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = "cgang"
     config = gang_controller(tmp_path, "volcano", "chainerjob-controller")
-    with LocalCluster(tmp_path / "state", config=config) as cluster:
+    with LocalCluster(tmp_path / "state", configs=[config]) as cluster:
         refusing = refuse_creating(cluster, "cgang-workerset-ws0-1")
         cluster.submit(job)
 

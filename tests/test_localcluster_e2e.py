@@ -219,7 +219,8 @@ def test_suspend_removes_pods_and_resume_runs_to_success(cluster: LocalCluster):
     cluster.submit(worker_job("susp", [sleep_exit(1.0), sleep_exit(1.0)]))
     cluster.wait_for(lambda: len(cluster.pods("susp")) == 2, 20, what="pods created")
     cluster.update_job("susp", lambda job: job["spec"]["runPolicy"].__setitem__("suspend", True))
-    cluster.wait_for(lambda: not cluster.pods("susp") and not cluster.children("susp", "Service"), 15, what="pods and services gone")
+    cluster.wait_for(lambda: not cluster.pods("susp") and not cluster.children_of("susp", "v1", "Service"), 15,
+                     what="pods and services gone")
     # Metacontroller writes the status after the children, one write at a time.
     job = cluster.wait_for(lambda: (j := cluster.get_job("susp")) and condition(j, "Suspended") and j, 10, what="Suspended")
     assert condition(job, "Suspended")["status"] == "True" and not finished(job)

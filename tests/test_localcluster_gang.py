@@ -43,7 +43,7 @@ def gang_job(name: str, policy: dict) -> dict:
 @contextmanager
 def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", config=config) as cluster:
+    with LocalCluster(tmp_path / "state", configs=[config]) as cluster:
         yield cluster
 
 

@@ -137,7 +137,7 @@ def test_delete_and_create_again_under_the_same_name_leaks_no_status_and_the_old
     failed = cluster.wait_finished("again", 60)
     assert finished(failed) == "Failed"
     old_children = {(c["kind"], c["metadata"]["name"]) for kind in ("Pod", "Service", "ConfigMap")
-                    for c in cluster.children("again", kind)}
+                    for c in cluster.children_of("again", "v1", kind)}
     assert old_children, "the failed job had children"
 
     cluster.store.delete("kubeflow.org/v1", "MXJob", "default", "again")
