@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hooks.chainerjob import names
 from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
+from hooks.chainerjob.vocabulary import BACKENDS, MASTER_RESTART_POLICIES, WORKER_RESTART_POLICY, Backend
 from hooks.shared.errors import SpecError
 from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
@@ -33,12 +34,8 @@ from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, M
 
 __all__ = ["ChainerJob", "Master", "SpecError", "WorkerSet", "parse_chainerjob"]
 
-BACKENDS = ("mpi",)
 DEFAULT_CONTAINER = "chainer"
 GPU_RESOURCE = "nvidia.com/gpu"
-MASTER_RESTART_POLICIES = ("Never", "OnFailure")  # what a Job accepts
-# A StatefulSet's pods always restart in place; the API server rejects anything else.
-WORKER_RESTART_POLICY = "Always"
 # A StatefulSet's pods carry controller-revision-hash=<name>-<10 characters>, a label value of at
 # most 63 characters, so the StatefulSet name can have at most 52.
 MAX_STATEFULSET_NAME = 52
@@ -78,7 +75,7 @@ class ChainerJob(JobIdentity):
     labels: Mapping[str, str]
     master: Master
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
-    backend: str = ""
+    backend: Backend | Literal[""] = ""  # "" for a job without workerSets
 
     @property
     def distributed(self) -> bool:
@@ -121,7 +118,8 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
     return ChainerJob(name=name, namespace=meta.get("namespace") or "default", uid=meta.get("uid", ""),
                       labels=dict(labels or {}), master=master, worker_sets=worker_sets,
-                      backend=backend if distributed else "")
+                      # Checked above: a distributed job's backend is one of BACKENDS.
+                      backend=next(b for b in BACKENDS if b == backend) if distributed else "")
 
 
 def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:
