@@ -16,6 +16,7 @@ from hooks.chainerjob.vocabulary import BACKENDS, MASTER_RESTART_POLICIES, WORKE
 from hooks.shared.errors import SpecError
 from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
+from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
     A_CONTAINER,
     check_container_name,
@@ -27,7 +28,6 @@ from hooks.shared.podtemplate import (
     check_template_metadata,
     each_object,
     optional_map,
-    show,
 )
 from hooks.shared.quantity import parse_quantity
 from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, MAX_LABEL_LENGTH, is_non_negative_int

@@ -26,6 +26,7 @@ from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind'
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 from hooks.shared.identity import JobIdentity
 from hooks.shared.merge import collapsed
+from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
     A_CONTAINER,
     check_container_name,
@@ -36,7 +37,6 @@ from hooks.shared.podtemplate import (
     check_template_metadata,
     each_object,
     is_port_number,
-    show,
 )
 from hooks.shared.validation import DNS_1035_LABEL, MAX_INT32, is_non_negative_int
 

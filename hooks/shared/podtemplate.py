@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hooks.shared.merge import collapsed
+from hooks.shared.messages import show, type_name
 from hooks.shared.validation import DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -151,19 +152,6 @@ def check_merged_lists(path: str, container: Mapping[str, Any], problems: list[s
 
 def is_port_number(value: Any) -> bool:
     return is_non_negative_int(value) and 1 <= value <= 65535
-
-
-def show(value: Any, *, quote: bool = True) -> str:
-    """A user value for a message, cut short: a hostile value must not make status huge."""
-    text = repr(value) if quote or not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {dict: "an object", list: "a list", int: "an integer", float: "a number", str: "a string"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 # Pod spec fields that hold one name: a hook reads some (schedulerName and priorityClassName under
