@@ -18,15 +18,10 @@ from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
-    A_CONTAINER,
-    check_container_name,
-    check_env,
-    check_image,
+    check_containers,
     check_merged_lists,
     check_pod_spec,
-    check_ports,
     check_template_metadata,
-    each_object,
     optional_map,
 )
 from hooks.shared.quantity import parse_quantity
@@ -210,17 +205,11 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
     if not isinstance(containers, list) or not containers:
         problems.append(f"{spath}.containers: required; {fix}")
         return None
-    container_names: list[str] = []
-    for here, container in each_object(f"{spath}.containers", containers, problems, expected=A_CONTAINER):
-        if not container.get("name"):
-            problems.append(f"{here}.name: required when a template has several containers; "
-                            f"name every container")
-            continue
-        if check_container_name(here, container["name"], container_names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
-            container_names.append(container["name"])
-        check_image(f"{here}.image", container.get("image"), problems)
-        check_env(f"{here}.env", container.get("env"), problems)
-        check_ports(f"{here}.ports", container.get("ports"), problems)
+    # A lone unnamed container was named chainer (_default_template).
+    container_names, _ = check_containers(f"{spath}.containers", containers, problems,
+                                          reserved=(KUBECTL_INIT_CONTAINER,),
+                                          unnamed="required when a template has several containers; "
+                                                  "name every container")
     check_pod_spec(spath, pod_spec, container_names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
                    reserved_volumes=(ASSETS_VOLUME, KUBECTL_VOLUME))
     for kind in ("containers", "initContainers"):

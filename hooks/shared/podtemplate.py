@@ -191,6 +191,33 @@ def check_container_name(path: str, name: Any, taken: list[str], problems: list[
     return True
 
 
+def check_containers(path: str, containers: list[Any], problems: list[str], *, reserved: tuple[str, ...] = (),
+                     main: str | None = None, unnamed: str | None = None) -> tuple[list[str], Mapping[str, Any] | None]:
+    """Walk a pod's containers: each an object with a name no other container uses (nor `reserved`,
+    the operator's), an image, env and ports. Returns the names taken, in order, and the container
+    named `main`, whose image is left to the caller (it names that container by its role).
+
+    `unnamed`: what to say of a container without a name, which is then not checked further
+    (None: the name check reports it like any other bad name).
+    """
+    names: list[str] = []
+    found: Mapping[str, Any] | None = None
+    for here, container in each_object(path, containers, problems, expected=A_CONTAINER):
+        name = container.get("name")
+        if unnamed is not None and not name:
+            problems.append(f"{here}.name: {unnamed}")
+            continue
+        if check_container_name(here, name, names, problems, reserved=reserved):
+            names.append(str(name))
+        if main is not None and name == main:
+            found = container
+        else:
+            check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+        check_ports(f"{here}.ports", container.get("ports"), problems)
+    return names, found
+
+
 def check_init_containers(path: str, init: Any, taken: list[str], problems: list[str], *,
                           reserved: tuple[str, ...] = ()) -> None:
     init = optional_list(path, init, problems, expected="a list of containers")
