@@ -35,7 +35,6 @@ from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import JSON
 from hooks.shared.status import condition_problem, is_counter, parse_time
 
-# JOB_CONDITIONS: newer Jobs also say SuccessCriteriaMet, FailureTarget..., which are not copied.
 JOB_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
 JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "failed")
 
@@ -70,10 +69,10 @@ def _reads_back(key: str, value: Any) -> bool:
     return parse_time(value) is not None if key in ("startTime", "completionTime") else is_counter(value)
 
 
-def finished(record: Mapping[str, Any]) -> JobCondition | None:
+def finished(master_status: Mapping[str, Any]) -> JobCondition | None:
     """Complete or Failed once the master Job has finished, else None."""
-    # The first True one in the record's order; master_record keeps only JOB_CONDITIONS.
-    return next((t for c in record["conditions"] if c.get("status") == "True"
+    # The first True one in the list's order; master_record keeps only JOB_CONDITIONS.
+    return next((t for c in master_status["conditions"] if c.get("status") == "True"
                  for t in JOB_CONDITIONS if c["type"] == t), None)
 
 
@@ -108,14 +107,14 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         workers = f" with {job.workers} workers" if job.distributed else ""
         own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
 
-    status = _with_record(own, master_status, now)
+    status = _with_master_status(own, master_status, now)
     if job.distributed:
         status["workerSets"] = {name: {"replicas": 0 if outcome else ws.replicas, "readyReplicas": ready[name]}
                                 for name, ws in job.worker_sets.items()}
     return status
 
 
-def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapping[str, Any],
+def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
                            outcome: JobCondition, now: datetime) -> JSON:
     """A master that finished (`outcome`) while the spec is invalid: recorded as a valid sync would.
 
@@ -123,10 +122,10 @@ def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapp
     sets are scaled to 0 by the caller, so their desired replicas are 0 here too.
     """
     own = _OwnConditions(old_status, now)
-    _finish(own, key, record, outcome)
+    _finish(own, key, master_status, outcome)
     status: JSON = {k: v for k, v in old_status.items()
                     if k not in ("conditions", "observedGeneration", *JOB_STATUS_FIELDS)}
-    status.update(_with_record(own, record, now))
+    status.update(_with_master_status(own, master_status, now))
     sets = old_status.get("workerSets")
     if isinstance(sets, Mapping):
         status["workerSets"] = {name: {**counts, "replicas": 0} for name, counts in sets.items()}
@@ -150,18 +149,18 @@ class _OwnConditions:
         self.conditions.clear(ctype, reason, message)
 
 
-def _finish(own: _OwnConditions, key: str, record: Mapping[str, Any], outcome: JobCondition) -> None:
+def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], outcome: JobCondition) -> None:
     reason = SUCCEEDED if outcome == "Complete" else FAILED
-    final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
+    final = next(c for c in master_status["conditions"] if c["type"] == outcome and c.get("status") == "True")
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
     own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.")
 
 
-def _with_record(own: _OwnConditions, record: Mapping[str, Any], now: datetime) -> JSON:
+def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], now: datetime) -> JSON:
     """Our conditions and the master Job's, in state order, then the Job's other fields."""
-    both = Conditions([*own.conditions.ordered(STATE_ORDER), *record["conditions"]], now)
+    both = Conditions([*own.conditions.ordered(STATE_ORDER), *master_status["conditions"]], now)
     status: JSON = {"conditions": both.ordered(STATE_ORDER)}
-    status.update({k: v for k, v in record.items() if k != "conditions"})
+    status.update({k: v for k, v in master_status.items() if k != "conditions"})
     return status
 
 

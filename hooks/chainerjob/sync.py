@@ -144,7 +144,8 @@ def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: Old
         return keep_children(kept_status(old, old_status, read_back_fields=READ_BACK_FIELDS), kept, message)
     # A master that finishes meanwhile still ends the job (outcome recorded, workers scaled to 0,
     # PodGroup gone), so no worker holds its node, and its GPUs, until someone repairs the spec.
-    ending = [(key, name, obj) for key, name, obj in kept if key in CHILD_KEYS]  # the PodGroup goes
+    # The kind's own child rules: the gang rule's PodGroup is left out, so it goes.
+    ending = [(key, child, obj) for key, child, obj in kept if key in CHILD_KEYS]
     answer = keep_children(finished_while_invalid(parent_key(parent), old_status, master_status, outcome, now),
                            ending, message)
     answer["children"] = [_scaled_to_zero(obj) if key == STATEFULSET_KEY else obj

@@ -10,7 +10,8 @@ from typing import Final, Literal, get_args
 
 KIND = "ChainerJob"
 
-# The master Job's conditions that end the job, as a Job controller writes them.
+# The master Job's conditions that end the job, as a Job controller writes them (newer Jobs also
+# say SuccessCriteriaMet or FailureTarget first, which are not copied).
 JobCondition = Literal["Complete", "Failed"]
 # The hook's own conditions: where the job is before its master Job has finished.
 OwnCondition = Literal["Created", "Waiting", "Running"]
