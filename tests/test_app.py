@@ -526,11 +526,13 @@ print(json.dumps({"pure": pure, "banned": banned}))
 
 
 def test_the_shell_imports_only_the_core_entry_point_and_its_errors():
+    """And the message helpers every part of hooks/ cuts a quoted value with (pure, no kind)."""
     tree = ast.parse((REPO / "hooks" / "server" / "app.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {m for m in imported if m.split(".")[0] == "hooks"} == {
-        "hooks.kinds", "hooks.shared.errors", "hooks.server.logs", "hooks.server.metrics", "hooks.server.wire"}
+        "hooks.kinds", "hooks.shared.errors", "hooks.shared.messages", "hooks.server.logs", "hooks.server.metrics",
+        "hooks.server.wire"}
 
 
 def test_gunicorns_log_config_loads_its_formatter_without_the_app():

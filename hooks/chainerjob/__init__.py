@@ -2,7 +2,8 @@
 
 `sync.sync_chainerjob(request, *, now, kubectl_image)` is the entry point; `spec` parses, defaults
 and validates; `names` names and labels; `launch` the MPI launch wiring (env, rsh agent,
-hostfile); `children` one builder per child object; `status` the status.
+hostfile); `decision` what a sync answers, from the observations alone; `children` one builder
+per child object; `status` the status; `vocabulary` its words and closed sets.
 
 What the hook emits for a job J (namespace N) with worker sets W (in name order), exactly:
 

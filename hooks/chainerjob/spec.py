@@ -8,37 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hooks.chainerjob import names
 from hooks.chainerjob.names import ASSETS_DIR, ASSETS_VOLUME, KUBECTL_DIR, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
+from hooks.chainerjob.vocabulary import BACKENDS, MASTER_RESTART_POLICIES, WORKER_RESTART_POLICY, Backend
 from hooks.shared.errors import SpecError
 from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
+from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
-    A_CONTAINER,
-    check_container_name,
-    check_env,
-    check_image,
+    check_containers,
     check_merged_lists,
     check_pod_spec,
-    check_ports,
     check_template_metadata,
-    each_object,
     optional_map,
-    show,
 )
 from hooks.shared.quantity import parse_quantity
 from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, MAX_LABEL_LENGTH, is_non_negative_int
 
 __all__ = ["ChainerJob", "Master", "SpecError", "WorkerSet", "parse_chainerjob"]
 
-BACKENDS = ("mpi",)
 DEFAULT_CONTAINER = "chainer"
 GPU_RESOURCE = "nvidia.com/gpu"
-MASTER_RESTART_POLICIES = ("Never", "OnFailure")  # what a Job accepts
-# A StatefulSet's pods always restart in place; the API server rejects anything else.
-WORKER_RESTART_POLICY = "Always"
 # A StatefulSet's pods carry controller-revision-hash=<name>-<10 characters>, a label value of at
 # most 63 characters, so the StatefulSet name can have at most 52.
 MAX_STATEFULSET_NAME = 52
@@ -78,7 +70,7 @@ class ChainerJob(JobIdentity):
     labels: Mapping[str, str]
     master: Master
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
-    backend: str = ""
+    backend: Backend | Literal[""] = ""  # "" for a job without workerSets
 
     @property
     def distributed(self) -> bool:
@@ -121,7 +113,8 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
     return ChainerJob(name=name, namespace=meta.get("namespace") or "default", uid=meta.get("uid", ""),
                       labels=dict(labels or {}), master=master, worker_sets=worker_sets,
-                      backend=backend if distributed else "")
+                      # Checked above: a distributed job's backend is one of BACKENDS.
+                      backend=next(b for b in BACKENDS if b == backend) if distributed else "")
 
 
 def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:
@@ -212,17 +205,11 @@ def _check_template(path: str, template: Mapping[str, Any] | None, problems: lis
     if not isinstance(containers, list) or not containers:
         problems.append(f"{spath}.containers: required; {fix}")
         return None
-    container_names: list[str] = []
-    for here, container in each_object(f"{spath}.containers", containers, problems, expected=A_CONTAINER):
-        if not container.get("name"):
-            problems.append(f"{here}.name: required when a template has several containers; "
-                            f"name every container")
-            continue
-        if check_container_name(here, container["name"], container_names, problems, reserved=(KUBECTL_INIT_CONTAINER,)):
-            container_names.append(container["name"])
-        check_image(f"{here}.image", container.get("image"), problems)
-        check_env(f"{here}.env", container.get("env"), problems)
-        check_ports(f"{here}.ports", container.get("ports"), problems)
+    # A lone unnamed container was named chainer (_default_template).
+    container_names, _ = check_containers(f"{spath}.containers", containers, problems,
+                                          reserved=(KUBECTL_INIT_CONTAINER,),
+                                          unnamed="required when a template has several containers; "
+                                                  "name every container")
     check_pod_spec(spath, pod_spec, container_names, problems, reserved_containers=(KUBECTL_INIT_CONTAINER,),
                    reserved_volumes=(ASSETS_VOLUME, KUBECTL_VOLUME))
     for kind in ("containers", "initContainers"):

@@ -12,16 +12,29 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from hooks.chainerjob.decision import Decision
 from hooks.chainerjob.spec import ChainerJob
-from hooks.chainerjob.vocabulary import CREATED, FAILED, FAILED_VALIDATION, RUNNING, SUCCEEDED, subject
+from hooks.chainerjob.vocabulary import (
+    CREATED,
+    FAILED,
+    FAILED_VALIDATION,
+    JOB_CONDITIONS,
+    OWN_CONDITIONS,
+    PODGROUP_CREATED,
+    RUNNING,
+    STATE_ORDER,
+    SUCCEEDED,
+    WAITING_FOR_PODGROUP,
+    WAITING_FOR_WORKERS,
+    WORKERS_READY,
+    JobCondition,
+    OwnCondition,
+    subject,
+)
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import JSON
 from hooks.shared.status import condition_problem, is_counter, parse_time
 
-# Highest first: the first True one is the job's state and goes last in the list.
-STATE_ORDER = ("Complete", "Failed", "Running", "Waiting", "Created")
-OWN_CONDITIONS = ("Created", "Waiting", "Running")
-JOB_CONDITIONS = ("Complete", "Failed")  # newer Jobs also say SuccessCriteriaMet, FailureTarget...
 JOB_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
 JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "failed")
 
@@ -56,9 +69,11 @@ def _reads_back(key: str, value: Any) -> bool:
     return parse_time(value) is not None if key in ("startTime", "completionTime") else is_counter(value)
 
 
-def finished(record: Mapping[str, Any]) -> str | None:
+def finished(master_status: Mapping[str, Any]) -> JobCondition | None:
     """Complete or Failed once the master Job has finished, else None."""
-    return next((c["type"] for c in record["conditions"] if c.get("status") == "True"), None)
+    # The first True one in the list's order; master_record keeps only JOB_CONDITIONS.
+    return next((t for c in master_status["conditions"] if c.get("status") == "True"
+                 for t in JOB_CONDITIONS if c["type"] == t), None)
 
 
 def failed_validation(old_status: Mapping[str, Any]) -> bool:
@@ -67,83 +82,85 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
                for c in old_status.get("conditions") or [] if isinstance(c, Mapping))
 
 
-def validation_failed_status(old_status: Mapping[str, Any], message: str, now: datetime) -> JSON:
-    """A new job with an invalid spec: Failed, with every problem in the message."""
-    conds = Conditions(old_status.get("conditions"), now)
-    conds.set("Failed", True, FAILED_VALIDATION, message)
-    return {"conditions": conds.ordered(STATE_ORDER)}
-
-
-def status_for(job: ChainerJob, old_status: Mapping[str, Any], record: Mapping[str, Any],
-               ready: Mapping[str, int], master_wanted: bool, now: datetime, *, gang: bool = False,
-               podgroup_wait: str | None = None) -> JSON:
+def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
+               ready: Mapping[str, int], decision: Decision, now: datetime) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
-    `gang`: the job is gang scheduled (its master does not wait for the workers); `podgroup_wait`:
-    the message while the master Job or a StatefulSet waits for the job's PodGroup to exist.
+    `master_status` is the master Job's part (master_record), `ready` the ready workers of each set.
     """
-    own = _own_conditions(old_status, now)
-    outcome = finished(record)
-    own.set("Created", True, CREATED, f"{subject(job.key)} was accepted and its children created.")
-    if podgroup_wait is not None and outcome is None:
-        own.set("Waiting", True, "WaitingForPodGroup", podgroup_wait)
-    elif master_wanted and gang:
-        own.clear("Waiting", "PodGroupCreated", f"{subject(job.key)}: its PodGroup exists, so the master "
-                                                f"and the workers were created; the gang starts them together.")
-    elif master_wanted:
-        own.clear("Waiting", "WorkersReady", f"{subject(job.key)}: all {job.workers} workers were "
-                                              f"ready, so the master was started.")
+    own = _OwnConditions(old_status, now)
+    outcome = decision.outcome
+    own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.")
+    if decision.waiting_message is not None and outcome is None:
+        own.set("Waiting", WAITING_FOR_PODGROUP, decision.waiting_message)
+    elif decision.master and decision.gang:
+        own.clear("Waiting", PODGROUP_CREATED, f"{subject(job.key)}: its PodGroup exists, so the master "
+                                               f"and the workers were created; the gang starts them together.")
+    elif decision.master:
+        own.clear("Waiting", WORKERS_READY, f"{subject(job.key)}: all {job.workers} workers were "
+                                            f"ready, so the master was started.")
     elif job.distributed and outcome is None:
-        own.set("Waiting", True, "WaitingForWorkers", _waiting_message(job, ready))
+        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready))
     if outcome is not None:
-        _finish(own, job.key, record, outcome)
-    elif record.get("active"):
+        _finish(own, job.key, master_status, outcome)
+    elif master_status.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", True, RUNNING, f"{subject(job.key)}: the master is running{workers}.")
+        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
 
-    status = _with_record(own, record, now)
+    status = _with_master_status(own, master_status, now)
     if job.distributed:
         status["workerSets"] = {name: {"replicas": 0 if outcome else ws.replicas, "readyReplicas": ready[name]}
                                 for name, ws in job.worker_sets.items()}
     return status
 
 
-def finished_while_invalid(key: str, old_status: Mapping[str, Any], record: Mapping[str, Any],
-                           outcome: str, now: datetime) -> JSON:
+def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
+                           outcome: JobCondition, now: datetime) -> JSON:
     """A master that finished (`outcome`) while the spec is invalid: recorded as a valid sync would.
 
     The spec cannot be read, so everything else (worker readiness) stays as it was; the worker
     sets are scaled to 0 by the caller, so their desired replicas are 0 here too.
     """
-    own = _own_conditions(old_status, now)
-    _finish(own, key, record, outcome)
+    own = _OwnConditions(old_status, now)
+    _finish(own, key, master_status, outcome)
     status: JSON = {k: v for k, v in old_status.items()
                     if k not in ("conditions", "observedGeneration", *JOB_STATUS_FIELDS)}
-    status.update(_with_record(own, record, now))
+    status.update(_with_master_status(own, master_status, now))
     sets = old_status.get("workerSets")
     if isinstance(sets, Mapping):
         status["workerSets"] = {name: {**counts, "replicas": 0} for name, counts in sets.items()}
     return status
 
 
-def _own_conditions(old_status: Mapping[str, Any], now: datetime) -> Conditions:
-    """The hook's own conditions of the last status (the master Job's are copied afresh)."""
-    return Conditions([c for c in old_status.get("conditions") or []
-                       if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+class _OwnConditions:
+    """The hook's own conditions of the last status (the master Job's are copied afresh), set only
+    by their type (OwnCondition), so a misspelt type fails the type check."""
+
+    def __init__(self, old_status: Mapping[str, Any], now: datetime):
+        self.conditions = Conditions([c for c in old_status.get("conditions") or []
+                                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+
+    def set(self, ctype: OwnCondition, reason: str, message: str) -> None:
+        """Set the condition True."""
+        self.conditions.set(ctype, True, reason, message)
+
+    def clear(self, ctype: OwnCondition, reason: str, message: str) -> None:
+        """Set the condition False if it is True."""
+        self.conditions.clear(ctype, reason, message)
 
 
-def _finish(own: Conditions, key: str, record: Mapping[str, Any], outcome: str) -> None:
+def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], outcome: JobCondition) -> None:
     reason = SUCCEEDED if outcome == "Complete" else FAILED
-    final = next(c for c in record["conditions"] if c["type"] == outcome and c.get("status") == "True")
+    final = next(c for c in master_status["conditions"] if c["type"] == outcome and c.get("status") == "True")
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
     own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.")
 
 
-def _with_record(own: Conditions, record: Mapping[str, Any], now: datetime) -> JSON:
+def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], now: datetime) -> JSON:
     """Our conditions and the master Job's, in state order, then the Job's other fields."""
-    both = Conditions([*own.ordered(STATE_ORDER), *record["conditions"]], now)
+    both = Conditions([*own.conditions.ordered(STATE_ORDER), *master_status["conditions"]], now)
     status: JSON = {"conditions": both.ordered(STATE_ORDER)}
-    status.update({k: v for k, v in record.items() if k != "conditions"})
+    status.update({k: v for k, v in master_status.items() if k != "conditions"})
     return status
 
 

@@ -12,21 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob import children, names
+from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
-from hooks.chainerjob.status import (
-    STATE_ORDER,
-    failed_validation,
-    finished,
-    finished_while_invalid,
-    master_record,
-    status_for,
-    validation_failed_status,
-)
-from hooks.chainerjob.vocabulary import KIND
-from hooks.shared.answers import invalid_spec_message, keep_children
-from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
-from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
-from hooks.shared.memory import observed_record_as_desired, outcome_name, read_record, record_config_map
+from hooks.chainerjob.status import failed_validation, finished, finished_while_invalid, master_record, status_for
+from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER
+from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
+from hooks.shared.gang import Gang, read_gang
+from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, SERVICE_KEY, SyncResponse
+from hooks.shared.memory import outcome_child, outcome_name, read_record
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
@@ -36,7 +29,6 @@ PARENT_KIND = KIND
 SERVICE_ACCOUNT_KEY = "ServiceAccount.v1"
 ROLE_KEY = "Role.rbac.authorization.k8s.io/v1"
 ROLE_BINDING_KEY = "RoleBinding.rbac.authorization.k8s.io/v1"
-CONFIG_MAP_KEY = "ConfigMap.v1"
 STATEFULSET_KEY = "StatefulSet.apps/v1"
 JOB_KEY = "Job.batch/v1"
 # What the core reads of observed children (the shell decodes only these, and a child whose
@@ -69,11 +61,15 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
     observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
-    answer = _answer(parent, gang, observed, read_back(old), now=now, kubectl_image=kubectl_image)
+    answer = _answer(parent, gang, observed, old, now=now, kubectl_image=kubectl_image)
     warnings = old.warnings()
     if warnings:
         answer["status"][WARNINGS_FIELD] = warnings
     return answer
+
+
+# The status fields read_back reads: on an invalid edit every other field is kept as it was.
+READ_BACK_FIELDS = ("conditions", "startTime", "completionTime", "active", "succeeded", "failed", "workerSets")
 
 
 def read_back(old: OldStatus) -> JSON:
@@ -95,18 +91,15 @@ def read_back(old: OldStatus) -> JSON:
     return status
 
 
-def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old_status: JSON, *,
+def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old: OldStatus, *,
             now: datetime, kubectl_image: str) -> SyncResponse:
-    """The answer from the parsed parts of a request and the status read back."""
+    """The answer from the parsed parts of a request and the last status: decide, build, status."""
+    old_status = read_back(old)
     try:
         job = parse_chainerjob(parent)
         podgroup = children.podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
-        message = invalid_spec_message(PARENT_KIND, parent, err.problems)
-        kept = [(key, name, obj) for key, objs in observed.items() for name, obj in objs.items()]
-        if kept or any(isinstance(c, Mapping) and c.get("type") == "Created" for c in old_status.get("conditions") or []):
-            return _keep_children(parent, observed, old_status, kept, message, now)
-        return {"status": validation_failed_status(old_status, message, now), "children": []}
+        return _invalid_spec(parent, observed, old, old_status, err, now)
     if failed_validation(old_status):
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
@@ -114,89 +107,75 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     master_job = observed[JOB_KEY].get(names.master(job.name))
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
-    observed_outcome = observed[CONFIG_MAP_KEY].get(outcome_name(job.name))
-    recorded = read_record(observed_outcome)
-    record = master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
-    done = finished(record) is not None
-    statefulsets = observed[STATEFULSET_KEY]
-    ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job.name, name))) for name in job.worker_sets}
-    workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
-    if done:
-        podgroup = None  # only while the job runs: a finished job's PodGroup would keep its queue's share
-    # Under a gang, what makes pods (the master Job, the StatefulSets) is created only once the
-    # PodGroup exists (hooks.shared.gang.new_pods_wait); what exists is kept.
-    gated = new_pods_wait(podgroup, observed[gang.child_key] if gang is not None else {})
-    # Once it exists the master is kept (OnDelete, so never changed); it is first created only
-    # when every worker can be reached, and never again after the job has finished.
-    # Under a gang the master is created at once: waiting for ready workers would deadlock (the
-    # gang waits for the master's pod); its rsh agent waits for each worker instead.
-    master_wanted = master_job is not None or (not done and not gated and (workers_ready or gang is not None))
-    wanted = desired_children(job, done=done, with_master=master_wanted, kubectl_image=kubectl_image, gang=gang,
-                              observed_statefulsets=statefulsets)
-    withheld = gated and not done and (master_job is None or any(
-        c["kind"] == "StatefulSet" and c["metadata"]["name"] not in statefulsets for c in wanted))
-    if gated:
-        wanted = [c for c in wanted if c["kind"] != "StatefulSet" or c["metadata"]["name"] in statefulsets]
-    if podgroup is not None:
-        wanted.insert(0, podgroup)
-    if observed_outcome is not None:
-        wanted.append(observed_record_as_desired(observed_outcome, job.namespace, names.common_labels(job.name)))
-    elif done:
-        wanted.append(record_config_map(outcome_name(job.name), job.namespace, names.common_labels(job.name), record))
-    waiting = podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its master Job and worker StatefulSets") \
-        if withheld and podgroup is not None else None
-    status = status_for(job, old_status, record, ready, master_wanted, now, gang=gang is not None,
-                        podgroup_wait=waiting)
-    return {"status": status, "children": wanted}
+    master_status = _master_status(master_job, observed, job.name, old_status)
+    ready = ready_workers(job, observed[STATEFULSET_KEY])
+    decision = decide(job, outcome=finished(master_status), master_observed=master_job is not None, ready=ready,
+                      statefulsets=observed[STATEFULSET_KEY], podgroup=podgroup,
+                      observed_podgroups=observed[gang.child_key] if gang is not None else {})
+    wanted = desired_children(job, decision, podgroup=podgroup, observed=observed, master_status=master_status,
+                              kubectl_image=kubectl_image, gang=gang)
+    return {"status": status_for(job, old_status, master_status, ready, decision, now), "children": wanted}
 
 
-def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_status: JSON,
-                   kept: list[tuple[str, str, Mapping[str, Any]]], message: str, now: datetime) -> SyncResponse:
-    """An invalid edit: every child kept as last applied, but a master that finishes meanwhile still
-    ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
-    node, and its GPUs, until someone repairs the spec."""
-    answer = keep_children(old_status, kept, message)
+def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
+                   old_status: JSON) -> JSON:
+    """The master Job's part of the status: the observed Job's, else the outcome record's, else the
+    old status's (hooks.chainerjob.status.master_record)."""
+    recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
+    return master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
+
+
+def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: OldStatus, old_status: JSON,
+                  err: SpecError, now: datetime) -> SyncResponse:
+    """A spec the hook cannot act on (hooks.shared.answers): a new job is refused, an edit keeps
+    every child; `old_status` is what the hook reads back of `old`."""
+    message = invalid_spec_message(PARENT_KIND, parent, err.problems)
+    kept = [(key, name, obj) for key, objs in observed.items() for name, obj in objs.items()]
+    if not (kept or any(isinstance(c, Mapping) and c.get("type") == "Created"
+                        for c in old_status.get("conditions") or [])):
+        return {"status": refuse_new(old_status.get("conditions") or [], message, now, reason=FAILED_VALIDATION,
+                                     state_order=STATE_ORDER), "children": []}
     name = parent["metadata"]["name"]
     # As on a valid sync, a master deleted after the end is read from the outcome record, which a
     # stale status cannot undo.
-    recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
-    record = master_record(observed[JOB_KEY].get(names.master(name)), old_status,
-                           recorded=recorded.data if recorded is not None else None)
-    outcome = finished(record)
+    master_status = _master_status(observed[JOB_KEY].get(names.master(name)), observed, name, old_status)
+    outcome = finished(master_status)
     if outcome is None:
-        return answer
-    answer["status"] = {**finished_while_invalid(parent_key(parent), old_status, record, outcome, now),
-                        "specError": message}
-    wanted = []
-    for obj in answer["children"]:
-        if obj["kind"] == "PodGroup":
-            continue
-        if obj["kind"] == "StatefulSet" and isinstance(obj.get("spec"), Mapping):
-            obj = {**obj, "spec": {**obj["spec"], "replicas": 0}}
-        wanted.append(obj)
-    answer["children"] = wanted
+        return keep_children(kept_status(old, old_status, read_back_fields=READ_BACK_FIELDS), kept, message)
+    # A master that finishes meanwhile still ends the job (outcome recorded, workers scaled to 0,
+    # PodGroup gone), so no worker holds its node, and its GPUs, until someone repairs the spec.
+    # The kind's own child rules: the gang rule's PodGroup is left out, so it goes.
+    ending = [(key, child, obj) for key, child, obj in kept if key in CHILD_KEYS]
+    answer = keep_children(finished_while_invalid(parent_key(parent), old_status, master_status, outcome, now),
+                           ending, message)
+    answer["children"] = [_scaled_to_zero(obj) if key == STATEFULSET_KEY else obj
+                          for (key, _, _), obj in zip(ending, answer["children"], strict=True)]
     return answer
 
 
-def desired_children(job: ChainerJob, *, done: bool, with_master: bool, kubectl_image: str,
-                     gang: Gang | None = None, observed_statefulsets: Mapping[str, Any] | None = None) -> list[JSON]:
-    """Every child, in a fixed order: launcher RBAC and assets, then per worker set, then the master."""
-    wanted: list[JSON] = []
+def _scaled_to_zero(statefulset: JSON) -> JSON:
+    spec = statefulset.get("spec")
+    return {**statefulset, "spec": {**spec, "replicas": 0}} if isinstance(spec, Mapping) else statefulset
+
+
+def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | None,
+                     observed: Mapping[str, Mapping[str, Any]], master_status: Mapping[str, Any],
+                     kubectl_image: str, gang: Gang | None = None) -> list[JSON]:
+    """Exactly the children the decision names, in a fixed order: the PodGroup, launcher RBAC and
+    assets, then per worker set, then the master, then the outcome record."""
+    wanted: list[JSON] = [podgroup] if decision.podgroup and podgroup is not None else []
     if job.distributed:
         wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
                    children.assets_for(job, gang=gang)]
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
-        observed = observed_statefulsets or {}
-        wanted += [children.statefulset_for(job, ws, done=done, gang=gang,
-                                            observed=observed.get(names.worker_set(job.name, ws.name)))
-                   for ws in job.worker_sets.values()]
-    if with_master:
+        statefulsets = observed[STATEFULSET_KEY]
+        wanted += [children.statefulset_for(job, ws, done=decision.done, gang=gang,
+                                            observed=statefulsets.get(names.worker_set(job.name, ws.name)))
+                   for ws in job.worker_sets.values() if ws.name not in decision.held_back]
+    if decision.master:
         wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang))
+    outcome = outcome_child(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name),
+                            master_status if decision.done else None)
+    if outcome is not None:
+        wanted.append(outcome)
     return wanted
-
-
-def _ready_replicas(statefulset: Mapping[str, Any] | None) -> int:
-    if statefulset is None:
-        return 0
-    ready = (statefulset.get("status") or {}).get("readyReplicas") or 0
-    return ready if isinstance(ready, int) else 0

@@ -1,7 +1,32 @@
-"""The ChainerJob's words, spelt once: the kind, its condition reasons and its message subject."""
+"""The ChainerJob's words, spelt once: the kind, its closed sets of values, its condition reasons and
+its message subject.
+
+Each closed set is a `Literal` type, so a misspelt value is a type error under `mypy --strict`; the
+tuple of its values (for membership tests and messages) is derived from the type, not written twice.
+"""
 from __future__ import annotations
 
+from typing import Final, Literal, get_args
+
 KIND = "ChainerJob"
+
+# The master Job's conditions that end the job, as a Job controller writes them (newer Jobs also
+# say SuccessCriteriaMet or FailureTarget first, which are not copied).
+JobCondition = Literal["Complete", "Failed"]
+# The hook's own conditions: where the job is before its master Job has finished.
+OwnCondition = Literal["Created", "Waiting", "Running"]
+ConditionType = Literal[JobCondition, OwnCondition]
+JOB_CONDITIONS: Final[tuple[JobCondition, ...]] = get_args(JobCondition)
+OWN_CONDITIONS: Final[tuple[OwnCondition, ...]] = get_args(OwnCondition)
+# Highest first: the first True one is the job's state and goes last in the list (the State column).
+STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Running", "Waiting", "Created")
+
+Backend = Literal["mpi"]
+BACKENDS: Final[tuple[Backend, ...]] = get_args(Backend)
+# What a Job accepts for its pods; a StatefulSet's pods always restart in place.
+MasterRestartPolicy = Literal["Never", "OnFailure"]
+MASTER_RESTART_POLICIES: Final[tuple[MasterRestartPolicy, ...]] = get_args(MasterRestartPolicy)
+WORKER_RESTART_POLICY: Final = "Always"
 
 # Condition reasons of the hook's own conditions: the kind's name and an event.
 CREATED = f"{KIND}Created"
@@ -9,6 +34,11 @@ RUNNING = f"{KIND}Running"
 SUCCEEDED = f"{KIND}Succeeded"
 FAILED = f"{KIND}Failed"
 FAILED_VALIDATION = f"{KIND}FailedValidation"
+# Reasons of the Waiting condition: what the master waits for, or what ended the wait.
+WAITING_FOR_PODGROUP = "WaitingForPodGroup"
+WAITING_FOR_WORKERS = "WaitingForWorkers"
+PODGROUP_CREATED = "PodGroupCreated"
+WORKERS_READY = "WorkersReady"
 
 
 def subject(key: str) -> str:

@@ -41,6 +41,7 @@ from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, attempt_record_name, restart_record_name
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, parse_time, plus_seconds
+from hooks.shared.validation import is_int32
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
 # Exits by a signal (SIGINT, SIGKILL, SIGTERM): what a pod stopped at teardown shows. Within the
@@ -801,7 +802,7 @@ def _merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Map
             if isinstance(data.get("failedUID"), str):
                 record["lastFailedUID"] = data["failedUID"]
             code = data.get("exitCode")
-            if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31:
+            if is_int32(code):
                 record["lastExitCode"] = code
             else:
                 record.pop("lastExitCode", None)
@@ -887,9 +888,7 @@ def _read_history(old: OldStatus) -> dict[str, RestartRecord]:
     for name, record in old.object("restartHistory").items():
         if not (isinstance(record, Mapping)
                 and isinstance(record.get("lastFailedUID", ""), str)
-                and isinstance(record.get("lastExitCode", 0), int)
-                and not isinstance(record.get("lastExitCode"), bool)
-                and -(2**31) <= record.get("lastExitCode", 0) < 2**31
+                and is_int32(record.get("lastExitCode", 0))
                 and all(is_counter(record.get(k, 0))
                         for k in ("recreations", "priorContainerRestarts"))):
             old.warn(f"status.restartHistory[{name[:80]}]", "is not a restart record")

@@ -26,17 +26,13 @@ from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind'
 from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
 from hooks.shared.identity import JobIdentity
 from hooks.shared.merge import collapsed
+from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
-    A_CONTAINER,
-    check_container_name,
-    check_env,
+    check_containers,
     check_image,
     check_pod_spec,
-    check_ports,
     check_template_metadata,
-    each_object,
     is_port_number,
-    show,
 )
 from hooks.shared.validation import DNS_1035_LABEL, MAX_INT32, is_non_negative_int
 
@@ -377,18 +373,8 @@ def _check_template(path: str, template: Any, problems: list[str]) -> int:
     if not isinstance(containers, list) or not containers:
         problems.append(f"{cpath}: required, a list of containers; {fix}")
         return DEFAULT_PORT
-    main, main_path = None, ""
-    names: list[str] = []
-    for here, container in each_object(cpath, containers, problems, expected=A_CONTAINER):
-        name = container.get("name")
-        if check_container_name(here, name, names, problems):
-            names.append(str(name))
-        if name == MAIN_CONTAINER:
-            main, main_path = container, f"{cpath}[name={MAIN_CONTAINER}]"
-        else:
-            check_image(f"{here}.image", container.get("image"), problems)
-        check_env(f"{here}.env", container.get("env"), problems)
-        check_ports(f"{here}.ports", container.get("ports"), problems)
+    names, main = check_containers(cpath, containers, problems, main=MAIN_CONTAINER)
+    main_path = f"{cpath}[name={MAIN_CONTAINER}]"
     if isinstance(pod_spec, Mapping):  # it is, as it has containers
         check_pod_spec(f"{path}.template.spec", pod_spec, names, problems)
     if main is None:

@@ -18,21 +18,22 @@ from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
-from hooks.shared.answers import invalid_spec_message
-from hooks.shared.conditions import Conditions, rfc3339
+from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
+from hooks.shared.conditions import STATE_ORDER, Conditions, rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import (
     attempt_record_name,
     attempt_records,
     observed_record_as_desired,
+    outcome_child,
     outcome_name,
     read_record,
     record_config_map,
     restart_record_name,
     restart_records,
 )
-from hooks.shared.request import as_last_applied, parent_key, read_children, read_parent
+from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
@@ -143,12 +144,8 @@ def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],
                     for name in sorted(observed_restart_records)]
         records += [record_config_map(name, job.namespace, labels, data)
                     for name, data in sorted(plan.restart_records.items()) if name not in observed_config_maps]
-    outcome = observed_config_maps.get(outcome_name(job.name))
-    if outcome is not None:
-        records.append(observed_record_as_desired(outcome, job.namespace, labels))
-    elif plan.outcome is not None:
-        records.append(record_config_map(outcome_name(job.name), job.namespace, labels, plan.outcome))
-    return records
+    outcome = outcome_child(observed_config_maps, job.name, job.namespace, labels, plan.outcome)
+    return records if outcome is None else [*records, outcome]
 
 
 def size_problems(job: MXJob, wiring: ClusterWiring) -> list[str]:
@@ -265,32 +262,27 @@ def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed
     old = OldStatus(old_status)
     start_time = old.time("startTime")
     if not (observed.any() or start_time):
-        conds = Conditions(old.conditions(), now)
-        conds.set("Failed", True, FAILED_VALIDATION, message)
-        status: JSON = {"conditions": conds.ordered(),
-                        "completionTime": old.time("completionTime") or rfc3339(now)}
+        status = refuse_new(old.conditions(), message, now, reason=FAILED_VALIDATION, state_order=STATE_ORDER)
+        status["completionTime"] = old.time("completionTime") or rfc3339(now)
         return {"status": _with_warnings(status, old), "children": []}
-    # An edit must never destroy a running job: keep every child as last applied and say why.
-    children = [as_last_applied(key, name, obj) for key, group in observed.by_key() for name, obj in group.items()]
+    kept = [(key, name, obj) for key, group in observed.by_key() for name, obj in group.items()]
     outcome = read_record(observed.config_maps.get(outcome_name(parent["metadata"]["name"])))
     if outcome is not None:
         # The job has finished: its status is the record's, whatever the parent shows (a stale
         # read, an edited status), as on every sync that sees the record.
         status = recorded_status(read_outcome(outcome, old, key=parent_key(parent), now=now), old,
                                  cleaned_up_time=old.time("cleanedUpTime"))
-        return {"status": {**status, "specError": message}, "children": children}
-    # The status stays as it was, but for the fields the hook reads back, which are kept only in
-    # the shape it writes them.
-    status = {k: v for k, v in old.raw.items() if k not in ("observedGeneration", "specError", *_READ_BACK)}
-    status.update({k: v for k, v in (("conditions", old.conditions()),
-                                     ("startTime", start_time),
-                                     ("completionTime", old.time("completionTime")),
-                                     ("cleanedUpTime", old.time("cleanedUpTime")),
-                                     ("restartCount", old.counter("restartCount")),
-                                     ("attempt", old.counter("attempt")))
-                   if v})
-    status["specError"] = message
-    return {"status": _with_warnings(status, old), "children": children}
+        return keep_children(status, kept, message)
+    read_back = {k: v for k, v in (("conditions", old.conditions()),
+                                   ("startTime", start_time),
+                                   ("completionTime", old.time("completionTime")),
+                                   ("cleanedUpTime", old.time("cleanedUpTime")),
+                                   ("restartCount", old.counter("restartCount")),
+                                   ("attempt", old.counter("attempt")))
+                 if v}
+    answer = keep_children(kept_status(old, read_back, read_back_fields=_READ_BACK), kept, message)
+    _with_warnings(answer["status"], old)
+    return answer
 
 
 def _with_warnings(status: JSON, old: OldStatus) -> JSON:
@@ -300,5 +292,4 @@ def _with_warnings(status: JSON, old: OldStatus) -> JSON:
     return status
 
 
-_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount", "attempt",
-              WARNINGS_FIELD)
+_READ_BACK = ("conditions", "startTime", "completionTime", "cleanedUpTime", "restartCount", "attempt")

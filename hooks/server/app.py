@@ -29,6 +29,7 @@ from hooks.server.logs import JsonFormatter
 from hooks.server.metrics import make_metrics
 from hooks.server.wire import MalformedRequest, RequestDecoder, encode, non_finite, read_body
 from hooks.shared.errors import InvalidRequest
+from hooks.shared.messages import cut
 
 log = logging.getLogger("hooks.server.app")
 
@@ -209,7 +210,7 @@ def _malformed_answer(answer: object) -> str | None:
 
 def _bad_request(fields: dict[str, Any], message: str, status: int = 400) -> SyncAnswer:
     """A 4xx answer naming the problem."""
-    fields.update(outcome="bad_request", error=_cut(message, 500))
+    fields.update(outcome="bad_request", error=cut(message, 500))
     return SyncAnswer(status, _dumps({"error": message}), fields)
 
 
@@ -230,7 +231,7 @@ def _job_identity(body: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("namespace", "name", "uid"):
         value = metadata.get(key)
         if isinstance(value, str):
-            identity[key] = _cut(value, _MAX_LOGGED_STRING)
+            identity[key] = cut(value, _MAX_LOGGED_STRING)
     generation = metadata.get("generation")
     if isinstance(generation, int) and not isinstance(generation, bool):
         identity["generation"] = generation
@@ -254,7 +255,3 @@ def _json_response(status: int, value: object) -> Response:
     """A small JSON response."""
     return Response(_dumps(value), status=status, mimetype=_JSON)
 
-
-def _cut(text: str, limit: int) -> str:
-    """The text, cut to `limit` characters."""
-    return text if len(text) <= limit else text[:limit] + "..."

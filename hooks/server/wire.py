@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
+from hooks.shared.messages import type_name
 from hooks.shared.request import CheckedChildren
 
 # Deeper than any Kubernetes object: the deepest real paths in a sync request (an affinity term
@@ -129,7 +130,7 @@ class RequestDecoder:
         except RecursionError:
             raise MalformedRequest(f"request body nests deeper than {MAX_DEPTH} levels") from None
         if not isinstance(value, dict):
-            raise MalformedRequest(f"request body must be a JSON object, got {_json_type(value)}")
+            raise MalformedRequest(f"request body must be a JSON object, got {type_name(value, json=True)}")
         parts = value.values() if self._unbounded is None else [value.get(k) for k in self._unbounded]
         if any(_too_deep(part, 2) for part in parts):
             raise MalformedRequest(f"request body nests deeper than {MAX_DEPTH} levels, deeper than any "
@@ -197,8 +198,3 @@ def encode(value: Any) -> bytes:
     except msgspec.EncodeError as exc:
         raise ValueError(str(exc)) from None
 
-
-def _json_type(value: object) -> str:
-    """The JSON name of a decoded value's type."""
-    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)

@@ -90,6 +90,16 @@ def observed_record_as_desired(observed: Mapping[str, Any], namespace: str | Non
             "data": dict(observed.get("data") or {})}
 
 
+def outcome_child(observed_config_maps: Mapping[str, Any], job_name: str, namespace: str | None,
+                  labels: Mapping[str, str], new: Mapping[str, Any] | None) -> JSON | None:
+    """The job's outcome record in an answer: the observed one as it is (it is never changed), else
+    a new one holding `new` when the job has just finished, else none."""
+    observed = observed_config_maps.get(outcome_name(job_name))
+    if observed is not None:
+        return observed_record_as_desired(observed, namespace, labels)
+    return record_config_map(outcome_name(job_name), namespace, labels, new) if new is not None else None
+
+
 def read_record(observed: Mapping[str, Any] | None) -> Record | None:
     """The record in an observed ConfigMap; None when there is none."""
     if observed is None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hooks.shared.merge import collapsed
+from hooks.shared.messages import show, type_name
 from hooks.shared.validation import DNS_1123_LABEL, MAX_LABEL_LENGTH, is_non_negative_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -153,19 +154,6 @@ def is_port_number(value: Any) -> bool:
     return is_non_negative_int(value) and 1 <= value <= 65535
 
 
-def show(value: Any, *, quote: bool = True) -> str:
-    """A user value for a message, cut short: a hostile value must not make status huge."""
-    text = repr(value) if quote or not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {dict: "an object", list: "a list", int: "an integer", float: "a number", str: "a string"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
 # Pod spec fields that hold one name: a hook reads some (schedulerName and priorityClassName under
 # gang scheduling), and a wrong type in any would get every pod of the job refused.
 _POD_NAME_FIELDS = ("hostname", "subdomain", "nodeName", "schedulerName", "priorityClassName",
@@ -201,6 +189,33 @@ def check_container_name(path: str, name: Any, taken: list[str], problems: list[
                         + (" (one the operator adds)" if name in reserved else "") + "; rename it")
         return False
     return True
+
+
+def check_containers(path: str, containers: list[Any], problems: list[str], *, reserved: tuple[str, ...] = (),
+                     main: str | None = None, unnamed: str | None = None) -> tuple[list[str], Mapping[str, Any] | None]:
+    """Walk a pod's containers: each an object with a name no other container uses (nor `reserved`,
+    the operator's), an image, env and ports. Returns the names taken, in order, and the container
+    named `main`, whose image is left to the caller (it names that container by its role).
+
+    `unnamed`: what to say of a container without a name, which is then not checked further
+    (None: the name check reports it like any other bad name).
+    """
+    names: list[str] = []
+    found: Mapping[str, Any] | None = None
+    for here, container in each_object(path, containers, problems, expected=A_CONTAINER):
+        name = container.get("name")
+        if unnamed is not None and not name:
+            problems.append(f"{here}.name: {unnamed}")
+            continue
+        if check_container_name(here, name, names, problems, reserved=reserved):
+            names.append(str(name))
+        if main is not None and name == main:
+            found = container
+        else:
+            check_image(f"{here}.image", container.get("image"), problems)
+        check_env(f"{here}.env", container.get("env"), problems)
+        check_ports(f"{here}.ports", container.get("ports"), problems)
+    return names, found
 
 
 def check_init_containers(path: str, init: Any, taken: list[str], problems: list[str], *,

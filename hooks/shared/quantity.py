@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from hooks.shared.messages import show
+
 BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT = "BinarySI", "DecimalSI", "DecimalExponent"
 
 _NUMBER = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
@@ -56,7 +58,7 @@ def parse_quantity(raw: Any) -> Quantity:
     sign, digits, suffix = match.groups()
     exp = _EXPONENT.match(suffix)
     if len(digits) > MAX_DIGITS or (exp is not None and (len(exp.group(1)) > 4 or abs(int(exp.group(1))) > MAX_EXPONENT)):
-        raise ValueError(f"{_short(raw)} is too large or too precise for a resource quantity (at most "
+        raise ValueError(f"{show(raw, width=40)} is too large or too precise for a resource quantity (at most "
                          f"{MAX_DIGITS} digits and an exponent of at most {MAX_EXPONENT})")
     value = Fraction(digits if not digits.endswith(".") else digits[:-1])
     if suffix in _BINARY:
@@ -74,11 +76,6 @@ def parse_quantity(raw: Any) -> Quantity:
     if nanos.denominator != 1:
         value = Fraction(-((-nanos.numerator) // nanos.denominator)) * _NANO
     return Quantity(value, fmt)
-
-
-def _short(raw: str | float) -> str:
-    text = repr(raw)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _canonical(value: Fraction, fmt: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.identity import job_key
 from hooks.shared.k8s import JSON, LAST_APPLIED
+from hooks.shared.messages import cut, type_name
 
 # What every kind reads of an observed child, in the format of a kind's OBSERVED_FIELDS (a leaf is
 # the type the value must have, True any value, a dict an object of such fields, a one-element
@@ -57,7 +58,7 @@ def read_parent(request: Any, *, api_version: str, kind: str) -> JSON:
         raise InvalidRequest("parent.metadata.name: required, a non-empty string")
     for key in ("namespace", "uid"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
-            raise InvalidRequest(f"parent.metadata.{key}: must be a string, got {_type(meta[key])}")
+            raise InvalidRequest(f"parent.metadata.{key}: must be a string, got {type_name(meta[key])}")
     return parent  # type: ignore[return-value]
 
 
@@ -91,7 +92,7 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
                                  f"for {kind} {api_version}, which this hook needs; re-apply metacontroller/ "
                                  f"(kubectl apply -k) to install the shipped child rules")
         if not isinstance(value, Mapping):
-            raise InvalidRequest(f"children[{key}]: must be a map of observed objects by name, got {_type(value)}")
+            raise InvalidRequest(f"children[{key}]: must be a map of observed objects by name, got {type_name(value)}")
         for name, obj in value.items():
             if not checked:
                 _check_child(f"children[{key}][{_short(name)}]", obj, tree)
@@ -125,7 +126,7 @@ def _node(shape: Any) -> tuple[str, dict[str, Any]]:
 
 def _check_child(path: str, obj: Any, tree: dict[str, Any]) -> None:
     if not isinstance(obj, dict):
-        raise InvalidRequest(f"{path}: must be an object, got {_type(obj)}")
+        raise InvalidRequest(f"{path}: must be an object, got {type_name(obj)}")
     _check_fields(path, obj, tree)
 
 
@@ -137,7 +138,7 @@ def _check_fields(path: str, obj: dict[str, Any], tree: dict[str, Any]) -> None:
         if value is None:
             continue
         if not _has_type(value, expected):
-            raise InvalidRequest(f"{path}.{key}: must be {_ARTICLE[expected]} {expected}, got {_type(value)}")
+            raise InvalidRequest(f"{path}.{key}: must be {_ARTICLE[expected]} {expected}, got {type_name(value)}")
         if not subtree:
             continue
         if expected == "object":
@@ -184,16 +185,5 @@ def as_last_applied(key: str, name: str, obj: Mapping[str, Any]) -> JSON:
             "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
 
 
-def _type(value: Any) -> str:
-    """The JSON name of a decoded value's type, for messages (never the value itself)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:80] + "..."
+    return cut(value if isinstance(value, str) else repr(value), 80)

@@ -10,9 +10,15 @@ DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL_LENGTH = 63
 MAX_INT32 = 2**31 - 1  # what the API server accepts in an int32 field (replicas, backoffLimit...)
+MIN_INT32 = -(2**31)
 
 
 def is_non_negative_int(value: Any, maximum: int | None = None) -> TypeGuard[int]:
     """An integer >= 0 (and <= maximum); YAML's true/false are not integers here, whatever Python thinks."""
     return (isinstance(value, int) and not isinstance(value, bool) and value >= 0
             and (maximum is None or value <= maximum))
+
+
+def is_int32(value: Any) -> TypeGuard[int]:
+    """An integer an int32 field holds (an exit code); YAML's true/false are not integers here."""
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_INT32 <= value <= MAX_INT32

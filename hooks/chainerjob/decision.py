@@ -1,0 +1,73 @@
+"""What one ChainerJob sync does, decided from the observations alone, before any child is built.
+
+The children and the status are then built from the decision (hooks.chainerjob.sync), so nothing
+is decided by reading back what was built.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hooks.chainerjob import names
+from hooks.chainerjob.spec import ChainerJob
+from hooks.chainerjob.vocabulary import KIND, JobCondition
+from hooks.shared.gang import new_pods_wait, podgroup_wait_message
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What this sync answers, as values."""
+
+    outcome: JobCondition | None  # the master Job's, once it has finished
+    master: bool  # the master Job is in the answer
+    podgroup: bool  # the job's PodGroup is in the answer
+    gang: bool  # the job is gang scheduled
+    # Worker sets whose StatefulSet is not created yet because the PodGroup does not exist yet.
+    held_back: frozenset[str]
+    # Why the master Job or a StatefulSet is held back, for the Waiting condition.
+    waiting_message: str | None
+
+    @property
+    def done(self) -> bool:
+        """Whether the job has finished (the master Job is Complete or Failed)."""
+        return self.outcome is not None
+
+
+def ready_workers(job: ChainerJob, statefulsets: Mapping[str, Any]) -> dict[str, int]:
+    """The ready pods of each worker set, from its observed StatefulSet (0 when there is none)."""
+    return {name: _ready_replicas(statefulsets.get(names.worker_set(job.name, name))) for name in job.worker_sets}
+
+
+def decide(job: ChainerJob, *, outcome: JobCondition | None, master_observed: bool, ready: Mapping[str, int],
+           statefulsets: Mapping[str, Any], podgroup: Mapping[str, Any] | None,
+           observed_podgroups: Mapping[str, Any]) -> Decision:
+    """The decision from the observations: the master Job's outcome, whether the master Job exists,
+    the ready workers, the observed StatefulSets and PodGroups. `podgroup` is the job's PodGroup
+    when it is gang scheduled."""
+    # Only while the job runs: a finished job's PodGroup would keep its queue's share.
+    wants_podgroup = podgroup is not None and outcome is None
+    # Under a gang, what makes pods (the master Job, the StatefulSets) is created only once the
+    # PodGroup exists (hooks.shared.gang.new_pods_wait); what exists is kept.
+    gated = new_pods_wait(podgroup if wants_podgroup else None, observed_podgroups)
+    workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
+    # Once it exists the master is kept (OnDelete, so never changed); it is first created only
+    # when every worker can be reached, and never again after the job has finished.
+    # Under a gang the master is created at once: waiting for ready workers would deadlock (the
+    # gang waits for the master's pod); its rsh agent waits for each worker instead.
+    master = master_observed or (outcome is None and not gated
+                                 and (workers_ready or podgroup is not None))
+    held_back = frozenset(name for name in job.worker_sets
+                          if gated and names.worker_set(job.name, name) not in statefulsets)
+    waiting = None
+    if podgroup is not None and gated and (not master_observed or held_back):
+        waiting = podgroup_wait_message(KIND, job.key, podgroup, "its master Job and worker StatefulSets")
+    return Decision(outcome=outcome, master=master, podgroup=wants_podgroup, gang=podgroup is not None,
+                    held_back=held_back, waiting_message=waiting)
+
+
+def _ready_replicas(statefulset: Mapping[str, Any] | None) -> int:
+    if statefulset is None:
+        return 0
+    ready = (statefulset.get("status") or {}).get("readyReplicas") or 0
+    return ready if isinstance(ready, int) else 0
