@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob import children, names
+from hooks.chainerjob.related import read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
     STATE_ORDER,
@@ -22,7 +23,7 @@ from hooks.chainerjob.status import (
     status_for,
     validation_failed_status,
 )
-from hooks.chainerjob.vocabulary import KIND
+from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
 from hooks.shared.answers import invalid_spec_message, keep_children
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import JSON, SERVICE_KEY, SyncResponse
@@ -30,7 +31,6 @@ from hooks.shared.memory import observed_record_as_desired, outcome_name, read_r
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
-PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 PARENT_KIND = KIND
 
 SERVICE_ACCOUNT_KEY = "ServiceAccount.v1"
@@ -68,8 +68,10 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
     observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
+    # The master Job's pods, from the customize hook's related objects (hooks.chainerjob.related).
+    master_pods = read_related_pods(request)
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
-    answer = _answer(parent, gang, observed, read_back(old), now=now, kubectl_image=kubectl_image)
+    answer = _answer(parent, gang, observed, read_back(old), master_pods, now=now, kubectl_image=kubectl_image)
     warnings = old.warnings()
     if warnings:
         answer["status"][WARNINGS_FIELD] = warnings
@@ -95,8 +97,8 @@ def read_back(old: OldStatus) -> JSON:
     return status
 
 
-def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old_status: JSON, *,
-            now: datetime, kubectl_image: str) -> SyncResponse:
+def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old_status: JSON,
+            master_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str) -> SyncResponse:
     """The answer from the parsed parts of a request and the status read back."""
     try:
         job = parse_chainerjob(parent)
@@ -105,7 +107,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         message = invalid_spec_message(PARENT_KIND, parent, err.problems)
         kept = [(key, name, obj) for key, objs in observed.items() for name, obj in objs.items()]
         if kept or any(isinstance(c, Mapping) and c.get("type") == "Created" for c in old_status.get("conditions") or []):
-            return _keep_children(parent, observed, old_status, kept, message, now)
+            return _keep_children(parent, observed, old_status, kept, message, master_pods, now)
         return {"status": validation_failed_status(old_status, message, now), "children": []}
     if failed_validation(old_status):
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
@@ -116,7 +118,8 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     # the end must not be created again because a stale read shows the status of before the end.
     observed_outcome = observed[CONFIG_MAP_KEY].get(outcome_name(job.name))
     recorded = read_record(observed_outcome)
-    record = master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
+    record = master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None,
+                           job_name=job.name, master_pods=master_pods, main_container=job.master.main_container)
     done = finished(record) is not None
     statefulsets = observed[STATEFULSET_KEY]
     ready = {name: _ready_replicas(statefulsets.get(names.worker_set(job.name, name))) for name in job.worker_sets}
@@ -151,7 +154,8 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
 
 
 def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_status: JSON,
-                   kept: list[tuple[str, str, Mapping[str, Any]]], message: str, now: datetime) -> SyncResponse:
+                   kept: list[tuple[str, str, Mapping[str, Any]]], message: str, master_pods: Mapping[str, Any],
+                   now: datetime) -> SyncResponse:
     """An invalid edit: every child kept as last applied, but a master that finishes meanwhile still
     ends the job (outcome recorded, workers scaled to 0, PodGroup gone), so no worker holds its
     node, and its GPUs, until someone repairs the spec."""
@@ -160,8 +164,10 @@ def _keep_children(parent: JSON, observed: dict[str, Mapping[str, Any]], old_sta
     # As on a valid sync, a master deleted after the end is read from the outcome record, which a
     # stale status cannot undo.
     recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
+    # The spec cannot be read, so neither can the master's container name (None: the pods tell).
     record = master_record(observed[JOB_KEY].get(names.master(name)), old_status,
-                           recorded=recorded.data if recorded is not None else None)
+                           recorded=recorded.data if recorded is not None else None,
+                           job_name=name, master_pods=master_pods, main_container=None)
     outcome = finished(record)
     if outcome is None:
         return answer

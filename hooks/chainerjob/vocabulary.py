@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 KIND = "ChainerJob"
+PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 
 # Condition reasons of the hook's own conditions: the kind's name and an event.
 CREATED = f"{KIND}Created"

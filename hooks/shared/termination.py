@@ -68,3 +68,14 @@ def end_message(status: Mapping[str, Any], state: Any) -> str | None:
     if disrupted is not None and first_line(disrupted.get("message"), MAX_MESSAGE):
         return first_line(disrupted.get("message"), MAX_MESSAGE)
     return first_line(status.get("message"), MAX_MESSAGE) or terminated(state, "message", MAX_MESSAGE)
+
+
+# The framework container's default terminationMessagePolicy, where the user set none: the tail of
+# its log becomes the termination message when it fails without writing one, so the job's status
+# can still say why after the pod is gone.
+LOG_FALLBACK = "FallbackToLogsOnError"
+
+
+def with_log_fallback(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a container with terminationMessagePolicy LOG_FALLBACK unless the user chose one."""
+    return {**container, "terminationMessagePolicy": container.get("terminationMessagePolicy") or LOG_FALLBACK}
