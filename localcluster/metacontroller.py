@@ -9,7 +9,9 @@ grouped and sorted by group, version and kind, in no defined order within a kind
 throttled like client-go's (5 requests/s, burst 10); Go's three-way merge of apply.go, duplicate
 list keys included; status replaced wholesale plus observedGeneration, written over a fresh read;
 retries after 5 ms·2ⁿ capped at 1,000 s; `resyncPeriodSeconds` as a periodic tick over every
-parent; `resyncAfterSeconds` enqueued before the answer is applied. Stale reads, as from real
+parent; `resyncAfterSeconds` enqueued before the answer is applied; the customize hook asked once
+per parent generation, its related objects sent in `related`, and a change of one syncing its
+parent at once. Stale reads, as from real
 informer caches, are a mode (`stale`): the hook sees a parent one status write behind its
 children, or children one sync behind the parent. On top it watches for hot loops, which real
 Metacontroller does not: a job whose status or children never settle is reported and no longer
