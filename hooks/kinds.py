@@ -13,12 +13,13 @@ from typing import Any
 
 from hooks.chainerjob import vocabulary as chainerjob_vocabulary
 from hooks.chainerjob.children import KUBECTL_IMAGE
+from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob import vocabulary as mxjob_vocabulary
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.mxjob.sync import sync_mxjob
-from hooks.shared.k8s import SyncResponse
+from hooks.shared.k8s import JSON, SyncResponse
 
 # A kind's pure sync: `sync(request, *, now, **settings)`, the request, the time and the kind's
 # settings (below) as keyword arguments in, the answer out.
@@ -39,6 +40,10 @@ class Kind:
     # The fields of observed children its core reads (see hooks.server.wire): the shell decodes
     # only these. None: every field.
     observed_fields: Mapping[str, Any] | None = None
+    # Its CompositeController's customize hook, if it has one: `customize(request)` answers
+    # `{"relatedResources": [...]}`, the objects each sync request then carries in `related`.
+    customize: Callable[[Mapping[str, Any]], JSON] | None = None
+    customize_routes: tuple[str, ...] = ()
 
     def settings_from(self, environ: Mapping[str, str]) -> dict[str, str]:
         """This kind's settings from an environment (the shell passes its own), defaults filled in."""
@@ -59,6 +64,9 @@ CHAINERJOB = Kind(
     sync=sync_chainerjob,
     settings={"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE)},
     observed_fields=CHAINERJOB_OBSERVED_FIELDS,
+    # The master Job's pods are not its children: the customize hook relates them (hooks.chainerjob.related).
+    customize=customize_chainerjob,
+    customize_routes=("/chainerjob/customize",),
 )
 
 KINDS: tuple[Kind, ...] = (MXJOB, CHAINERJOB)

@@ -31,9 +31,11 @@ EXIT_OK, EXIT_CANNOT_START, EXIT_NOT_RUNNING = 0, 6, 1
 
 
 def controller_manifest(config: ControllerConfig, hooks_url: str) -> dict[str, Any]:
-    """The shipped CompositeController with its sync hook pointed at the local hooks server."""
+    """The shipped CompositeController with its sync (and customize) hook pointed at the local hooks server."""
     manifest = copy.deepcopy(config.raw)
     manifest["spec"]["hooks"]["sync"]["webhook"]["url"] = hooks_url.rstrip("/") + config.hook_path
+    if config.customize_path is not None:
+        manifest["spec"]["hooks"]["customize"]["webhook"]["url"] = hooks_url.rstrip("/") + config.customize_path
     return manifest
 
 

@@ -46,6 +46,9 @@ class ControllerConfig:
     hook_path: str
     hook_timeout_seconds: float = 10.0
     resync_period_seconds: float | None = None
+    # The customize hook's path (spec.hooks.customize), when the controller has one: its answer
+    # names the related objects each sync request carries (docs/chainerjob.md).
+    customize_path: str | None = None
     source: str = "built-in default"
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -118,10 +121,8 @@ def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerCon
             raise ValueError(f"{source}: update strategy {method!r} is not emulated (rolling updates are out of scope)")
         rules.append(ChildRule(apiVersion=child["apiVersion"], resource=child["resource"], kind=kind, updateStrategy=method))
     sync = spec.get("hooks", {}).get("sync", {}).get("webhook", {})
-    if "url" in sync:
-        path = urlsplit(sync["url"]).path or "/"
-    else:
-        path = sync.get("path") or "/"
+    path = _webhook_path(sync)
+    customize = (spec.get("hooks", {}).get("customize") or {}).get("webhook")
     timeout = sync.get("timeout")
     return ControllerConfig(
         name=cc.get("metadata", {}).get("name", "composite-controller"),
@@ -132,9 +133,17 @@ def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerCon
         hook_path=path,
         hook_timeout_seconds=_duration_seconds(timeout) if timeout else 10.0,
         resync_period_seconds=spec.get("resyncPeriodSeconds"),
+        customize_path=_webhook_path(customize) if customize else None,
         source=source,
         raw=cc,
     )
+
+
+def _webhook_path(webhook: dict[str, Any]) -> str:
+    """The path a webhook is called at (the stand-in calls the local hooks server there)."""
+    if "url" in webhook:
+        return urlsplit(webhook["url"]).path or "/"
+    return webhook.get("path") or "/"
 
 
 def _duration_seconds(value: str | float) -> float:

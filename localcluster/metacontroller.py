@@ -9,7 +9,9 @@ grouped and sorted by group, version and kind, in no defined order within a kind
 throttled like client-go's (5 requests/s, burst 10); Go's three-way merge of apply.go, duplicate
 list keys included; status replaced wholesale plus observedGeneration, written over a fresh read;
 retries after 5 ms·2ⁿ capped at 1,000 s; `resyncPeriodSeconds` as a periodic tick over every
-parent; `resyncAfterSeconds` enqueued before the answer is applied. Stale reads, as from real
+parent; `resyncAfterSeconds` enqueued before the answer is applied; the customize hook asked once
+per parent generation, its related objects sent in `related`, and a change of one syncing its
+parent at once. Stale reads, as from real
 informer caches, are a mode (`stale`): the hook sees a parent one status write behind its
 children, or children one sync behind the parent. On top it watches for hot loops, which real
 Metacontroller does not: a job whose status or children never settle is reported and no longer
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
-from .config import ControllerConfig
+from .config import KNOWN_KINDS, ControllerConfig
 from .delayqueue import DelayQueue
 from .store import ADDED, DELETED, Key, ObjectStore, StoreError, controller_reference, controller_uid, json_copy, key_of
 from .types import ChildRule, KubeObject, SyncRequest
@@ -78,6 +80,28 @@ class _ParentState:
     stale_pending: bool = False
     children_seen: dict[str, dict[str, KubeObject]] | None = None  # stale="children": the previous sync's view
     syncs: int = 0  # completed syncs, for tests that count what a resync costs
+    # The customize hook's last answer and the parent generation it was asked for (Metacontroller
+    # keeps one per parent uid and generation: a status change does not ask again).
+    related_rules: tuple[int, list[RelatedRule]] | None = None
+
+
+@dataclass(frozen=True)
+class RelatedRule:
+    """One entry of a customize answer's relatedResources, as the emulation selects with it."""
+
+    api_version: str
+    kind: str
+    match_labels: dict[str, str] | None  # None: no label selector (every object)
+    names: tuple[str, ...] = ()
+
+    def matches(self, obj: KubeObject, namespace: str) -> bool:
+        """Whether an object is one this rule relates to a parent in `namespace` (hook version v1)."""
+        meta = obj.get("metadata", {})
+        if (obj.get("apiVersion"), obj.get("kind")) != (self.api_version, self.kind) or meta.get("namespace") != namespace:
+            return False
+        if self.names:
+            return meta.get("name") in self.names
+        return self.match_labels is None or selector_matches(meta.get("labels"), self.match_labels)
 
 
 def selector_matches(labels: dict[str, str] | None, selector: dict[str, str]) -> bool:
@@ -212,8 +236,11 @@ class Emulation:
         throttle: ClientThrottle | None = None,
         stale: Stale | None = None,
         order_seed: int | None = None,
+        customize: Callable[[dict[str, Any]], Any] | None = None,
     ):
         self.store, self.config, self.hook = store, config, hook
+        # The customize hook, called only when the controller declares one (config.customize_path).
+        self.customize = customize if config.customize_path else None
         self.throttle = throttle
         self.stale = stale
         self._random = random.Random(order_seed)
@@ -320,9 +347,61 @@ class Emulation:
         except StoreError as err:
             raise SyncError(f"claiming {obj['kind']} {obj['metadata']['name']}: {err}") from err
 
-    def build_request(self, parent: KubeObject, children: dict[str, dict[str, KubeObject]]) -> SyncRequest:
+    def build_request(self, parent: KubeObject, children: dict[str, dict[str, KubeObject]],
+                      related: dict[str, dict[str, KubeObject]] | None = None) -> SyncRequest:
         """The sync hook request body (hook version v1)."""
-        return SyncRequest(controller=copy.deepcopy(self.config.raw), parent=parent, children=children, related={}, finalizing=False)
+        return SyncRequest(controller=copy.deepcopy(self.config.raw), parent=parent, children=children,
+                           related=related if related is not None else {}, finalizing=False)
+
+    # --- related objects (the customize hook) ----------------------------------------------------
+
+    def related_rules(self, parent: KubeObject) -> list[RelatedRule]:
+        """The customize hook's rules for a parent, asked once per generation (customize/manager.go
+        caches the answer by parent uid and generation); a failed call or a bad answer fails the sync."""
+        if self.customize is None:
+            return []
+        state = self._states[parent["metadata"]["uid"]]
+        generation = parent["metadata"].get("generation", 0)
+        if state.related_rules is not None and state.related_rules[0] == generation:
+            return state.related_rules[1]
+        answer = self.customize({"controller": copy.deepcopy(self.config.raw), "parent": copy.deepcopy(parent)})
+        if not isinstance(answer, dict):
+            raise SyncError(f"customize hook answer is a JSON {type(answer).__name__}, not an object")
+        rules = [self._related_rule(rule, parent["metadata"]["namespace"]) for rule in answer.get("relatedResources") or []]
+        state.related_rules = (generation, rules)
+        return rules
+
+    @staticmethod
+    def _related_rule(rule: Any, namespace: str) -> RelatedRule:
+        """One relatedResources entry; what the emulation cannot select with fails the sync, as an
+        invalid rule does in Metacontroller (determineSelectionType)."""
+        if not isinstance(rule, dict):
+            raise SyncError(f"customize hook answer: a related rule is not an object: {str(rule)[:200]}")
+        kind = KNOWN_KINDS.get((rule.get("apiVersion", ""), rule.get("resource", "")))
+        if kind is None:
+            raise SyncError(f"customize hook answer: related {rule.get('apiVersion')}/{rule.get('resource')} is not emulated")
+        selector, names = rule.get("labelSelector"), tuple(rule.get("names") or ())
+        if names and selector is not None:
+            raise SyncError("customize hook answer: a related rule cannot have both names and labelSelector")
+        if rule.get("namespace") not in (None, "", namespace):
+            # Hook version v1: a namespaced parent's related objects live in its own namespace.
+            raise SyncError(f"customize hook answer: related namespace {rule['namespace']} differs from the parent's {namespace}")
+        if rule.get("namespaceSelector") is not None or (selector or {}).get("matchExpressions"):
+            raise SyncError("customize hook answer: namespaceSelector and matchExpressions are not emulated")
+        labels = None if selector is None else dict(selector.get("matchLabels") or {})
+        return RelatedRule(rule["apiVersion"], kind, labels, names)
+
+    def related_objects(self, parent: KubeObject) -> dict[str, dict[str, KubeObject]]:
+        """The request's `related` map: per rule, its type's key (`Pod.v1`, present even when nothing
+        matches), then each matching object in the parent's namespace by name."""
+        namespace = parent["metadata"]["namespace"]
+        related: dict[str, dict[str, KubeObject]] = {}
+        for rule in self.related_rules(parent):
+            group = related.setdefault(f"{rule.kind}.{rule.api_version}", {})
+            for obj in self.store.list_shared(rule.api_version, rule.kind, namespace):
+                if rule.matches(obj, namespace):
+                    group[obj["metadata"]["name"]] = json_copy(obj)
+        return related
 
     def _desired(self, parent: KubeObject, answer: dict[str, Any]) -> dict[Key, tuple[ChildRule, KubeObject]]:
         """Normalised desired children by key; a bad one fails the whole sync before any change."""
@@ -374,9 +453,11 @@ class Emulation:
             # The child informers lag: this sync sees (and applies against) the previous sync's view.
             observed_by_rule = state.children_seen if state.children_seen is not None else fresh
             state.children_seen = fresh
+        related = self.related_objects(parent)
         # A hook that serialises the request (over HTTP) cannot change it: no copy needed.
         request = self.build_request(copy.deepcopy(parent),
-                                     observed_by_rule if self.hook_serialises else copy.deepcopy(observed_by_rule))
+                                     observed_by_rule if self.hook_serialises else copy.deepcopy(observed_by_rule),
+                                     related)
         answer = self.hook(request)
         if not isinstance(answer, dict):
             raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
@@ -523,7 +604,7 @@ class MetacontrollerStandIn(Emulation):
         hot_loop_syncs: int = 25,
         hot_loop_window: float = 10.0,
     ):
-        super().__init__(store, config, self.call_hook, throttle=throttle, stale=stale)
+        super().__init__(store, config, self.call_hook, throttle=throttle, stale=stale, customize=self.call_customize)
         self.hook_base_url = hook_base_url.rstrip("/")
         # A faster clock for tests: every delay of Metacontroller's own (retries, resync ticks) divided by it.
         self.backoff, self.time_scale = backoff, time_scale
@@ -564,6 +645,10 @@ class MetacontrollerStandIn(Emulation):
                 return
             self.enqueue(self.track(obj))
             return
+        # A related object changed: every parent whose rules select it is synced at once
+        # (customize/manager.go: onRelatedAdd/Update/Delete enqueue without delay).
+        for uid in self._related_parents(obj):
+            self.enqueue(uid)
         if self.config.rule_for(obj.get("apiVersion", ""), obj.get("kind", "")) is None:
             return
         owner = controller_uid(obj)
@@ -574,6 +659,13 @@ class MetacontrollerStandIn(Emulation):
         for uid in owners:
             if uid in self._states:
                 self.enqueue(uid)
+
+    def _related_parents(self, obj: KubeObject) -> list[str]:
+        """The tracked parents whose last customize answer selects this object."""
+        namespace = obj.get("metadata", {}).get("namespace")
+        return [uid for uid, state in list(self._states.items())
+                if state.related_rules is not None and state.key[0] == namespace
+                and any(rule.matches(obj, state.key[0]) for rule in state.related_rules[1])]
 
     def enqueue(self, uid: str, delay: float = 0.0) -> None:
         """Sync a parent after `delay` seconds (the earliest request wins)."""
@@ -634,8 +726,15 @@ class MetacontrollerStandIn(Emulation):
     # --- the hook over HTTP ----------------------------------------------------------------------
 
     def call_hook(self, request: SyncRequest) -> dict[str, Any]:
-        """POST the request; any non-200, timeout or malformed body is a SyncError."""
-        url = urlsplit(self.hook_base_url + self.config.hook_path)
+        """POST the sync request; any non-200, timeout or malformed body is a SyncError."""
+        return self._post(self.config.hook_path, request, "sync")
+
+    def call_customize(self, request: dict[str, Any]) -> dict[str, Any]:
+        """POST the customize request ({controller, parent}); failures as for the sync hook."""
+        return self._post(self.config.customize_path or "/", request, "customize")
+
+    def _post(self, path: str, request: Any, hook: str) -> dict[str, Any]:
+        url = urlsplit(self.hook_base_url + path)
         body = json.dumps(request).encode()
         conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self.config.hook_timeout_seconds)
         start = time.monotonic()
@@ -644,20 +743,21 @@ class MetacontrollerStandIn(Emulation):
             response = conn.getresponse()
             payload = response.read()
         except (OSError, http.client.HTTPException) as err:
-            raise SyncError(f"sync hook call failed: {err.__class__.__name__}: {err}") from err
+            raise SyncError(f"{hook} hook call failed: {err.__class__.__name__}: {err}") from err
         finally:
             conn.close()
-            # What Metacontroller's hook timeout counts: the exchange, not the encoding around it.
-            self.hook_seconds.append(time.monotonic() - start)
+            if hook == "sync":
+                # What Metacontroller's hook timeout counts: the exchange, not the encoding around it.
+                self.hook_seconds.append(time.monotonic() - start)
         if response.status != 200:
             snippet = payload[:300].decode(errors="replace")
-            raise SyncError(f"sync hook answered HTTP {response.status}: {snippet}")
+            raise SyncError(f"{hook} hook answered HTTP {response.status}: {snippet}")
         try:
             answer = json.loads(payload)
         except ValueError as err:
-            raise SyncError(f"sync hook answer is not JSON: {err}") from err
+            raise SyncError(f"{hook} hook answer is not JSON: {err}") from err
         if not isinstance(answer, dict):
-            raise SyncError(f"sync hook answer is a JSON {type(answer).__name__}, not an object")
+            raise SyncError(f"{hook} hook answer is a JSON {type(answer).__name__}, not an object")
         return answer
 
 

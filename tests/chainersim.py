@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from mcsim import MANIFESTS, T0, Stepped, with_podgroups
 
+from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import CHILD_KEYS, JOB_KEY, SERVICE_ACCOUNT_KEY, STATEFULSET_KEY, sync_chainerjob
 from hooks.shared.conditions import rfc3339
 from localcluster.metacontroller import Stale
@@ -63,7 +64,8 @@ class ChainerSim(Stepped):
 
     def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None, *,
                  stale: Stale | None = None, **settings: str):
-        super().__init__(parent, sync_chainerjob, CONTROLLER, now=now, controller=controller, stale=stale, settings=settings)
+        super().__init__(parent, sync_chainerjob, CONTROLLER, now=now, controller=controller, stale=stale, settings=settings,
+                         customize=customize_chainerjob)
 
     def label(self, obj: Any) -> str:
         return key_of(obj)
@@ -116,6 +118,30 @@ class ChainerSim(Stepped):
             status["ready"] = 0
             status["terminating"] = 0
         self.write_status(*_split(JOB_KEY), name, status)
+
+    def master_pod(self, name: str, *, phase: str, exit_code: int | None = None, reason: str | None = None,
+                   message: str | None = None, pod_reason: str | None = None, finished_at: str | None = None,
+                   container: str = "chainer") -> None:
+        """The Job controller's pod of the master Job (owned by the Job, not by the ChainerJob: only
+        the customize hook relates it), created if new, with the kubelet's status of it."""
+        job = self.children[JOB_KEY][f"{self.name}-master"]
+        if self.store.get("v1", "Pod", self.namespace, name) is None:
+            template = job["spec"]["template"]
+            self.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": self.namespace,
+                "labels": {**template["metadata"]["labels"], "batch.kubernetes.io/job-name": job["metadata"]["name"]},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+                                     "uid": job["metadata"]["uid"], "controller": True}]},
+                "spec": template["spec"]})
+        state: dict = {"running": {}}
+        if exit_code is not None:
+            terminated = {"exitCode": exit_code, "finishedAt": finished_at or rfc3339(self.now)}
+            terminated.update({k: v for k, v in (("reason", reason), ("message", message)) if v is not None})
+            state = {"terminated": terminated}
+        status: dict = {"phase": phase, "containerStatuses": [{"name": container, "restartCount": 0, "state": state}]}
+        if pod_reason is not None:
+            status["reason"] = pod_reason
+        self.store.update_status("v1", "Pod", self.namespace, name, status)
 
     def delete(self, key: str, name: str) -> None:
         """Someone deletes a child (kubectl delete, garbage collection)."""

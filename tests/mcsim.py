@@ -62,7 +62,8 @@ class Stepped:
     """One parent in a store, synced by the emulation one step at a time; the hook runs in-process."""
 
     def __init__(self, parent: Any, hook: Callable[..., Any], default_controller: Path, *, now: datetime,
-                 controller: dict | None, stale: Stale | None, settings: dict[str, Any]):
+                 controller: dict | None, stale: Stale | None, settings: dict[str, Any],
+                 customize: Callable[[Any], Any] | None = None):
         raw = copy.deepcopy(controller) if controller else yaml.safe_load(default_controller.read_text())
         self.controller = raw
         self.config = parse_composite_controller(raw, "scenario")
@@ -72,13 +73,16 @@ class Stepped:
         self.last: dict = {}
         self.settings = settings
         self._hook = hook
+        self._customize = customize  # the kind's customize hook, called when the controller declares one
+        self.customize_calls = 0
         self._answer: Any = None
         self.created: list[str] = []
         self.deleted: list[str] = []
         self.store.watch(self._record)
         self.namespace, self.name = parent["metadata"]["namespace"], parent["metadata"]["name"]
         self.uid = self.store.create(copy.deepcopy(parent), restore=True)["metadata"]["uid"]
-        self.emulation = Emulation(self.store, self.config, self._call, stale=stale, order_seed=0)
+        self.emulation = Emulation(self.store, self.config, self._call, stale=stale, order_seed=0,
+                                   customize=self._call_customize)
         self.emulation.track(self.parent)
 
     def use_controller(self, controller: dict) -> None:
@@ -86,7 +90,8 @@ class Stepped:
         controller for a parent restarts with the new spec, the emulation is rebuilt over the same store."""
         self.controller = copy.deepcopy(controller)
         self.config = parse_composite_controller(self.controller, "scenario")
-        self.emulation = Emulation(self.store, self.config, self._call, stale=self.emulation.stale, order_seed=0)
+        self.emulation = Emulation(self.store, self.config, self._call, stale=self.emulation.stale, order_seed=0,
+                                   customize=self._call_customize)
         self.emulation.track(self.parent)
 
     def _record(self, event: str, obj: Any) -> None:
@@ -107,12 +112,19 @@ class Stepped:
         self.last = answer
         return answer
 
+    def _call_customize(self, request: Any) -> Any:
+        if self._customize is None:
+            raise AssertionError("the controller declares a customize hook, but the scenario has none")
+        self.customize_calls += 1
+        return self._customize(request)
+
     # --- Metacontroller ------------------------------------------------------------------------
 
     def request(self) -> dict:
         """The sync request the emulation would send now."""
         parent: Any = self.parent
-        return dict(self.emulation.build_request(parent, self.emulation.claim_children(parent)))
+        return dict(self.emulation.build_request(parent, self.emulation.claim_children(parent),
+                                                 self.emulation.related_objects(parent)))
 
     def sync(self) -> dict:
         """Call the hook and apply its answer."""

@@ -266,3 +266,91 @@ def test_the_cli_takes_metacontrollers_client_rate_and_the_stale_read_mode(capsy
     with pytest.raises(SystemExit):
         cli_parser().parse_args(["run", "job.yaml", "--client-qps", "0"])
     assert "--client-qps: must be a number above 0" in capsys.readouterr().err
+
+
+# --- related objects (the customize hook) --------------------------------------------------------------
+
+
+def _settled(count: Any, quiet: float = 0.5, timeout: float = 5.0) -> int:
+    """A count once it has not changed for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return int(last)
+    raise AssertionError("the count never settled")
+
+
+class _RelatingHook:
+    """Customize and sync hooks over HTTP: customize relates the pods labelled role=master; sync
+    records the related pods each request carried and answers no children."""
+
+    def __init__(self) -> None:
+        self.customize_calls = 0
+        self.related: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self.path.endswith("/customize"):
+                    hook.customize_calls += 1
+                    answer: dict = {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
+                                                          "labelSelector": {"matchLabels": {"role": "master"}}}]}
+                else:
+                    hook.related.append(request["related"])
+                    answer = {"status": {}, "children": []}
+                body = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_change_of_a_related_pod_syncs_its_parent_at_once_with_the_pod_in_related():
+    hook = _RelatingHook()
+    store = Store()
+    job = chainerjob()
+    store.create(cast(KubeObject, job), restore=True)
+    config = load_controller_config(parent_kind="ChainerJob")
+    assert config.customize_path == "/chainerjob/customize"
+    controller = MetacontrollerStandIn(store, config, hook.url)
+    controller.start()
+    try:
+        _wait(lambda: len(hook.related) >= 1, timeout=5.0)
+        assert hook.related[0] == {"Pod.v1": {}}  # the rule's type is there even when nothing matches
+        seen = _settled(lambda: len(hook.related))  # the first status write brings one more sync
+
+        def pod(name: str, labels: dict, namespace: str = "ns") -> KubeObject:
+            return cast(KubeObject, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": namespace, "labels": labels}, "spec": {"containers": [{"name": "c"}]}})
+
+        store.create(pod("unrelated", {"role": "worker"}))
+        store.create(pod("elsewhere", {"role": "master"}, namespace="other"))
+        time.sleep(0.3)
+        assert len(hook.related) == seen  # neither is this parent's
+        store.create(pod("chj-master-x", {"role": "master"}))
+        _wait(lambda: len(hook.related) > seen, timeout=5.0)
+        assert list(hook.related[-1]["Pod.v1"]) == ["chj-master-x"]
+        seen = len(hook.related)
+        store.update_status("v1", "Pod", "ns", "chj-master-x", {"phase": "Failed"})
+        _wait(lambda: len(hook.related) > seen and hook.related[-1]["Pod.v1"]["chj-master-x"].get("status"), timeout=5.0)
+        assert hook.related[-1]["Pod.v1"]["chj-master-x"]["status"] == {"phase": "Failed"}
+        seen = len(hook.related)
+        store.remove("v1", "Pod", "ns", "chj-master-x")
+        _wait(lambda: len(hook.related) > seen and hook.related[-1] == {"Pod.v1": {}}, timeout=5.0)
+        assert hook.customize_calls == 1  # one answer per parent generation, as Metacontroller caches it
+    finally:
+        controller.stop()
+        hook.server.shutdown()

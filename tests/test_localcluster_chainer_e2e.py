@@ -4,6 +4,7 @@ from images), real ChainerMN over real OpenMPI through the operator's rsh agent 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import signal
@@ -184,3 +185,57 @@ def test_kubectl_get_pod_reads_the_stores_copy_with_jsonpath_json_and_name(clust
     assert started in lines
     assert "seen Running" in lines and "Pod" in lines and "pod/seen" in lines
     assert 'Error from server (NotFound): pods "absent" not found' in lines and "absent=1" in lines
+
+
+@pytest.fixture
+def real_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """The local cluster over the real control plane (etcd, kube-apiserver, kube-controller-manager):
+    the master Job and its pods are the real Job controller's."""
+    with LocalCluster(tmp_path / "state", backend="kubernetes", restart_backoff=(0.2, 1.0)) as c:
+        yield c
+
+
+def first_line(text: str) -> str:
+    line = next(part.strip() for part in text.splitlines() if part.strip())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+@pytest.mark.apiserver
+@pytest.mark.chainer
+def test_a_master_script_error_fails_the_job_saying_its_exit_code_and_message_after_the_pods_are_gone(real_cluster):
+    job = example("script-error")
+    name = job["metadata"]["name"]
+    master = job["spec"]["master"]
+    master["backoffLimit"] = 0
+    command = master["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--min-accuracy") + 1] = "not-a-number"  # argparse refuses it in every rank
+    real_cluster.submit(job)
+    done = real_cluster.wait_finished(name, timeout=240)
+    assert finished(done) == "Failed", done.get("status")
+    (pod,) = [p for p in real_cluster.pods(name) if p["metadata"]["name"].startswith(f"{name}-master-")]
+    # The operator's default: the tail of mpiexec's log is the termination message.
+    (spec,) = [c for c in pod["spec"]["containers"] if c["name"] == "chainer"]
+    assert spec["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    (state,) = [cs["state"]["terminated"] for cs in pod["status"]["containerStatuses"] if cs["name"] == "chainer"]
+    assert state["exitCode"] != 0 and "not-a-number" in state["message"], state
+    said = (f"the master pod {pod['metadata']['name']} ended with exit code {state['exitCode']}, "
+            f"reason {state['reason']}: {first_line(state['message'])!r}")
+    failed = condition(done, "Failed")
+    assert failed is not None and failed["message"].endswith(said), failed
+    assert failed["reason"] == "BackoffLimitExceeded"
+    (record,) = [c for c in real_cluster.children_of(name, "v1", "ConfigMap") if c["metadata"]["name"] == f"{name}-outcome"]
+    assert json.loads(record["data"]["record"])["masterFailure"]["exitCode"] == state["exitCode"]
+    # The master Job and its pod go (a user's cleanup, a TTL), and the job is synced again (an
+    # annotation edit: a parent event), and the status still says the same.
+    real_cluster.store.delete("batch/v1", "Job", "default", f"{name}-master")
+    real_cluster.delete_pod(pod["metadata"]["name"])
+    real_cluster.wait_for(lambda: not [p for p in real_cluster.pods(name) if "master" in p["metadata"]["name"]]
+                          and not real_cluster.children_of(name, "batch/v1", "Job"), 60, what="master Job and pod gone")
+    controller = real_cluster.controller_for(done)
+    assert controller is not None
+    syncs = controller.syncs(done["metadata"]["uid"])
+    real_cluster.update_job(name, lambda j: j["metadata"].setdefault("annotations", {}).update(touched="1"))
+    real_cluster.wait_for(lambda: controller.syncs(done["metadata"]["uid"]) > syncs, 30, what="a sync after the deletions")
+    after = real_cluster.get_job(name)
+    assert condition(after, "Failed") == failed
+    assert finished(after) == "Failed"

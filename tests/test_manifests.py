@@ -215,6 +215,17 @@ def test_sync_webhook_points_at_the_hooks_service(controller, path):
     assert [p["port"] for p in service["spec"]["ports"]] == [int(port or 80)]
 
 
+def test_the_chainerjob_customize_hook_points_at_a_route_the_hooks_serve():
+    from hooks.kinds import CHAINERJOB
+
+    webhook = the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["customize"]["webhook"]
+    assert webhook["timeout"] == "10s"
+    url = urlsplit(webhook["url"])
+    assert url.netloc == urlsplit(the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["sync"]
+                                  ["webhook"]["url"]).netloc
+    assert url.path in CHAINERJOB.customize_routes
+
+
 def test_service_reaches_the_http_port_of_the_hooks_pods():
     objects = install()
     service = the(objects, "Service", HOOKS_NAME)
@@ -344,6 +355,19 @@ def test_metacontroller_may_manage_every_parent_and_child_of_each_controller(con
         child_group = child["apiVersion"].rpartition("/")[0]
         missing += [(child_group, child["resource"], v) for v in CHILD_VERBS
                     if not allows(rules, child_group, child["resource"], v)]
+    assert missing == []
+
+
+def test_metacontroller_may_list_and_watch_what_the_customize_hook_relates():
+    # Metacontroller reads related objects through informers of its own, so it needs list and watch.
+    from hooks.chainerjob.related import customize_chainerjob
+
+    parent = {"apiVersion": "kubeflow.org/v1alpha1", "kind": "ChainerJob", "metadata": {"name": "j", "namespace": "n"}}
+    rules = metacontroller_rules()
+    related = customize_chainerjob({"parent": parent})["relatedResources"]
+    assert related
+    missing = [(r["apiVersion"], r["resource"], v) for r in related for v in ("list", "watch")
+               if not allows(rules, r["apiVersion"].rpartition("/")[0], r["resource"], v)]
     assert missing == []
 
 

@@ -12,6 +12,7 @@ from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
+from hooks.shared.termination import with_log_fallback
 from hooks.shared.validation import MAX_INT32
 
 # The default kubectl image (the hooks setting CHAINERJOB_KUBECTL_IMAGE overrides it): Kubernetes'
@@ -101,6 +102,7 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     pod_spec = pod_template_spec(ws.template.get("spec") or {})
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
+    _log_fallback(pod_spec, ws.main_container)
     template_meta = _template_meta(ws.template, labels)
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=ws.name, priority_class=None)
@@ -140,6 +142,7 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
             "command": ["cp", KUBECTL_IN_IMAGE, f"{names.KUBECTL_DIR}/kubectl"],
             "volumeMounts": [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}],
         })
+    _log_fallback(pod_spec, job.master.main_container)
     spec: JSON = {"parallelism": 1, "completions": 1}
     if job.master.backoff_limit is not None:
         spec["backoffLimit"] = job.master.backoff_limit
@@ -193,6 +196,12 @@ def _assets_volume(job: ChainerJob) -> JSON:
 
 def _assets_mount() -> JSON:
     return {"name": ASSETS_VOLUME, "mountPath": names.ASSETS_DIR, "readOnly": True}
+
+
+def _log_fallback(pod_spec: JSON, main: str) -> None:
+    """The main container's log tail is its termination message when it fails without writing one,
+    so a Failed job still says why after its pods are gone (the user's own policy is kept)."""
+    pod_spec["containers"] = [with_log_fallback(c) if c.get("name") == main else c for c in pod_spec["containers"]]
 
 
 def _decorate_containers(pod_spec: JSON, mounts: list[JSON]) -> None:

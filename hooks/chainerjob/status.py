@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob.decision import Decision
+from hooks.chainerjob.related import FAILURE_KEY, failure_words, master_failure, recorded_failure
 from hooks.chainerjob.spec import ChainerJob
 from hooks.chainerjob.vocabulary import (
     CREATED,
@@ -40,12 +41,18 @@ JOB_STATUS_FIELDS = ("startTime", "completionTime", "active", "succeeded", "fail
 
 
 def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str, Any], *,
-                  recorded: Mapping[str, Any] | None = None) -> JSON:
+                  recorded: Mapping[str, Any] | None = None, job_name: str = "",
+                  master_pods: Mapping[str, Any] | None = None, main_container: str | None = None) -> JSON:
     """The master Job's part of the status: from the observed Job, else as last recorded if it had finished.
 
     A master deleted after it finished is gone for good (it is not re-created), so its record is
     the job's outcome: the outcome record child (`recorded`) when observed, which a stale status
     cannot undo, else the old status (a job that finished before such records existed).
+
+    A Failed master also says what its newest failed pod showed (hooks.chainerjob.related): the
+    Failed condition's message ends with it, and the record keeps it under `masterFailure` (which
+    the status leaves out). Once an outcome record is observed, only what it kept is said, so the
+    message stays the same after the pods are gone.
     """
     if master_job is not None:
         source = master_job.get("status") or {}
@@ -62,6 +69,18 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
         return {"conditions": []}
     record: JSON = {"conditions": conditions}
     record.update({k: source[k] for k in JOB_STATUS_FIELDS if k in source and _reads_back(k, source[k])})
+    failed = next((c for c in conditions if c["type"] == "Failed" and c.get("status") == "True"), None)
+    if failed is None:
+        return record
+    if recorded is not None:
+        failure = recorded_failure(recorded)
+    else:
+        failure = master_failure(master_pods or {}, job_name, main_container) if master_job is not None else None
+    if failure is not None:
+        record[FAILURE_KEY] = failure
+        if master_job is not None:  # a recorded or old Failed condition says it already
+            said = failed.get("message")
+            failed["message"] = f"{said}; {failure_words(failure)}" if said else failure_words(failure)
     return record
 
 
@@ -160,7 +179,7 @@ def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], n
     """Our conditions and the master Job's, in state order, then the Job's other fields."""
     both = Conditions([*own.conditions.ordered(STATE_ORDER), *master_status["conditions"]], now)
     status: JSON = {"conditions": both.ordered(STATE_ORDER)}
-    status.update({k: v for k, v in master_status.items() if k != "conditions"})
+    status.update({k: master_status[k] for k in JOB_STATUS_FIELDS if k in master_status})
     return status
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from hooks.chainerjob import children, names
 from hooks.chainerjob.decision import Decision, decide, ready_workers
+from hooks.chainerjob.related import read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import failed_validation, finished, finished_while_invalid, master_record, status_for
-from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER
+from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, SERVICE_KEY, SyncResponse
@@ -23,7 +24,6 @@ from hooks.shared.memory import outcome_child, outcome_name, read_record
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
-PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 PARENT_KIND = KIND
 
 SERVICE_ACCOUNT_KEY = "ServiceAccount.v1"
@@ -60,8 +60,10 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
     observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
+    # The master Job's pods, from the customize hook's related objects (hooks.chainerjob.related).
+    master_pods = read_related_pods(request)
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
-    answer = _answer(parent, gang, observed, old, now=now, kubectl_image=kubectl_image)
+    answer = _answer(parent, gang, observed, old, master_pods, now=now, kubectl_image=kubectl_image)
     warnings = old.warnings()
     if warnings:
         answer["status"][WARNINGS_FIELD] = warnings
@@ -91,15 +93,15 @@ def read_back(old: OldStatus) -> JSON:
     return status
 
 
-def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old: OldStatus, *,
-            now: datetime, kubectl_image: str) -> SyncResponse:
+def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old: OldStatus,
+            master_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str) -> SyncResponse:
     """The answer from the parsed parts of a request and the last status: decide, build, status."""
     old_status = read_back(old)
     try:
         job = parse_chainerjob(parent)
         podgroup = children.podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
-        return _invalid_spec(parent, observed, old, old_status, err, now)
+        return _invalid_spec(parent, observed, old, old_status, err, master_pods, now)
     if failed_validation(old_status):
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
@@ -107,7 +109,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     master_job = observed[JOB_KEY].get(names.master(job.name))
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
-    master_status = _master_status(master_job, observed, job.name, old_status)
+    master_status = _master_status(master_job, observed, job.name, old_status, master_pods, job.master.main_container)
     ready = ready_workers(job, observed[STATEFULSET_KEY])
     decision = decide(job, outcome=finished(master_status), master_observed=master_job is not None, ready=ready,
                       statefulsets=observed[STATEFULSET_KEY], podgroup=podgroup,
@@ -118,15 +120,16 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
-                   old_status: JSON) -> JSON:
+                   old_status: JSON, master_pods: Mapping[str, Any], main_container: str | None) -> JSON:
     """The master Job's part of the status: the observed Job's, else the outcome record's, else the
     old status's (hooks.chainerjob.status.master_record)."""
     recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
-    return master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None)
+    return master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None,
+                         job_name=name, master_pods=master_pods, main_container=main_container)
 
 
 def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: OldStatus, old_status: JSON,
-                  err: SpecError, now: datetime) -> SyncResponse:
+                  err: SpecError, master_pods: Mapping[str, Any], now: datetime) -> SyncResponse:
     """A spec the hook cannot act on (hooks.shared.answers): a new job is refused, an edit keeps
     every child; `old_status` is what the hook reads back of `old`."""
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
@@ -138,7 +141,9 @@ def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: Old
     name = parent["metadata"]["name"]
     # As on a valid sync, a master deleted after the end is read from the outcome record, which a
     # stale status cannot undo.
-    master_status = _master_status(observed[JOB_KEY].get(names.master(name)), observed, name, old_status)
+    # The spec cannot be read, so neither can the master's container name (None: the pods tell).
+    master_status = _master_status(observed[JOB_KEY].get(names.master(name)), observed, name, old_status,
+                                   master_pods, None)
     outcome = finished(master_status)
     if outcome is None:
         return keep_children(kept_status(old, old_status, read_back_fields=READ_BACK_FIELDS), kept, message)

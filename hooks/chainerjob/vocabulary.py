@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 KIND = "ChainerJob"
+PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 
 # The master Job's conditions that end the job, as a Job controller writes them (newer Jobs also
 # say SuccessCriteriaMet or FailureTarget first, which are not copied).

@@ -18,6 +18,7 @@ from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, ReplicaSpec, SpecError, main
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
+from hooks.shared.termination import with_log_fallback
 
 
 def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
@@ -60,9 +61,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             container["env"] = merge_env(operator_env, container.get("env"))
             if container["name"] == MAIN_CONTAINER:
                 container["ports"] = [dict(p) for p in ports]
-                # The last lines of the log become the termination message when the process fails
-                # without writing one, so the job's status can say why after the pod is gone.
-                container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+                container.update(with_log_fallback(container))
         metadata: JSON = {
             "name": child_name(job.name, spec.type, index),
             "namespace": job.namespace,

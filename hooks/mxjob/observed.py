@@ -7,6 +7,7 @@ from typing import Any
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_message, end_reason, exit_code, terminated
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class PodView:
     attempt: int = 0  # how many times the operator had recreated this pod's slot when it created it
     finished_at: str | None = None  # when the mxnet container terminated (state.terminated.finishedAt)
     job_attempt: int = 0  # the job attempt the pod was created for (its job-attempt label)
-    reason: str | None = None  # why it ended: the pod's reason (Evicted, ...) or the container's (OOMKilled, Error)
-    message: str | None = None  # the first line of the termination message (or the pod's message), bounded
+    # Why it ended: the DisruptionTarget condition's reason (PreemptionByScheduler, ...), else the
+    # pod's (Evicted, ...), else the container's (OOMKilled, Error); hooks.shared.termination.
+    reason: str | None = None
+    message: str | None = None  # the first line of that condition's, the pod's or the termination message, bounded
     last_reason: str | None = None  # the container's previous run's reason and message, after an in-place restart
     last_message: str | None = None
 
@@ -69,35 +72,17 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase=str(status.get("phase") or "Pending"),
             terminating=bool(meta.get("deletionTimestamp")),
-            exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
-            last_exit_code=_exit_code(main.get("lastState")),
+            exit_code=exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
+            last_exit_code=exit_code(main.get("lastState")),
             attempt=_attempt((meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL)),
             finished_at=_finished_at(main.get("state")),
             job_attempt=_attempt((meta.get("labels") or {}).get(JOB_ATTEMPT_LABEL)),
-            reason=_text(status.get("reason"), 64) or _terminated(main.get("state"), "reason", 64),
-            message=_text(status.get("message"), MAX_MESSAGE) or _terminated(main.get("state"), "message", MAX_MESSAGE),
-            last_reason=_terminated(main.get("lastState"), "reason", 64),
-            last_message=_terminated(main.get("lastState"), "message", MAX_MESSAGE),
+            reason=end_reason(status, main.get("state")),
+            message=end_message(status, main.get("state")),
+            last_reason=terminated(main.get("lastState"), "reason", MAX_REASON),
+            last_message=terminated(main.get("lastState"), "message", MAX_MESSAGE),
         )
     return views
-
-
-MAX_MESSAGE = 200  # characters of a termination message a condition quotes
-
-
-def _text(value: Any, limit: int) -> str | None:
-    """The first non-empty line of a text, at most `limit` characters (an ellipsis says it was cut)."""
-    if not isinstance(value, str):
-        return None
-    line = next((part.strip() for part in value.splitlines() if part.strip()), "")
-    if not line:
-        return None
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _terminated(state: Any, key: str, limit: int) -> str | None:
-    terminated = state.get("terminated") if isinstance(state, Mapping) else None
-    return _text(terminated.get(key), limit) if isinstance(terminated, Mapping) else None
 
 
 def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -105,12 +90,6 @@ def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(cs, Mapping) and cs.get("name") == MAIN_CONTAINER:
             return cs
     return {}
-
-
-def _exit_code(state: Any) -> int | None:
-    terminated = state.get("terminated") if isinstance(state, Mapping) else None
-    code = terminated.get("exitCode") if isinstance(terminated, Mapping) else None
-    return code if isinstance(code, int) else None
 
 
 def _finished_at(state: Any) -> str | None:

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +66,18 @@ class SyncAnswer:
     error: BaseException | None = None
 
 
+def _add_hook_routes(app: Flask, table: Mapping[str, Kind], sync_view: Callable[[str], Response],
+                     customize_view: Callable[[str], Response]) -> None:
+    """One POST route per sync route and per customize route of each kind; the view gets the kind's name."""
+    for name, kind in table.items():
+        for route in kind.routes:
+            app.add_url_rule(route, endpoint=f"sync:{route}", view_func=sync_view,
+                             methods=["POST"], defaults={"kind": name})
+        for route in kind.customize_routes:
+            app.add_url_rule(route, endpoint=f"customize:{route}", view_func=customize_view,
+                             methods=["POST"], defaults={"kind": name})
+
+
 def create_app(config: Mapping[str, Any] | None = None, *, kinds: Iterable[Kind] = KINDS) -> Flask:
     """The hooks server's Flask app (the tutorial's factory), serving one sync route per route of `kinds`."""
     table = _kinds_by_name(kinds)
@@ -110,10 +122,18 @@ def create_app(config: Mapping[str, Any] | None = None, *, kinds: Iterable[Kind]
         _log_sync(answer.fields, answer.error)
         return Response(answer.body, status=answer.status, mimetype=_JSON)
 
-    for name, kind in table.items():
-        for route in kind.routes:
-            app.add_url_rule(route, endpoint=f"sync:{route}", view_func=sync_view,
-                             methods=["POST"], defaults={"kind": name})
+    full_decoder = RequestDecoder(None)
+
+    def customize_view(kind: str) -> Response:
+        """Metacontroller's customize hook for one job kind: which related objects its syncs get.
+        Not a sync: it is logged (as `customize`) but not counted in the sync metrics."""
+        started = time.perf_counter()
+        answer = _answer_customize(table[kind], full_decoder, app.config["MAX_CONTENT_LENGTH"])
+        answer.fields.update(status=answer.status, duration_ms=round((time.perf_counter() - started) * 1000, 3))
+        _log_sync(answer.fields, answer.error, hook="customize")
+        return Response(answer.body, status=answer.status, mimetype=_JSON)
+
+    _add_hook_routes(app, table, sync_view, customize_view)
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -146,7 +166,7 @@ def _kinds_by_name(kinds: Iterable[Kind]) -> dict[str, Kind]:
     for kind in kinds:
         if kind.name in table:
             raise ValueError(f"two job kinds named {kind.name!r} in the kinds table")
-        for route in kind.routes:
+        for route in (*kind.routes, *kind.customize_routes):
             if route in routes:
                 raise ValueError(f"route {route!r} is served by both {routes[route]} and {kind.name}")
             routes[route] = kind.name
@@ -186,6 +206,39 @@ def _answer_sync(kind: Kind, decoder: RequestDecoder, limit: int | None, setting
     except (TypeError, ValueError) as exc:  # not JSON-serialisable, or NaN/Infinity
         return _internal_error(fields, exc)
     fields.update(outcome="ok", children=len(answer["children"]))
+    return SyncAnswer(200, payload, fields)
+
+
+def _answer_customize(kind: Kind, decoder: RequestDecoder, limit: int | None) -> SyncAnswer:
+    """The answer to the current customize request; errors as for a sync (a non-200 makes
+    Metacontroller retry the parent's sync, so a bug must never answer 200 with no rules)."""
+    fields: dict[str, Any] = {"kind": kind.name, "hook": "customize"}
+    if not request.is_json:
+        return _bad_request(fields, f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
+    try:
+        body = decoder.decode(read_body(request.environ, limit))
+    except MalformedRequest as exc:
+        if exc.status == 413:
+            fields.update(outcome="too_large", error=f"request body larger than {limit} bytes")
+            return SyncAnswer(413, _dumps({"error": str(exc)}), fields)
+        return _bad_request(fields, str(exc), exc.status)
+    fields.update(_job_identity(body))
+    assert kind.customize is not None  # only kinds with a customize hook get the route
+    try:
+        answer = kind.customize(body)
+    except InvalidRequest as exc:
+        return _bad_request(fields, str(exc))
+    except Exception as exc:  # a bug in the core
+        return _internal_error(fields, exc)
+    rules = answer.get("relatedResources") if isinstance(answer, dict) else None
+    if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
+        return _internal_error(fields, RuntimeError(
+            f"the {kind.name} customize hook returned an unusable answer: 'relatedResources' is not a list of objects"))
+    try:
+        payload = _dumps(answer)
+    except (TypeError, ValueError) as exc:
+        return _internal_error(fields, exc)
+    fields.update(outcome="ok", related_rules=len(rules))
     return SyncAnswer(200, payload, fields)
 
 
@@ -238,12 +291,12 @@ def _job_identity(body: Mapping[str, Any]) -> dict[str, Any]:
     return identity
 
 
-def _log_sync(fields: dict[str, Any], exc: BaseException | None) -> None:
-    """The one log line of a sync request (with the traceback inside it when there is one)."""
+def _log_sync(fields: dict[str, Any], exc: BaseException | None, *, hook: str = "sync") -> None:
+    """The one log line of a hook request (with the traceback inside it when there is one)."""
     level = {"ok": logging.INFO, "error": logging.ERROR}.get(fields["outcome"], logging.WARNING)
     if exc is not None:
         fields["traceback"] = "".join(traceback.format_exception(exc))
-    log.log(level, "sync %s", fields["outcome"], extra={"fields": fields})
+    log.log(level, "%s %s", hook, fields["outcome"], extra={"fields": fields})
 
 
 def _dumps(value: object) -> bytes:

@@ -128,7 +128,14 @@ COMPOSITE_CONTROLLER_SCHEMA = {
                             "additionalProperties": False,
                             "required": ["webhook"],
                             "properties": {"webhook": _WEBHOOK},
-                        }
+                        },
+                        # Metacontroller's customize hook (hook version v1, the default).
+                        "customize": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["webhook"],
+                            "properties": {"webhook": _WEBHOOK, "version": {"enum": ["v1"]}},
+                        },
                     },
                 },
                 "generateSelector": {"type": "boolean"},

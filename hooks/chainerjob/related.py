@@ -1,0 +1,130 @@
+"""The master's pods, which are not the ChainerJob's children, and what the newest failed one showed.
+
+The master is a batch/v1 Job; its pods belong to that Job, so the ChainerJob's sync request never
+lists them among its children, and the Job's own status carries no exit code. Metacontroller's
+`customize` hook is the way to see them: its answer names, per parent, the objects the sync hook
+also wants, and Metacontroller sends them in the sync request's `related` map, keyed like
+`children` (`Pod.v1`, then the pod's name), and syncs the parent again when one of them changes
+(docs/chainerjob.md, "The master's pods").
+
+`customize_chainerjob` answers the customize hook: the pods with the master's operator labels, in
+the job's namespace. It depends on the parent's name alone, as Metacontroller requires (it keeps
+one answer per parent uid and generation). `master_failure` reads the newest failed master pod:
+its exit code, reason and the first line of its message, bounded (hooks.shared.termination).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hooks.chainerjob import names
+from hooks.chainerjob.spec import DEFAULT_CONTAINER
+from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
+from hooks.shared.errors import InvalidRequest
+from hooks.shared.k8s import JSON, POD_KEY
+from hooks.shared.request import read_parent
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_message, end_reason, exit_code, first_line
+
+FAILURE_KEY = "masterFailure"  # the outcome record's key for what the master pod showed
+
+
+def customize_chainerjob(request: Mapping[str, Any]) -> JSON:
+    """The customize hook's answer: the master Job's pods, by the operator labels of its template.
+
+    No namespace in the rule: with hook version v1 Metacontroller looks for a namespaced parent's
+    related objects in the parent's namespace only.
+    """
+    parent = read_parent(request, api_version=PARENT_API_VERSION, kind=KIND)
+    name = parent["metadata"]["name"]
+    return {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
+                                  "labelSelector": {"matchLabels": names.master_labels(name)}}]}
+
+
+def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The related pods of a sync request by name; none when there is no `related` (no customize hook)."""
+    related = request.get("related")
+    if related is None:
+        return {}
+    if not isinstance(related, Mapping):
+        raise InvalidRequest("related: must be an object (kind -> name -> object)")
+    pods = related.get(POD_KEY)
+    if pods is None:
+        return {}
+    if not isinstance(pods, Mapping):
+        raise InvalidRequest(f"related.{POD_KEY}: must be an object (name -> Pod)")
+    return pods
+
+
+def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str | None) -> JSON | None:
+    """What the newest failed master pod showed: `{pod, exitCode, reason, message}` (each only when
+    known), or None when no failed master pod is observed. Newest: the latest finish of its main
+    container, then the latest creation, then the name, so the same pods always give the same answer.
+    `main_container` None (the spec cannot be read): `chainer`, else the pod's first container."""
+    wanted = names.master_labels(job_name)
+    found: list[tuple[tuple[str, str, str], JSON]] = []
+    for name, pod in pods.items():
+        if not isinstance(pod, Mapping) or not isinstance(name, str):
+            continue
+        meta, status, spec = _object(pod.get("metadata")), _object(pod.get("status")), _object(pod.get("spec"))
+        labels = _object(meta.get("labels"))
+        if any(labels.get(k) != v for k, v in wanted.items()) or status.get("phase") != "Failed":
+            continue
+        state = _container_state(status, main_container or _default_container(spec))
+        failure: JSON = {"pod": name}
+        code = exit_code(state)
+        if code is not None:
+            failure["exitCode"] = code
+        reason, message = end_reason(status, state), end_message(status, state)
+        if reason:
+            failure["reason"] = reason
+        if message:
+            failure["message"] = message
+        terminated = state.get("terminated") if isinstance(state, Mapping) else None
+        finished = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
+        created = meta.get("creationTimestamp")
+        found.append(((finished if isinstance(finished, str) else "", created if isinstance(created, str) else "",
+                       name), failure))
+    return max(found, key=lambda item: item[0])[1] if found else None
+
+
+def recorded_failure(record: Mapping[str, Any]) -> JSON | None:
+    """The failure an outcome record kept, only in the shape master_failure writes it."""
+    value = record.get(FAILURE_KEY)
+    if not isinstance(value, Mapping) or not isinstance(value.get("pod"), str) or not value["pod"]:
+        return None
+    failure: JSON = {"pod": value["pod"]}
+    code = value.get("exitCode")
+    if isinstance(code, int) and not isinstance(code, bool):
+        failure["exitCode"] = code
+    for key, limit in (("reason", MAX_REASON), ("message", MAX_MESSAGE)):
+        text = first_line(value.get(key), limit)
+        if text is not None:
+            failure[key] = text
+    return failure
+
+
+def failure_words(failure: Mapping[str, Any]) -> str:
+    """How a Failed condition says it: `the master pod P ended with exit code 1, reason Error: 'text'`."""
+    code = failure.get("exitCode")
+    text = f"the master pod {failure['pod']} ended with " + (f"exit code {code}" if code is not None else "no exit code")
+    if failure.get("reason"):
+        text += f", reason {failure['reason']}"
+    if failure.get("message"):
+        text += f": {failure['message']!r}"
+    return text
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _default_container(spec: Mapping[str, Any]) -> str | None:
+    listed = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    return DEFAULT_CONTAINER if DEFAULT_CONTAINER in listed else next(iter(listed), None)
+
+
+def _container_state(status: Mapping[str, Any], main_container: str | None) -> Any:
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, Mapping) and cs.get("name") == main_container:
+            return cs.get("state")
+    return None
