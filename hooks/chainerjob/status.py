@@ -138,7 +138,8 @@ class _OwnConditions:
 
     def __init__(self, old_status: Mapping[str, Any], now: datetime):
         self.conditions = Conditions([c for c in old_status.get("conditions") or []
-                                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+                                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now,
+                                     state_order=STATE_ORDER)
 
     def set(self, ctype: OwnCondition, reason: str, message: str) -> None:
         """Set the condition True."""
@@ -158,8 +159,8 @@ def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], out
 
 def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], now: datetime) -> JSON:
     """Our conditions and the master Job's, in state order, then the Job's other fields."""
-    both = Conditions([*own.conditions.ordered(STATE_ORDER), *master_status["conditions"]], now)
-    status: JSON = {"conditions": both.ordered(STATE_ORDER)}
+    both = Conditions([*own.conditions.ordered(), *master_status["conditions"]], now, state_order=STATE_ORDER)
+    status: JSON = {"conditions": both.ordered()}
     status.update({k: v for k, v in master_status.items() if k != "conditions"})
     return status
 

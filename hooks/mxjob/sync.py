@@ -13,13 +13,15 @@ from typing import Any, NamedTuple, TypeGuard
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_builder
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
-from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
+from hooks.mxjob.lifecycle import Plan, decide
 from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
+from hooks.mxjob.observation import Memory
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
+from hooks.mxjob.outcome import read_outcome, recorded_status
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
-from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
+from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND, STATE_ORDER, TERMINAL
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
-from hooks.shared.conditions import STATE_ORDER, Conditions, rfc3339
+from hooks.shared.conditions import Conditions, rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import (
@@ -110,7 +112,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     # holding its queue's share, and a suspended job has no pods to group.
     if job.run_policy.suspend or _finished(plan.status, now):
         podgroup = None
-    pod_names = plan.pods
+    pod_names = list(plan.pods)
     if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
         pod_names = [n for n in plan.pods if n in observed.pods]
         if len(pod_names) < len(plan.pods):
@@ -241,7 +243,7 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
 
 
 def _finished(status: Mapping[str, Any], now: datetime) -> bool:
-    return Conditions(status.get("conditions"), now).terminal() is not None
+    return Conditions(status.get("conditions"), now, state_order=STATE_ORDER).terminal(TERMINAL) is not None
 
 
 def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, now: datetime) -> None:
@@ -250,7 +252,7 @@ def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, no
     Set against the last status, so its times move only when the message really changes and the
     status stays a fixed point while the job waits; the lifecycle sets it back once pods come.
     """
-    conds = Conditions(OldStatus(old_status).conditions(), now)
+    conds = Conditions(OldStatus(old_status, condition_types=STATE_ORDER).conditions(), now, state_order=STATE_ORDER)
     conds.set("Created", True, CREATED, podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
     created = conds.get("Created")
     status["conditions"] = [created if c.get("type") == "Created" else c for c in status["conditions"]]
@@ -259,7 +261,7 @@ def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, no
 def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,
                   err: SpecError, now: datetime) -> SyncResponse:
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
-    old = OldStatus(old_status)
+    old = OldStatus(old_status, condition_types=STATE_ORDER)
     start_time = old.time("startTime")
     if not (observed.any() or start_time):
         status = refuse_new(old.conditions(), message, now, reason=FAILED_VALIDATION, state_order=STATE_ORDER)

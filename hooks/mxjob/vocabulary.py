@@ -4,7 +4,16 @@ Every other module of the kind uses these constants, so a rename is one edit and
 """
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 KIND = "MXJob"
+
+# The condition types, highest first: the first of these that is True is the job's state (the
+# State column of `kubectl get mxj`).
+ConditionType = Literal["Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created"]
+STATE_ORDER: tuple[ConditionType, ...] = get_args(ConditionType)
+Outcome = Literal["Succeeded", "Failed"]
+TERMINAL: tuple[Outcome, ...] = get_args(Outcome)
 
 SCHEDULER = "Scheduler"
 SERVER = "Server"
@@ -17,15 +26,17 @@ TUNE_TYPES = (TUNER_TRACKER, TUNER_SERVER, TUNER)
 REPLICA_TYPES = (*TRAIN_TYPES, *TUNE_TYPES)
 
 # Condition reasons: the kind's name and an event, as the Kubeflow training operator spells them.
-CREATED = f"{KIND}Created"
-RUNNING = f"{KIND}Running"
-RESTARTING = f"{KIND}Restarting"
-STALLED = f"{KIND}Stalled"  # Running, but a restarted pod will never be re-admitted (failurePolicy RestartPod)
-SUSPENDED = f"{KIND}Suspended"
-RESUMED = f"{KIND}Resumed"
-SUCCEEDED = f"{KIND}Succeeded"
-FAILED = f"{KIND}Failed"
-FAILED_VALIDATION = f"{KIND}FailedValidation"
+Reason = Literal["MXJobCreated", "MXJobRunning", "MXJobRestarting", "MXJobStalled", "MXJobSuspended",
+                 "MXJobResumed", "MXJobSucceeded", "MXJobFailed", "MXJobFailedValidation"]
+CREATED: Reason = "MXJobCreated"
+RUNNING: Reason = "MXJobRunning"
+RESTARTING: Reason = "MXJobRestarting"
+STALLED: Reason = "MXJobStalled"  # Running, but a restarted pod will never be re-admitted (failurePolicy RestartPod)
+SUSPENDED: Reason = "MXJobSuspended"
+RESUMED: Reason = "MXJobResumed"
+SUCCEEDED: Reason = "MXJobSucceeded"
+FAILED: Reason = "MXJobFailed"
+FAILED_VALIDATION: Reason = "MXJobFailedValidation"
 
 
 def subject(key: str) -> str:
