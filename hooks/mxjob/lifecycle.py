@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.mxjob.attempts import attempt_cause, attempt_record, attempt_runs, deciding_pods_run, job_restart_message, stalled
-from hooks.mxjob.observation import NO_MEMORY, Memory, Observation, observe, others
+from hooks.mxjob.grace import SUCCESS_GRACE_SECONDS, failed_in_grace, still_running_in_grace, success_part
+from hooks.mxjob.observation import NO_MEMORY, Memory, Observation, observe
 from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.outcome import OUTCOME_FIELDS, read_outcome, recorded_status, status_fields
 from hooks.mxjob.replicas import final_counts, frozen_from, replica_counts
@@ -34,7 +35,6 @@ from hooks.mxjob.restarts import (
     exit_codes_note,
     fatal_message,
     in_job_order,
-    is_retryable,
     loss_cause,
     restart_message,
 )
@@ -49,7 +49,6 @@ from hooks.mxjob.vocabulary import (
     SUCCEEDED,
     SUSPENDED,
     TERMINAL,
-    WORKER,
     ConditionType,
     Outcome,
     Reason,
@@ -58,15 +57,7 @@ from hooks.mxjob.vocabulary import (
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import Record, attempt_record_name
-from hooks.shared.status import parse_time, plus_seconds
-
-# Exits by a signal (SIGINT, SIGKILL, SIGTERM): what a pod stopped at teardown shows. Within the
-# success grace they are not failures.
-TEARDOWN_EXIT_CODES = frozenset({130, 137, 143})
-# When the deciding pods succeed, the other pods still running get this long to end on their own
-# before the job is Succeeded and cleanPodPolicy stops the rest: ps-lite servers and workers leave
-# a moment after the scheduler, and one of them may still fail (mxnet-operator#38).
-SUCCESS_GRACE_SECONDS = 30
+from hooks.shared.status import plus_seconds
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,9 @@ class Plan:
     services: tuple[str, ...] = ()
     resync_after: float | None = None
     finished: bool = False  # the job has succeeded or failed: it never gets a new pod
-    podgroup: bool = False  # the job's PodGroup (under gang scheduling) is wanted: active, not suspended
+    # The job's PodGroup (under gang scheduling) is wanted while the job may still get pods: a
+    # finished job's would keep holding its queue's share, and a suspended job has no pods to group.
+    podgroup: bool = False
     attempts: Mapping[str, int] = field(default_factory=dict)  # restart-attempt label of a pod, when not 0
     job_attempt: int = 0  # the job attempt new pods are created for (MXJOB_ATTEMPT, job-attempt label)
     restart_records: Mapping[str, JSON] = field(default_factory=dict)  # new restart records: name -> data
@@ -331,44 +324,6 @@ def active_deadline(obs: Observation) -> datetime | None:
     if seconds is None:
         return None
     return plus_seconds(parse_rfc3339(started_at(obs)), seconds)
-
-
-def success_part(job: MXJob) -> str:
-    """What decided the success, as a clause."""
-    rtype = job.deciding_type
-    n = job.replicas[rtype].replicas
-    return f"all {n} {WORKER} replicas succeeded" if rtype == WORKER else f"{rtype} 0 succeeded"
-
-
-def failed_in_grace(obs: Observation) -> list[PodView]:
-    """Pods other than the deciding ones that ended with a code their policy treats as a
-    failure (a signal exit at teardown is none; neither is an eviction)."""
-    late = []
-    for pod in others(obs):
-        policy = obs.job.replicas[pod.rtype].restart_policy
-        code = pod.exit_code
-        if pod.phase != "Failed" or code is None or code in TEARDOWN_EXIT_CODES:
-            continue
-        if policy == "Never" or (policy == "ExitCode" and not is_retryable(code)):
-            late.append(pod)
-    return late
-
-
-def still_running_in_grace(obs: Observation) -> tuple[list[PodView], float | None]:
-    """The other pods still running, and the seconds left of the grace (None when it is over).
-
-    The grace counts from when the last deciding pod ended (its container's finishedAt, read
-    from the pod, so a stale status cannot restart it); without that time there is none.
-    """
-    deciding = set(obs.job.deciding_slots())
-    ends = [parse_time(p.finished_at) for p in obs.pods.values()
-            if (p.rtype, p.index) in deciding and p.phase == "Succeeded"]
-    known = [e for e in ends if e is not None]
-    waiting = [p for p in others(obs) if p.active]
-    if not known:
-        return waiting, None
-    left = (max(known) + timedelta(seconds=SUCCESS_GRACE_SECONDS) - obs.now).total_seconds()
-    return waiting, (left if left > 0 else None)
 
 
 # --- output ------------------------------------------------------------------------------------

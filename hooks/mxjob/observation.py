@@ -15,7 +15,6 @@ from hooks.mxjob.replicas import completed_before
 from hooks.mxjob.restarts import (
     Failures,
     classify_failures,
-    in_job_order,
     merge_history,
     no_failures,
     read_history,
@@ -120,8 +119,3 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         failures=failures,
         restart_total=restart_total(failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts))
 
-
-def others(obs: Observation) -> list[PodView]:
-    """The pods that do not decide the job's success, and are not on their way out, in job order."""
-    deciding = set(obs.job.deciding_slots())
-    return [p for p in in_job_order(obs.job, obs.pods.values()) if (p.rtype, p.index) not in deciding and not p.terminating]

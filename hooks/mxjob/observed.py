@@ -1,12 +1,34 @@
-"""What the core reads from observed pods: a small, flat view of each pod of the job."""
+"""What the core reads from observed children: each child rule's objects, and a small, flat view of each pod."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
+from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
+
+
+class Observed(NamedTuple):
+    """The observed children of one MXJob, by child rule, each keyed by name."""
+
+    pods: Mapping[str, Any]
+    services: Mapping[str, Any]
+    config_maps: Mapping[str, Any]
+    podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
+    podgroup_key: str = ""  # the PodGroup child rule's key when gang scheduling is on
+
+    def any(self) -> bool:
+        """Whether the job has any child at all."""
+        return bool(self.pods or self.services or self.config_maps or self.podgroups)
+
+    def by_key(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Each child rule's key ("<Kind>.<apiVersion>") with its observed children."""
+        groups = [(POD_KEY, self.pods), (SERVICE_KEY, self.services), (CONFIG_MAP_KEY, self.config_maps)]
+        if self.podgroup_key:
+            groups.append((self.podgroup_key, self.podgroups))
+        return groups
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ DEFAULT_PORT = 9091
 TUNER_KEY_ANNOTATION = "tuner-server-key"
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
-MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see sync.size_problems)
+MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see layout.size_problems)
 MAX_SECONDS = MAX_INT32  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
 MAX_BACKOFF_LIMIT = MAX_INT32  # as the status counters it is compared with
 MAX_PROBLEMS = 20  # a message listing more helps no one and makes status huge
