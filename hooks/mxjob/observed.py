@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
-from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
+from hooks.mxjob.spec import MXJob
+from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
 
 

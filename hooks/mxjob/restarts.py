@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
-from hooks.mxjob.spec import FAIL_JOB, RESTART_JOB, RESTART_POD, FailureRule, MXJob
+from hooks.mxjob.runpolicy import FAIL_JOB, RESTART_JOB, RESTART_POD, FailureRule
+from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import SCHEDULER, subject
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, restart_record_name
