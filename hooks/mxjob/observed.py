@@ -3,12 +3,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
+from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
+
+# A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
+# reads as Unknown, which the lifecycle treats like any phase it does not act on.
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+POD_PHASES: tuple[PodPhase, ...] = get_args(PodPhase)
 
 
 class Observed(NamedTuple):
@@ -40,7 +46,7 @@ class PodView:
     rtype: str
     index: int
     uid: str
-    phase: str
+    phase: PodPhase
     terminating: bool
     exit_code: int | None
     restarts: int
@@ -90,7 +96,7 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
         main = _main_container_status(status)
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
-            phase=str(status.get("phase") or "Pending"),
+            phase=_phase(status.get("phase")),
             terminating=bool(meta.get("deletionTimestamp")),
             exit_code=_exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
             last_exit_code=_exit_code(main.get("lastState")),
@@ -147,6 +153,13 @@ def _attempt(value: Any) -> int:
     if isinstance(value, str) and value.isdigit() and len(value) <= 9:
         return int(value)
     return 0
+
+
+def _phase(value: Any) -> PodPhase:
+    """status.phase; a pod without one has not been scheduled yet: Pending."""
+    if not value:
+        return "Pending"
+    return one_of(value, POD_PHASES) or "Unknown"
 
 
 def _int(value: Any) -> int:

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
-from hooks.mxjob.runpolicy import FAIL_JOB, RESTART_JOB, RESTART_POD, FailureRule
+from hooks.mxjob.runpolicy import FailureRule
 from hooks.mxjob.spec import MXJob
-from hooks.mxjob.vocabulary import SCHEDULER, subject
+from hooks.mxjob.vocabulary import FAIL_JOB, RESTART_JOB, RESTART_POD, SCHEDULER, FailureAction, subject
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, restart_record_name
 from hooks.shared.status import OldStatus, is_counter
@@ -62,7 +62,7 @@ def distributed(job: MXJob) -> bool:
     return job.job_mode == "MXTrain" and job.has(SCHEDULER)
 
 
-def failure_action(job: MXJob, rtype: str, exit_code: int | None, *, retried: bool) -> str:
+def failure_action(job: MXJob, rtype: str, exit_code: int | None, *, retried: bool) -> FailureAction:
     """What a lost pod does to the job: the first rule of runPolicy.failurePolicy that matches
     its replica type and exit code, else the default. `retried`: its restartPolicy retries it
     (OnFailure, Always, or ExitCode with a retryable code). By default a pod its policy does

@@ -9,12 +9,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.mxjob.vocabulary import REPLICA_TYPES
+from hooks.mxjob.vocabulary import (
+    CLEAN_POD_POLICIES,
+    FAILURE_ACTIONS,
+    REPLICA_TYPES,
+    CleanPodPolicy,
+    FailureAction,
+    choices,
+    one_of,
+)
 from hooks.shared.gang import SchedulingPolicy, parse_scheduling_policy
 from hooks.shared.messages import show
 from hooks.shared.validation import MAX_INT32, is_non_negative_int
 
-CLEAN_POD_POLICIES = ("All", "Running", "None")
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
 MAX_SECONDS = MAX_INT32  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
 MAX_BACKOFF_LIMIT = MAX_INT32  # as the status counters it is compared with
@@ -22,9 +29,6 @@ _RUN_POLICY_MAX = {"ttlSecondsAfterFinished": MAX_SECONDS, "activeDeadlineSecond
                    "backoffLimit": MAX_BACKOFF_LIMIT}
 _RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
 _RUN_POLICY_FIELDS = ("cleanPodPolicy", *_RUN_POLICY_INTS, "suspend", "schedulingPolicy")
-# runPolicy.failurePolicy (docs/lifecycle.md, "Restarts"): what a lost pod does to the job.
-RESTART_JOB, RESTART_POD, FAIL_JOB = "RestartJob", "RestartPod", "FailJob"
-FAILURE_ACTIONS = (RESTART_JOB, RESTART_POD, FAIL_JOB)
 MAX_FAILURE_RULES = 16
 MAX_RULE_EXIT_CODES = 32
 
@@ -33,7 +37,7 @@ MAX_RULE_EXIT_CODES = 32
 class FailureRule:
     """One rule of runPolicy.failurePolicy.rules: the action for a lost pod it matches."""
 
-    action: str
+    action: FailureAction
     replica_types: frozenset[str] | None = None  # None: every type
     exit_codes: frozenset[int] | None = None  # None: every code, and a pod lost without one
 
@@ -50,7 +54,7 @@ class FailurePolicy:
 class RunPolicy:
     """spec.runPolicy merged with the legacy inline fields, runPolicy winning."""
 
-    clean_pod_policy: str = "Running"
+    clean_pod_policy: CleanPodPolicy = "Running"
     ttl_seconds_after_finished: int | None = None
     active_deadline_seconds: int | None = None
     backoff_limit: int | None = None
@@ -74,9 +78,11 @@ def parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool
         elif key in spec and spec[key] is not None:
             merged[key], paths[key] = spec[key], f"spec.{key}"
 
-    clean = merged.get("cleanPodPolicy", "Running")
-    if clean not in CLEAN_POD_POLICIES:
-        problems.append(f"{paths['cleanPodPolicy']}: {show(clean)} is not one of All, Running, None")
+    raw_clean = merged.get("cleanPodPolicy", "Running")
+    clean = one_of(raw_clean, CLEAN_POD_POLICIES)
+    if clean is None:
+        problems.append(f"{paths['cleanPodPolicy']}: {show(raw_clean)} is not one of {choices(CLEAN_POD_POLICIES)}")
+        clean = "Running"
     ints: dict[str, int | None] = {}
     for key in _RUN_POLICY_INTS:
         value = merged.get(key)
@@ -129,9 +135,9 @@ def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
             continue
         # Every field of a rule is checked, so one answer names every problem of it.
         before = len(problems)
-        action = rule.get("action")
-        if action not in FAILURE_ACTIONS:
-            problems.append(f"{at}.action: {show(action)} is not one of {', '.join(FAILURE_ACTIONS)}")
+        action = one_of(rule.get("action"), FAILURE_ACTIONS)
+        if action is None:
+            problems.append(f"{at}.action: {show(rule.get('action'))} is not one of {choices(FAILURE_ACTIONS)}")
         types: frozenset[str] | None = None
         if rule.get("onReplicaTypes") is not None:
             value = rule["onReplicaTypes"]
@@ -146,9 +152,9 @@ def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
                 codes = frozenset(value)
             else:
                 problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")
-        if len(problems) > before:
+        if len(problems) > before or action is None:
             continue
-        rules.append(FailureRule(str(action), types, codes))
+        rules.append(FailureRule(action, types, codes))
     return FailurePolicy(tuple(rules), max_restarts)
 
 

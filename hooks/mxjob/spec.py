@@ -15,25 +15,29 @@ from hooks.mxjob.names import child_name
 from hooks.mxjob.runpolicy import RunPolicy, or_default, parse_run_policy
 from hooks.mxjob.template import check_template, tuner_key_of
 from hooks.mxjob.vocabulary import (
+    JOB_MODES,
     REPLICA_TYPES,
+    RESTART_POLICIES,
     SCHEDULER,
     SERVER,
+    SUCCESS_POLICIES,
     TRAIN_TYPES,
     TUNE_TYPES,
     TUNER,
     TUNER_SERVER,
     TUNER_TRACKER,
     WORKER,
+    JobMode,
+    RestartPolicy,
+    SuccessPolicy,
+    choices,
+    one_of,
 )
 from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import check_min_available
 from hooks.shared.identity import JobIdentity
 from hooks.shared.messages import show
 from hooks.shared.validation import DNS_1035_LABEL, is_non_negative_int
-
-JOB_MODES = ("MXTrain", "MXTune")
-RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
-SUCCESS_POLICIES = ("", "AllWorkers")
 
 # Kueue (v0.5-v0.10) queues a job carrying this label (or, deprecated, this annotation) and
 # reserves quota for the replica keys it finds spelt exactly as REPLICA_TYPES.
@@ -52,7 +56,7 @@ class ReplicaSpec:
 
     type: str
     replicas: int
-    restart_policy: str
+    restart_policy: RestartPolicy
     template: Mapping[str, Any]
     port: int
     tuner_key: str
@@ -68,8 +72,8 @@ class ReplicaSpec:
 class MXJob(JobIdentity):
     """A valid MXJob: identity plus the parsed spec."""
 
-    job_mode: str
-    success_policy: str
+    job_mode: JobMode
+    success_policy: SuccessPolicy
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
 
@@ -123,23 +127,25 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if not isinstance(spec, Mapping):
         raise SpecError(["spec: must be an object with mxReplicaSpecs; add a spec to the MXJob"])
 
-    job_mode = or_default(spec.get("jobMode"), "MXTrain")
-    if job_mode not in JOB_MODES:
-        problems.append(f"spec.jobMode: {show(job_mode)} is not one of {', '.join(JOB_MODES)}")
-    success_policy = or_default(spec.get("successPolicy"), "")
-    if success_policy not in SUCCESS_POLICIES:
-        problems.append(f"spec.successPolicy: {show(success_policy)} is not one of \"\", AllWorkers")
+    raw_mode = or_default(spec.get("jobMode"), "MXTrain")
+    job_mode = one_of(raw_mode, JOB_MODES)
+    if job_mode is None:
+        problems.append(f"spec.jobMode: {show(raw_mode)} is not one of {choices(JOB_MODES)}")
+    raw_success = or_default(spec.get("successPolicy"), "")
+    success_policy = one_of(raw_success, SUCCESS_POLICIES)
+    if success_policy is None:
+        problems.append(f"spec.successPolicy: {show(raw_success)} is not one of {choices(SUCCESS_POLICIES)}")
     run_policy = parse_run_policy(spec, problems, gang=gang)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
     _check_queued_keys(meta, replicas, problems)
-    if job_mode in JOB_MODES:
+    if job_mode is not None:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
     check_min_available(run_policy.scheduling, total_replicas(replicas), run_policy.scheduling_path,
                         problems)
     if len(problems) > MAX_PROBLEMS:
         problems = [*problems[:MAX_PROBLEMS], f"and {len(problems) - MAX_PROBLEMS} more problems"]
-    if problems:
+    if problems or job_mode is None or success_policy is None:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas)
@@ -198,10 +204,10 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
                         f"got {show(replicas)}")
         replicas = 0
     # Only an absent or null field takes the default: a falsy {} or "" is a mistake to report.
-    restart_policy = or_default(raw.get("restartPolicy"), "Never")
-    if restart_policy not in RESTART_POLICIES:
-        problems.append(f"{path}.restartPolicy: {show(restart_policy)} is not one of "
-                        f"{', '.join(RESTART_POLICIES)}")
+    raw_policy = or_default(raw.get("restartPolicy"), "Never")
+    restart_policy = one_of(raw_policy, RESTART_POLICIES)
+    if restart_policy is None:
+        problems.append(f"{path}.restartPolicy: {show(raw_policy)} is not one of {choices(RESTART_POLICIES)}")
         restart_policy = "Never"
     if raw.get("label") is not None and not isinstance(raw["label"], str):
         problems.append(f"{path}.label: must be a string (the TunerServer RPC key)")
@@ -213,7 +219,7 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
                        port=port, tuner_key=tuner_key, path=path)
 
 
-def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
+def _check_mode(job_mode: JobMode, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
     own, other = (TRAIN_TYPES, TUNE_TYPES) if job_mode == "MXTrain" else (TUNE_TYPES, TRAIN_TYPES)
     for rtype in replicas:
         if rtype in other:

@@ -1,10 +1,13 @@
-"""The MXJob's words, spelt once: the kind, its replica types, its condition reasons and its message subject.
+"""The MXJob's words, spelt once: the kind, its replica types, its closed sets of values, its
+condition reasons and its message subject.
 
-Every other module of the kind uses these constants, so a rename is one edit and a typo is a NameError.
+Every other module of the kind uses these constants, so a rename is one edit and a typo is a
+NameError. Each closed set (condition types, reasons, policies) is a Literal type with its values
+derived from it, so a misspelt value is a type error under `mypy --strict`.
 """
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 KIND = "MXJob"
 
@@ -14,6 +17,35 @@ ConditionType = Literal["Succeeded", "Failed", "Suspended", "Restarting", "Runni
 STATE_ORDER: tuple[ConditionType, ...] = get_args(ConditionType)
 Outcome = Literal["Succeeded", "Failed"]
 TERMINAL: tuple[Outcome, ...] = get_args(Outcome)
+
+# The spec's closed sets, each with its values in the order messages list them.
+JobMode = Literal["MXTrain", "MXTune"]
+JOB_MODES: tuple[JobMode, ...] = get_args(JobMode)
+SuccessPolicy = Literal["", "AllWorkers"]
+SUCCESS_POLICIES: tuple[SuccessPolicy, ...] = get_args(SuccessPolicy)
+RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
+RESTART_POLICIES: tuple[RestartPolicy, ...] = get_args(RestartPolicy)
+CleanPodPolicy = Literal["All", "Running", "None"]
+CLEAN_POD_POLICIES: tuple[CleanPodPolicy, ...] = get_args(CleanPodPolicy)
+# runPolicy.failurePolicy (docs/lifecycle.md, "Restarts"): what a lost pod does to the job.
+FailureAction = Literal["RestartJob", "RestartPod", "FailJob"]
+FAILURE_ACTIONS: tuple[FailureAction, ...] = get_args(FailureAction)
+RESTART_JOB: FailureAction = "RestartJob"
+RESTART_POD: FailureAction = "RestartPod"
+FAIL_JOB: FailureAction = "FailJob"
+
+V = TypeVar("V", bound=str)
+
+
+def one_of(value: Any, values: tuple[V, ...]) -> V | None:
+    """`value` as the member of a closed set it equals, typed as the set; None when it is none of them."""
+    return next((v for v in values if v == value), None)
+
+
+def choices(values: tuple[str, ...]) -> str:
+    """A closed set as a message lists it: `All, Running, None`; the empty value as `""`."""
+    return ", ".join(v or '""' for v in values)
+
 
 SCHEDULER = "Scheduler"
 SERVER = "Server"
