@@ -127,35 +127,39 @@ def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
     if not isinstance(raw_rules, list) or len(raw_rules) > MAX_FAILURE_RULES:
         problems.append(f"{path}.rules: must be a list of at most {MAX_FAILURE_RULES} rules")
         raw_rules = []
-    rules = []
-    for i, rule in enumerate(raw_rules):
-        at = f"{path}.rules[{i}]"
-        if not isinstance(rule, Mapping):
-            problems.append(f"{at}: must be an object")
-            continue
-        # Every field of a rule is checked, so one answer names every problem of it.
-        before = len(problems)
-        action = one_of(rule.get("action"), FAILURE_ACTIONS)
-        if action is None:
-            problems.append(f"{at}.action: {show(rule.get('action'))} is not one of {choices(FAILURE_ACTIONS)}")
-        types: frozenset[str] | None = None
-        if rule.get("onReplicaTypes") is not None:
-            value = rule["onReplicaTypes"]
-            if isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value):
-                types = frozenset(value)
-            else:
-                problems.append(f"{at}.onReplicaTypes: must be a non-empty list of {', '.join(REPLICA_TYPES)}")
-        codes: frozenset[int] | None = None
-        if rule.get("onExitCodes") is not None:
-            value = rule["onExitCodes"]
-            if isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES and all(is_non_negative_int(v, 255) for v in value):
-                codes = frozenset(value)
-            else:
-                problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")
-        if len(problems) > before or action is None:
-            continue
-        rules.append(FailureRule(action, types, codes))
-    return FailurePolicy(tuple(rules), max_restarts)
+    rules = [_parse_rule(f"{path}.rules[{i}]", rule, problems) for i, rule in enumerate(raw_rules)]
+    return FailurePolicy(tuple(rule for rule in rules if rule is not None), max_restarts)
+
+
+def _parse_rule(at: str, rule: Any, problems: list[str]) -> FailureRule | None:
+    """One rule of failurePolicy.rules, or None when it has a problem.
+
+    Every field of a rule is checked, so one answer names every problem of it.
+    """
+    if not isinstance(rule, Mapping):
+        problems.append(f"{at}: must be an object")
+        return None
+    before = len(problems)
+    action = one_of(rule.get("action"), FAILURE_ACTIONS)
+    if action is None:
+        problems.append(f"{at}.action: {show(rule.get('action'))} is not one of {choices(FAILURE_ACTIONS)}")
+    types: frozenset[str] | None = None
+    if rule.get("onReplicaTypes") is not None:
+        value = rule["onReplicaTypes"]
+        if isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value):
+            types = frozenset(value)
+        else:
+            problems.append(f"{at}.onReplicaTypes: must be a non-empty list of {', '.join(REPLICA_TYPES)}")
+    codes: frozenset[int] | None = None
+    if rule.get("onExitCodes") is not None:
+        value = rule["onExitCodes"]
+        if isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES and all(is_non_negative_int(v, 255) for v in value):
+            codes = frozenset(value)
+        else:
+            problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")
+    if len(problems) > before or action is None:
+        return None
+    return FailureRule(action, types, codes)
 
 
 def or_default(value: Any, default: Any) -> Any:
