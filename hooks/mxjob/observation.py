@@ -56,7 +56,7 @@ class Observation:
     restarts: Mapping[str, Mapping[int, Record]]
     attempt_records: Mapping[int, Record]
     was_terminal: bool
-    resumed: bool  # the old status says Suspended, and the spec no longer does (or is finished)
+    resumed: bool  # the old status says Suspended: a transition that runs the job resumes it
     start_time: str | None
     completion_time: str | None
     cleaned_up_time: str | None
