@@ -15,7 +15,7 @@ import yaml
 
 import hooks
 from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
-from hooks.mxjob.spec import RunPolicy
+from hooks.mxjob.runpolicy import RunPolicy
 from hooks.server.app import create_app
 from localcluster import cli
 from localcluster.fieldvalidation import unknown_fields_of

@@ -11,6 +11,7 @@ from mcsim import T0, Sim, mxjob
 
 from hooks.mxjob.spec import SpecError, parse_mxjob
 from hooks.mxjob.sync import sync_mxjob
+from hooks.mxjob.vocabulary import STATE_ORDER
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.merge import collapsed
 from hooks.shared.status import OldStatus, plus_seconds
@@ -210,7 +211,7 @@ def test_completed_indexes_are_read_only_in_the_written_form(text, completed):
 
 
 def test_warnings_are_kept_as_a_record_and_capped():
-    old = OldStatus({"statusWarnings": [f"w{i}" for i in range(10)], "startTime": "never"})
+    old = OldStatus({"statusWarnings": [f"w{i}" for i in range(10)], "startTime": "never"}, condition_types=STATE_ORDER)
     assert old.time("startTime") is None
     warnings = old.warnings()
     assert len(warnings) == 10 and warnings[0] == "w1" and warnings[-1].startswith("status.startTime")

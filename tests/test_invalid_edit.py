@@ -13,6 +13,7 @@ import pytest
 from chainersim import ChainerSim, chainerjob
 from mcsim import T0, Sim, Stepped, mxjob
 
+from hooks.mxjob.vocabulary import STATE_ORDER
 from hooks.shared.answers import keep_children, kept_status, refuse_new
 from hooks.shared.status import OldStatus
 
@@ -85,13 +86,13 @@ NOW = datetime(2026, 1, 1, tzinfo=T0.tzinfo)
 
 def test_kept_status_leaves_out_what_is_written_again_and_what_metacontroller_writes():
     old = OldStatus({"observedGeneration": 3, "specError": "old", "statusWarnings": ["old"], "extra": 1,
-                     "startTime": "bad"})
+                     "startTime": "bad"}, condition_types=STATE_ORDER)
     assert kept_status(old, {"conditions": []}, read_back_fields=("conditions", "startTime")) == \
         {"extra": 1, "conditions": []}
 
 
 def test_kept_status_keeps_unread_fields_first_then_the_read_back_ones_in_their_order():
-    old = OldStatus({"b": 1, "conditions": "not a list", "a": 2})
+    old = OldStatus({"b": 1, "conditions": "not a list", "a": 2}, condition_types=STATE_ORDER)
     status = kept_status(old, {"conditions": [], "startTime": "t"}, read_back_fields=("conditions", "startTime"))
     assert list(status) == ["b", "a", "conditions", "startTime"]
 

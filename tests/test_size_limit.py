@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import sync_bench
 
 from hooks.mxjob.env import cluster_wiring
+from hooks.mxjob.layout import size_problems
 from hooks.mxjob.spec import parse_mxjob
-from hooks.mxjob.sync import size_problems
 from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH
 
 

@@ -157,7 +157,8 @@ class _OwnConditions:
 
     def __init__(self, old_status: Mapping[str, Any], now: datetime):
         self.conditions = Conditions([c for c in old_status.get("conditions") or []
-                                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now)
+                                      if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now,
+                                     state_order=STATE_ORDER)
 
     def set(self, ctype: OwnCondition, reason: str, message: str) -> None:
         """Set the condition True."""
@@ -177,8 +178,8 @@ def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], out
 
 def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], now: datetime) -> JSON:
     """Our conditions and the master Job's, in state order, then the Job's other fields."""
-    both = Conditions([*own.conditions.ordered(STATE_ORDER), *master_status["conditions"]], now)
-    status: JSON = {"conditions": both.ordered(STATE_ORDER)}
+    both = Conditions([*own.conditions.ordered(), *master_status["conditions"]], now, state_order=STATE_ORDER)
+    status: JSON = {"conditions": both.ordered()}
     status.update({k: master_status[k] for k in JOB_STATUS_FIELDS if k in master_status})
     return status
 

@@ -14,7 +14,8 @@ from hooks.mxjob.names import (
     labels_for,
     selector_for,
 )
-from hooks.mxjob.spec import MAIN_CONTAINER, MXJob, ReplicaSpec, SpecError, main_ports
+from hooks.mxjob.spec import MXJob, ReplicaSpec, SpecError
+from hooks.mxjob.template import MAIN_CONTAINER, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON

@@ -14,7 +14,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooks.mxjob.spec import MAIN_CONTAINER, PORT_NAME
+from hooks.mxjob.template import MAIN_CONTAINER, PORT_NAME
 from hooks.mxjob.vocabulary import KIND, SCHEDULER, SERVER, TRAIN_TYPES
 
 V1ALPHA1 = "kubeflow.org/v1alpha1"

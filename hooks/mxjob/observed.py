@@ -1,13 +1,42 @@
-"""What the core reads from observed pods: a small, flat view of each pod of the job."""
+"""What the core reads from observed children: each child rule's objects, and a small, flat view of each pod."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
-from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
+from hooks.mxjob.spec import MXJob
+from hooks.mxjob.template import MAIN_CONTAINER
+from hooks.mxjob.vocabulary import one_of
+from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
 from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_message, end_reason, exit_code, terminated
+
+# A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
+# reads as Unknown, which the lifecycle treats like any phase it does not act on.
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+POD_PHASES: tuple[PodPhase, ...] = get_args(PodPhase)
+
+
+class Observed(NamedTuple):
+    """The observed children of one MXJob, by child rule, each keyed by name."""
+
+    pods: Mapping[str, Any]
+    services: Mapping[str, Any]
+    config_maps: Mapping[str, Any]
+    podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
+    podgroup_key: str = ""  # the PodGroup child rule's key when gang scheduling is on
+
+    def any(self) -> bool:
+        """Whether the job has any child at all."""
+        return bool(self.pods or self.services or self.config_maps or self.podgroups)
+
+    def by_key(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """Each child rule's key ("<Kind>.<apiVersion>") with its observed children."""
+        groups = [(POD_KEY, self.pods), (SERVICE_KEY, self.services), (CONFIG_MAP_KEY, self.config_maps)]
+        if self.podgroup_key:
+            groups.append((self.podgroup_key, self.podgroups))
+        return groups
 
 
 @dataclass(frozen=True)
@@ -18,7 +47,7 @@ class PodView:
     rtype: str
     index: int
     uid: str
-    phase: str
+    phase: PodPhase
     terminating: bool
     exit_code: int | None
     restarts: int
@@ -70,7 +99,7 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
         main = _main_container_status(status)
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
-            phase=str(status.get("phase") or "Pending"),
+            phase=_phase(status.get("phase")),
             terminating=bool(meta.get("deletionTimestamp")),
             exit_code=exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(main.get("lastState")),
@@ -103,6 +132,13 @@ def _attempt(value: Any) -> int:
     if isinstance(value, str) and value.isdigit() and len(value) <= 9:
         return int(value)
     return 0
+
+
+def _phase(value: Any) -> PodPhase:
+    """status.phase; a pod without one has not been scheduled yet: Pending."""
+    if not value:
+        return "Pending"
+    return one_of(value, POD_PHASES) or "Unknown"
 
 
 def _int(value: Any) -> int:

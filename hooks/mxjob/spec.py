@@ -1,8 +1,9 @@
 """Parsing, defaulting and validation of an MXJob: the spec as users write it in, a typed MXJob out.
 
-Defaults live here and only here; they are applied on every sync and never written back to the
-object. Every problem found is reported with its field path and what to do about it, all at once,
-so a user fixes a manifest in one round trip.
+Defaults live here and only here (with runpolicy.py for spec.runPolicy and template.py for the
+pod templates); they are applied on every sync and never written back to the object. Every
+problem found is reported with its field path and what to do about it, all at once, so a user
+fixes a manifest in one round trip.
 """
 from __future__ import annotations
 
@@ -11,77 +12,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.mxjob.names import child_name
+from hooks.mxjob.runpolicy import RunPolicy, or_default, parse_run_policy
+from hooks.mxjob.template import check_template, tuner_key_of
 from hooks.mxjob.vocabulary import (
+    JOB_MODES,
     REPLICA_TYPES,
+    RESTART_POLICIES,
     SCHEDULER,
     SERVER,
+    SUCCESS_POLICIES,
     TRAIN_TYPES,
     TUNE_TYPES,
     TUNER,
     TUNER_SERVER,
     TUNER_TRACKER,
     WORKER,
+    JobMode,
+    RestartPolicy,
+    SuccessPolicy,
+    choices,
+    one_of,
 )
 from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
-from hooks.shared.gang import SchedulingPolicy, check_min_available, parse_scheduling_policy
+from hooks.shared.gang import check_min_available
 from hooks.shared.identity import JobIdentity
-from hooks.shared.merge import collapsed
 from hooks.shared.messages import show
-from hooks.shared.podtemplate import (
-    check_containers,
-    check_image,
-    check_pod_spec,
-    check_template_metadata,
-    is_port_number,
-)
-from hooks.shared.validation import DNS_1035_LABEL, MAX_INT32, is_non_negative_int
-
-JOB_MODES = ("MXTrain", "MXTune")
-RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
-CLEAN_POD_POLICIES = ("All", "Running", "None")
-SUCCESS_POLICIES = ("", "AllWorkers")
+from hooks.shared.validation import DNS_1035_LABEL, is_non_negative_int
 
 # Kueue (v0.5-v0.10) queues a job carrying this label (or, deprecated, this annotation) and
 # reserves quota for the replica keys it finds spelt exactly as REPLICA_TYPES.
 KUEUE_QUEUE_KEY = "kueue.x-k8s.io/queue-name"
-MAIN_CONTAINER = "mxnet"
-PORT_NAME = "mxjob-port"
-DEFAULT_PORT = 9091
-TUNER_KEY_ANNOTATION = "tuner-server-key"
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
-MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see sync.size_problems)
-MAX_SECONDS = MAX_INT32  # activeDeadlineSeconds, ttlSecondsAfterFinished (about 68 years)
-MAX_BACKOFF_LIMIT = MAX_INT32  # as the status counters it is compared with
+MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see layout.size_problems)
 MAX_PROBLEMS = 20  # a message listing more helps no one and makes status huge
 
 _CANONICAL = {t.lower(): t for t in REPLICA_TYPES}
-_RUN_POLICY_MAX = {"ttlSecondsAfterFinished": MAX_SECONDS, "activeDeadlineSeconds": MAX_SECONDS,
-                   "backoffLimit": MAX_BACKOFF_LIMIT}
-_RUN_POLICY_INTS = ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit")
-_RUN_POLICY_FIELDS = ("cleanPodPolicy", *_RUN_POLICY_INTS, "suspend", "schedulingPolicy")
-# runPolicy.failurePolicy (docs/lifecycle.md, "Restarts"): what a lost pod does to the job.
-RESTART_JOB, RESTART_POD, FAIL_JOB = "RestartJob", "RestartPod", "FailJob"
-FAILURE_ACTIONS = (RESTART_JOB, RESTART_POD, FAIL_JOB)
-MAX_FAILURE_RULES = 16
-MAX_RULE_EXIT_CODES = 32
-
-
-@dataclass(frozen=True)
-class FailureRule:
-    """One rule of runPolicy.failurePolicy.rules: the action for a lost pod it matches."""
-
-    action: str
-    replica_types: frozenset[str] | None = None  # None: every type
-    exit_codes: frozenset[int] | None = None  # None: every code, and a pod lost without one
-
-
-@dataclass(frozen=True)
-class FailurePolicy:
-    """runPolicy.failurePolicy: rules tried in order, and the budget of whole-job restarts."""
-
-    rules: tuple[FailureRule, ...] = ()
-    max_restarts: int | None = None  # None: only backoffLimit bounds job restarts
 
 
 @dataclass(frozen=True)
@@ -90,7 +56,7 @@ class ReplicaSpec:
 
     type: str
     replicas: int
-    restart_policy: str
+    restart_policy: RestartPolicy
     template: Mapping[str, Any]
     port: int
     tuner_key: str
@@ -103,25 +69,11 @@ class ReplicaSpec:
 
 
 @dataclass(frozen=True)
-class RunPolicy:
-    """spec.runPolicy merged with the legacy inline fields, runPolicy winning."""
-
-    clean_pod_policy: str = "Running"
-    ttl_seconds_after_finished: int | None = None
-    active_deadline_seconds: int | None = None
-    backoff_limit: int | None = None
-    suspend: bool = False
-    scheduling: SchedulingPolicy = field(default_factory=SchedulingPolicy)
-    scheduling_path: str = "spec.runPolicy.schedulingPolicy"
-    failure: FailurePolicy = field(default_factory=FailurePolicy)
-
-
-@dataclass(frozen=True)
 class MXJob(JobIdentity):
     """A valid MXJob: identity plus the parsed spec."""
 
-    job_mode: str
-    success_policy: str
+    job_mode: JobMode
+    success_policy: SuccessPolicy
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
 
@@ -175,118 +127,28 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if not isinstance(spec, Mapping):
         raise SpecError(["spec: must be an object with mxReplicaSpecs; add a spec to the MXJob"])
 
-    job_mode = _or_default(spec.get("jobMode"), "MXTrain")
-    if job_mode not in JOB_MODES:
-        problems.append(f"spec.jobMode: {show(job_mode)} is not one of {', '.join(JOB_MODES)}")
-    success_policy = _or_default(spec.get("successPolicy"), "")
-    if success_policy not in SUCCESS_POLICIES:
-        problems.append(f"spec.successPolicy: {show(success_policy)} is not one of \"\", AllWorkers")
-    run_policy = _parse_run_policy(spec, problems, gang=gang)
+    raw_mode = or_default(spec.get("jobMode"), "MXTrain")
+    job_mode = one_of(raw_mode, JOB_MODES)
+    if job_mode is None:
+        problems.append(f"spec.jobMode: {show(raw_mode)} is not one of {choices(JOB_MODES)}")
+    raw_success = or_default(spec.get("successPolicy"), "")
+    success_policy = one_of(raw_success, SUCCESS_POLICIES)
+    if success_policy is None:
+        problems.append(f"spec.successPolicy: {show(raw_success)} is not one of {choices(SUCCESS_POLICIES)}")
+    run_policy = parse_run_policy(spec, problems, gang=gang)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
     _check_queued_keys(meta, replicas, problems)
-    if job_mode in JOB_MODES:
+    if job_mode is not None:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
     check_min_available(run_policy.scheduling, total_replicas(replicas), run_policy.scheduling_path,
                         problems)
     if len(problems) > MAX_PROBLEMS:
         problems = [*problems[:MAX_PROBLEMS], f"and {len(problems) - MAX_PROBLEMS} more problems"]
-    if problems:
+    if problems or job_mode is None or success_policy is None:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas)
-
-
-def _parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool) -> RunPolicy:
-    run_policy = _or_default(spec.get("runPolicy"), {})
-    if not isinstance(run_policy, Mapping):
-        problems.append("spec.runPolicy: must be an object")
-        run_policy = {}
-    # Per field, so a manifest that mixes the two layouts keeps every value it gives.
-    merged: dict[str, Any] = {}
-    paths: dict[str, str] = {}
-    for key in _RUN_POLICY_FIELDS:
-        if key in run_policy and run_policy[key] is not None:
-            merged[key], paths[key] = run_policy[key], f"spec.runPolicy.{key}"
-        elif key in spec and spec[key] is not None:
-            merged[key], paths[key] = spec[key], f"spec.{key}"
-
-    clean = merged.get("cleanPodPolicy", "Running")
-    if clean not in CLEAN_POD_POLICIES:
-        problems.append(f"{paths['cleanPodPolicy']}: {show(clean)} is not one of All, Running, None")
-    ints: dict[str, int | None] = {}
-    for key in _RUN_POLICY_INTS:
-        value = merged.get(key)
-        if value is not None and not is_non_negative_int(value, _RUN_POLICY_MAX[key]):
-            problems.append(f"{paths[key]}: must be a non-negative integer of at most {_RUN_POLICY_MAX[key]}, "
-                            f"got {show(value)}")
-            value = None
-        elif key == "activeDeadlineSeconds" and value == 0:
-            # As for a batch/v1 Job (and our CRD): a zero deadline would fail every job at once.
-            problems.append(f"{paths[key]}: must be at least 1 (seconds), got 0")
-            value = None
-        ints[key] = value
-    suspend = merged.get("suspend", False)
-    if not isinstance(suspend, bool):
-        problems.append(f"{paths['suspend']}: must be true or false, got {show(suspend)}")
-        suspend = False
-    scheduling_path = paths.get("schedulingPolicy", "spec.runPolicy.schedulingPolicy")
-    scheduling = parse_scheduling_policy(merged.get("schedulingPolicy") if gang else None,
-                                         scheduling_path, problems)
-    return RunPolicy(clean_pod_policy=clean,
-                     ttl_seconds_after_finished=ints["ttlSecondsAfterFinished"],
-                     active_deadline_seconds=ints["activeDeadlineSeconds"],
-                     backoff_limit=ints["backoffLimit"], suspend=suspend,
-                     scheduling=scheduling, scheduling_path=scheduling_path,
-                     failure=_parse_failure_policy(run_policy.get("failurePolicy"), problems))
-
-
-def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:
-    """spec.runPolicy.failurePolicy: {maxRestarts, rules: [{action, onReplicaTypes, onExitCodes}]}."""
-    path = "spec.runPolicy.failurePolicy"
-    if raw is None:
-        return FailurePolicy()
-    if not isinstance(raw, Mapping):
-        problems.append(f"{path}: must be an object")
-        return FailurePolicy()
-    max_restarts = raw.get("maxRestarts")
-    if max_restarts is not None and not is_non_negative_int(max_restarts, MAX_BACKOFF_LIMIT):
-        problems.append(f"{path}.maxRestarts: must be a non-negative integer of at most {MAX_BACKOFF_LIMIT}, "
-                        f"got {show(max_restarts)}")
-        max_restarts = None
-    raw_rules = _or_default(raw.get("rules"), [])
-    if not isinstance(raw_rules, list) or len(raw_rules) > MAX_FAILURE_RULES:
-        problems.append(f"{path}.rules: must be a list of at most {MAX_FAILURE_RULES} rules")
-        raw_rules = []
-    rules = []
-    for i, rule in enumerate(raw_rules):
-        at = f"{path}.rules[{i}]"
-        if not isinstance(rule, Mapping):
-            problems.append(f"{at}: must be an object")
-            continue
-        # Every field of a rule is checked, so one answer names every problem of it.
-        before = len(problems)
-        action = rule.get("action")
-        if action not in FAILURE_ACTIONS:
-            problems.append(f"{at}.action: {show(action)} is not one of {', '.join(FAILURE_ACTIONS)}")
-        types: frozenset[str] | None = None
-        if rule.get("onReplicaTypes") is not None:
-            value = rule["onReplicaTypes"]
-            if isinstance(value, list) and value and all(v in REPLICA_TYPES for v in value):
-                types = frozenset(value)
-            else:
-                problems.append(f"{at}.onReplicaTypes: must be a non-empty list of {', '.join(REPLICA_TYPES)}")
-        codes: frozenset[int] | None = None
-        if rule.get("onExitCodes") is not None:
-            value = rule["onExitCodes"]
-            if isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES and all(is_non_negative_int(v, 255) for v in value):
-                codes = frozenset(value)
-            else:
-                problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")
-        if len(problems) > before:
-            continue
-        rules.append(FailureRule(str(action), types, codes))
-    return FailurePolicy(tuple(rules), max_restarts)
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:
@@ -342,97 +204,22 @@ def _parse_replica_spec(rtype: str, path: str, raw: Any, problems: list[str]) ->
                         f"got {show(replicas)}")
         replicas = 0
     # Only an absent or null field takes the default: a falsy {} or "" is a mistake to report.
-    restart_policy = _or_default(raw.get("restartPolicy"), "Never")
-    if restart_policy not in RESTART_POLICIES:
-        problems.append(f"{path}.restartPolicy: {show(restart_policy)} is not one of "
-                        f"{', '.join(RESTART_POLICIES)}")
+    raw_policy = or_default(raw.get("restartPolicy"), "Never")
+    restart_policy = one_of(raw_policy, RESTART_POLICIES)
+    if restart_policy is None:
+        problems.append(f"{path}.restartPolicy: {show(raw_policy)} is not one of {choices(RESTART_POLICIES)}")
         restart_policy = "Never"
     if raw.get("label") is not None and not isinstance(raw["label"], str):
         problems.append(f"{path}.label: must be a string (the TunerServer RPC key)")
     template = raw.get("template")
-    port = _check_template(path, template, problems)
-    tuner_key = _tuner_key(template, raw.get("label"))
+    port = check_template(path, template, problems)
+    tuner_key = tuner_key_of(template, raw.get("label"))
     return ReplicaSpec(type=rtype, replicas=replicas, restart_policy=restart_policy,
                        template=template if isinstance(template, Mapping) else {},
                        port=port, tuner_key=tuner_key, path=path)
 
 
-def _check_template(path: str, template: Any, problems: list[str]) -> int:
-    """Check every part of the pod template the hook reads or adds to; return the mxjob-port."""
-    fix = f'add a container named "{MAIN_CONTAINER}" with the training image'
-    if not isinstance(template, Mapping):
-        problems.append(f"{path}.template: required; {fix}")
-        return DEFAULT_PORT
-    check_template_metadata(f"{path}.template.metadata", template.get("metadata"), problems)
-    pod_spec = template.get("spec")
-    if pod_spec is not None and not isinstance(pod_spec, Mapping):
-        problems.append(f"{path}.template.spec: must be an object (a PodSpec)")
-        return DEFAULT_PORT
-    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
-    cpath = f"{path}.template.spec.containers"
-    if not isinstance(containers, list) or not containers:
-        problems.append(f"{cpath}: required, a list of containers; {fix}")
-        return DEFAULT_PORT
-    names, main = check_containers(cpath, containers, problems, main=MAIN_CONTAINER)
-    main_path = f"{cpath}[name={MAIN_CONTAINER}]"
-    if isinstance(pod_spec, Mapping):  # it is, as it has containers
-        check_pod_spec(f"{path}.template.spec", pod_spec, names, problems)
-    if main is None:
-        problems.append(f'{cpath}: no container named "{MAIN_CONTAINER}"; {fix}')
-        return DEFAULT_PORT
-    check_image(f"{main_path}.image", main.get("image"), problems)
-    return _mxjob_port(main_path, main.get("ports"), problems)
-
-
-def _mxjob_port(path: str, ports: Any, problems: list[str]) -> int:
-    """The mxjob-port number, and no two ports of the job's Service with one number.
-
-    Metacontroller merges a Service's ports by `port` alone (hooks.shared.merge), so one number on
-    two protocols (or twice) would give a Service the API server refuses on every later sync.
-    """
-    if not isinstance(ports, list):
-        return DEFAULT_PORT
-    if not all(isinstance(p, Mapping) and is_port_number(p.get("containerPort"))
-               and isinstance(p.get("protocol") or "TCP", str) for p in ports):
-        return DEFAULT_PORT  # reported by check_ports
-    number = next((p["containerPort"] for p in ports if p.get("name") == PORT_NAME), DEFAULT_PORT)
-    for index, _, value in collapsed(main_ports(ports, number)):
-        first = next(i for i, p in enumerate(ports) if p["containerPort"] == value)
-        if index < len(ports):
-            problems.append(f"{path}.ports[{index}].containerPort: port {value} is also ports[{first}]; the "
-                            f"job's Service can list a number only once (Metacontroller merges its ports by "
-                            f"number alone, whatever the protocol), so remove one or use another number")
-        else:
-            problems.append(f"{path}.ports[{first}].containerPort: {value} is the number of the {PORT_NAME} "
-                            f"(TCP) the operator adds; name this port {PORT_NAME} or use another number")
-    return number
-
-
-def main_ports(user_ports: Any, port: int) -> list[dict[str, Any]]:
-    """The mxnet container's ports plus mxjob-port, unless it is there by name or by number.
-
-    A user port already on the same number/TCP stays as it is: adding mxjob-port beside it would
-    give the Service two ports with one number, which the API server refuses.
-    """
-    ports: list[dict[str, Any]] = [dict(p) for p in user_ports or []]
-    if not any(p.get("name") == PORT_NAME or (p.get("containerPort") == port
-                                              and (p.get("protocol") or "TCP") == "TCP")
-               for p in ports):
-        ports.append({"name": PORT_NAME, "containerPort": port})
-    return ports
-
-
-def _tuner_key(template: Any, label: Any) -> str:
-    annotations: Any = {}
-    if isinstance(template, Mapping) and isinstance(template.get("metadata"), Mapping):
-        annotations = template["metadata"].get("annotations") or {}
-    key = annotations.get(TUNER_KEY_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if isinstance(key, str) and key:
-        return key
-    return label if isinstance(label, str) else ""
-
-
-def _check_mode(job_mode: str, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
+def _check_mode(job_mode: JobMode, replicas: dict[str, ReplicaSpec], problems: list[str]) -> None:
     own, other = (TRAIN_TYPES, TUNE_TYPES) if job_mode == "MXTrain" else (TUNE_TYPES, TRAIN_TYPES)
     for rtype in replicas:
         if rtype in other:
@@ -484,10 +271,5 @@ def _check_names(name: str, replicas: dict[str, ReplicaSpec], problems: list[str
 def total_replicas(replicas: Mapping[str, ReplicaSpec]) -> int:
     """How many pods a job with these replica specs has."""
     return sum(s.replicas for s in replicas.values())
-
-
-def _or_default(value: Any, default: Any) -> Any:
-    """The default for an absent (null) field only: a falsy {} or "" is a value to validate."""
-    return default if value is None else value
 
 

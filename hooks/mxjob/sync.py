@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any
 
 from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_builder
-from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
-from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
-from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
-from hooks.mxjob.observed import Slot, replica_slots, view_pods
+from hooks.mxjob.env import cluster_wiring
+from hooks.mxjob.layout import check_layout
+from hooks.mxjob.lifecycle import NO_GANG, GangView, Plan, decide
+from hooks.mxjob.names import job_labels
+from hooks.mxjob.observation import Memory
+from hooks.mxjob.observed import Observed, replica_slots, view_pods
+from hooks.mxjob.outcome import read_outcome, recorded_status
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
-from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
+from hooks.mxjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
-from hooks.shared.conditions import STATE_ORDER, Conditions, rfc3339
+from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import (
@@ -38,7 +41,6 @@ from hooks.shared.status import WARNINGS_FIELD, OldStatus
 
 PARENT_API_VERSION = "kubeflow.org/v1"
 PARENT_KIND = KIND
-MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
 
 # Every field of an observed child (Pod, Service or ConfigMap) this core reads, as a tree: a leaf
 # is the type Kubernetes gives the value (True: any value), a dict an object of those fields, a
@@ -52,7 +54,7 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "kind": str,
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
                  "annotations": dict[str, str], "deletionTimestamp": str},
-    # The layout guard reads the DMLC_NUM_* entries of live pods (changed_since_created).
+    # The layout guard reads the DMLC_NUM_* entries of live pods (hooks.mxjob.layout).
     "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}]}]},
     "status": {"phase": str, "reason": str, "message": str,
                "containerStatuses": [{"name": str, "restartCount": int,
@@ -64,27 +66,6 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
 }
 
 
-class Observed(NamedTuple):
-    """The observed children of one MXJob, by child rule, each keyed by name."""
-
-    pods: Mapping[str, Any]
-    services: Mapping[str, Any]
-    config_maps: Mapping[str, Any]
-    podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
-    podgroup_key: str = ""  # the PodGroup child rule's key when gang scheduling is on
-
-    def any(self) -> bool:
-        """Whether the job has any child at all."""
-        return bool(self.pods or self.services or self.config_maps or self.podgroups)
-
-    def by_key(self) -> list[tuple[str, Mapping[str, Any]]]:
-        """Each child rule's key ("<Kind>.<apiVersion>") with its observed children."""
-        groups = [(POD_KEY, self.pods), (SERVICE_KEY, self.services), (CONFIG_MAP_KEY, self.config_maps)]
-        if self.podgroup_key:
-            groups.append((self.podgroup_key, self.podgroups))
-        return groups
-
-
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     """Answer one sync request: desired children, status and, when a timer is due, a resync."""
     parent, gang, observed = _read_request(request)
@@ -93,9 +74,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         job = parse_mxjob(parent, gang=gang is not None)
         wiring = cluster_wiring(job)
         slots = replica_slots(job)
-        problems = size_problems(job, wiring) or changed_since_created(job, wiring, slots, observed)
-        if problems:
-            raise SpecError(problems)
+        check_layout(job, wiring, slots, observed)
         podgroup = podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
         return _invalid_spec(parent, old_status, observed, err, now)
@@ -104,19 +83,13 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     attempts = attempt_records(observed.config_maps, job.name)
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
                     attempts=attempts)
-    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
-                  observed_services=observed.services, memory=memory, now=now)
-    # The gang exists while the job may still get pods: a finished job's PodGroup would keep
-    # holding its queue's share, and a suspended job has no pods to group.
-    if job.run_policy.suspend or _finished(plan.status, now):
-        podgroup = None
-    pod_names = plan.pods
+    gang_view = NO_GANG  # new pods wait until their PodGroup is observed (hooks.shared.gang.new_pods_wait)
     if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
-        pod_names = [n for n in plan.pods if n in observed.pods]
-        if len(pod_names) < len(plan.pods):
-            _say_pods_wait(plan.status, old_status, job, podgroup, now)
+        gang_view = GangView(podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
+    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
+                  observed_services=observed.services, memory=memory, now=now, gang=gang_view)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
-    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in pod_names]
+    children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in plan.pods]
     services = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
     children += [services[slots[n].rtype](slots[n].index) for n in plan.services]
     if plan.needs_cluster_map:
@@ -124,7 +97,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     children += _records(job, plan, observed.config_maps,
                          [restart_record_name(pod, n) for pod, records in restarts.items() for n in records]
                          + [attempt_record_name(job.name, n) for n in attempts])
-    if podgroup is not None:
+    if podgroup is not None and plan.podgroup:
         children.insert(0, podgroup)
     response: SyncResponse = {"status": plan.status, "children": children}
     if plan.resync_after is not None:
@@ -148,83 +121,6 @@ def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],
     return records if outcome is None else [*records, outcome]
 
 
-def size_problems(job: MXJob, wiring: ClusterWiring) -> list[str]:
-    """Limits a job's pods would hit outside our control: they could never start, so refuse them.
-
-    The process sees MX_CONFIG with the whole cluster map expanded into it, so it grows with the
-    job. Linux refuses to exec a process with one environment string over MAX_ARG_STRLEN. (The
-    ConfigMap holding the map, limited to 1 MiB, and the pods, which now only refer to it, stay
-    far below the API server's limits at any size this admits.)
-    """
-    longest = max(wiring.expanded_length(t, s.replicas - 1) for t, s in job.replicas.items())
-    env_bytes = len("MX_CONFIG=") + longest + 1
-    if env_bytes <= MAX_ARG_STRLEN:
-        return []
-    total = sum(s.replicas for s in job.replicas.values())
-    fits = total * MAX_ARG_STRLEN // env_bytes
-    return [f"spec.mxReplicaSpecs: {total} replicas make each pod's MX_CONFIG "
-            f"{env_bytes} bytes, over Linux's limit of {MAX_ARG_STRLEN} bytes for one "
-            f"environment variable, so no pod could start; use at most about {fits} "
-            f"replicas (fewer with a longer job name)"]
-
-
-def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot],
-                          observed: Observed) -> list[str]:
-    """Catch an edit of mxReplicaSpecs or jobMode that got past admission (no CEL on the server).
-
-    Acting on a changed layout would delete pods and Services (fewer replicas) or mix two cluster
-    layouts (more), so any sign in the request that the job was started with another layout
-    refuses it:
-    - the observed `<job>-cluster` ConfigMap holds another cluster map than the spec gives now;
-    - a live pod (not terminating) has a name outside the new layout, or carries another layout:
-      its replica-layout annotation, or, on a pod from before that annotation, its
-      DMLC_NUM_SERVER or DMLC_NUM_WORKER;
-    - a live Service has a name outside the new layout (a Service outlives its terminating pod,
-      and an MXTune pod has no DMLC_NUM_* of its own).
-    The children are checked too because the ConfigMap is not always observed while pods run:
-    deleted by hand, terminating, or a job created before the ConfigMap existed.
-    """
-    if (_config_map_differs(wiring, observed.config_maps) or _pods_differ(job, wiring, slots, observed.pods)
-            or any(name not in slots for name, service in observed.services.items() if _live(service))):
-        return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
-                "has the replica layout built in); restore the previous mxReplicaSpecs "
-                "and jobMode, or delete the MXJob and create it again"]
-    return []
-
-
-def _live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
-    """An observed child that is not on its way out (deleting it again would change nothing)."""
-    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
-
-
-def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:
-    observed = config_maps.get(wiring.config_map)
-    if not _live(observed):
-        return False
-    data = observed.get("data")
-    return not (isinstance(data, Mapping) and data.get(CLUSTER_KEY) == wiring.cluster)
-
-
-def _pods_differ(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot], pods: Mapping[str, Any]) -> bool:
-    counts = layout_env(job)
-    for name, pod in pods.items():
-        if not _live(pod):
-            continue
-        if name not in slots:
-            return True
-        layout = ((pod.get("metadata") or {}).get("annotations") or {}).get(LAYOUT_ANNOTATION)
-        if layout is not None:
-            if layout != wiring.layout:
-                return True
-            continue
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            for entry in (container.get("env") or []) if isinstance(container, Mapping) else []:
-                if (isinstance(entry, Mapping) and entry.get("name") in counts
-                        and "value" in entry and entry["value"] != counts[entry["name"]]):
-                    return True
-    return False
-
-
 def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     """The parent, the gang configuration, and the observed children by rule."""
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
@@ -240,26 +136,10 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
 
 
-def _finished(status: Mapping[str, Any], now: datetime) -> bool:
-    return Conditions(status.get("conditions"), now).terminal() is not None
-
-
-def _say_pods_wait(status: JSON, old_status: Any, job: MXJob, podgroup: JSON, now: datetime) -> None:
-    """The Created condition says that pods wait for the PodGroup (hooks.shared.gang.new_pods_wait).
-
-    Set against the last status, so its times move only when the message really changes and the
-    status stays a fixed point while the job waits; the lifecycle sets it back once pods come.
-    """
-    conds = Conditions(OldStatus(old_status).conditions(), now)
-    conds.set("Created", True, CREATED, podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
-    created = conds.get("Created")
-    status["conditions"] = [created if c.get("type") == "Created" else c for c in status["conditions"]]
-
-
 def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,
                   err: SpecError, now: datetime) -> SyncResponse:
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
-    old = OldStatus(old_status)
+    old = OldStatus(old_status, condition_types=STATE_ORDER)
     start_time = old.time("startTime")
     if not (observed.any() or start_time):
         status = refuse_new(old.conditions(), message, now, reason=FAILED_VALIDATION, state_order=STATE_ORDER)

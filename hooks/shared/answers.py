@@ -36,9 +36,9 @@ def refuse_new(old_conditions: list[Any], message: str, now: datetime, *, reason
 
     Failed is terminal: the job is never started later; it is created again instead.
     """
-    conds = Conditions(old_conditions, now)
+    conds = Conditions(old_conditions, now, state_order=tuple(state_order))
     conds.set("Failed", True, reason, message)
-    return {"conditions": conds.ordered(tuple(state_order))}
+    return {"conditions": conds.ordered()}
 
 
 def kept_status(old: OldStatus, read_back: Mapping[str, Any], *, read_back_fields: Collection[str]) -> JSON:

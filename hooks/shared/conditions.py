@@ -1,14 +1,18 @@
-"""Job conditions: setting them without churn, and keeping the current state last."""
+"""Job conditions: setting them without churn, and keeping the current state last.
+
+The kind names its condition types: a kind that spells them as a `Literal` gets a type error
+for a misspelt one, as the class is generic in them.
+"""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from hooks.shared.k8s import Condition
 
-# Highest first: the first of these that is True is the job's state, shown by `kubectl get mxj`.
-STATE_ORDER = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
-TERMINAL = ("Succeeded", "Failed")
+T = TypeVar("T", bound=str)  # the kind's condition types
+S = TypeVar("S", bound=str)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -21,27 +25,41 @@ def parse_rfc3339(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-class Conditions:
-    """An ordered condition list being updated for one sync at one instant."""
+class Conditions(Generic[T]):
+    """An ordered condition list being updated for one sync at one instant.
 
-    def __init__(self, existing: list[Any] | None, now: datetime):
+    `state_order` names the kind's condition types, highest first: the first of them that is True
+    is the job's state, which `ordered` moves last (the State printer column reads the last one).
+    """
+
+    def __init__(self, existing: Iterable[Any] | None, now: datetime, *, state_order: tuple[T, ...]):
         self._items: list[Condition] = [cast(Condition, dict(c)) for c in existing or [] if isinstance(c, dict)]
         self._now = rfc3339(now)
+        self._order = state_order
 
-    def get(self, ctype: str) -> Condition | None:
+    def get(self, ctype: T) -> Condition | None:
         """The condition of this type, if the job has one."""
+        return self._get(ctype)
+
+    def is_true(self, ctype: T) -> bool:
+        """Whether the condition exists with status True."""
+        return self._is_true(ctype)
+
+    def terminal(self, types: tuple[S, ...]) -> S | None:
+        """The first of the kind's terminal `types` that is True (the job has finished), else None.
+
+        Typed by `types`, a subset of the kind's condition types, so the answer names only them.
+        """
+        return next((t for t in types if self._is_true(t)), None)
+
+    def _get(self, ctype: str) -> Condition | None:
         return next((c for c in self._items if c.get("type") == ctype), None)
 
-    def is_true(self, ctype: str) -> bool:
-        """Whether the condition exists with status True."""
-        cond = self.get(ctype)
+    def _is_true(self, ctype: str) -> bool:
+        cond = self._get(ctype)
         return cond is not None and cond.get("status") == "True"
 
-    def terminal(self) -> str | None:
-        """Succeeded or Failed when the job has finished, else None."""
-        return next((t for t in TERMINAL if self.is_true(t)), None)
-
-    def set(self, ctype: str, status: bool, reason: str, message: str) -> None:
+    def set(self, ctype: T, status: bool, reason: str, message: str) -> None:
         """Set a condition; its times move only when something about it really changes."""
         value = "True" if status else "False"
         cond = self.get(ctype)
@@ -57,17 +75,14 @@ class Conditions:
         cond["status"], cond["reason"], cond["message"] = value, reason, message
         cond["lastUpdateTime"] = self._now
 
-    def clear(self, ctype: str, reason: str, message: str) -> None:
+    def clear(self, ctype: T, reason: str, message: str) -> None:
         """Set a condition False if the job has it True; never add a False condition."""
         if self.is_true(ctype):
             self.set(ctype, False, reason, message)
 
-    def ordered(self, state_order: tuple[str, ...] = STATE_ORDER) -> list[Condition]:
-        """The list with the current state's condition moved last (the State printer column).
-
-        `state_order` names a kind's condition types, highest first; MXJob's by default.
-        """
-        state = next((t for t in state_order if self.is_true(t)), None)
+    def ordered(self) -> list[Condition]:
+        """The list with the current state's condition moved last (the State printer column)."""
+        state = next((t for t in self._order if self._is_true(t)), None)
         if state is None:
             return list(self._items)
         return [c for c in self._items if c["type"] != state] + [c for c in self._items if c["type"] == state]

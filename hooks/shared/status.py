@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 
-from hooks.shared.conditions import STATE_ORDER, parse_rfc3339
+from hooks.shared.conditions import parse_rfc3339
 from hooks.shared.validation import MAX_INT32
 
 WARNINGS_FIELD = "statusWarnings"
@@ -25,9 +25,9 @@ _CONDITION_TIMES = ("lastUpdateTime", "lastTransitionTime", "lastProbeTime")
 
 class OldStatus:
     """The previous status, read field by field; each reader returns None (or empty) for a field
-    of the wrong shape and records why."""
+    of the wrong shape and records why. `condition_types`: the kind's, the only ones kept."""
 
-    def __init__(self, raw: Any, *, condition_types: tuple[str, ...] = STATE_ORDER):
+    def __init__(self, raw: Any, *, condition_types: tuple[str, ...]):
         self._new_warnings: list[str] = []
         self._types = condition_types
         if raw is not None and not isinstance(raw, Mapping):

@@ -1,0 +1,89 @@
+"""Whole-job restarts (runPolicy.failurePolicy RestartJob) and how a running job's pods are doing.
+
+Each whole-job restart is an attempt: recorded in `<job>-attempt-<n>` (hooks.shared.memory) and in
+the job-attempt label of the new attempt's pods, whose processes see it as MXJOB_ATTEMPT.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hooks.mxjob.observation import Observation
+from hooks.mxjob.observed import Slot
+from hooks.mxjob.restarts import backoff_budget, distributed, in_job_order, loss_cause, lost_exit_code
+from hooks.mxjob.vocabulary import subject
+from hooks.shared.k8s import JSON
+
+
+def attempt_record(obs: Observation) -> JSON:
+    """What the record of the attempt decided now keeps: the first pod lost and how it ended."""
+    losses = obs.failures.job_losses
+    pod = losses[0]
+    data: JSON = {"lostPod": pod.name, "failedUID": pod.uid}
+    code = lost_exit_code(pod)
+    if code is not None:
+        data["exitCode"] = code
+    data["cause"] = loss_cause(pod)
+    if len(losses) > 1:
+        data["alsoLost"] = [p.name for p in losses[1:]]
+    return data
+
+
+def attempt_runs(obs: Observation, slots: Mapping[str, Slot]) -> bool:
+    """Every slot not completed has a running pod of the current attempt."""
+    if obs.attempt > obs.known_attempt or obs.leaving:
+        return False
+    for name, slot in slots.items():
+        pod = obs.pods.get(name)
+        if slot.index in obs.completed[slot.rtype]:
+            continue
+        if pod is None or not pod.active:
+            return False
+    return True
+
+
+def attempt_cause(obs: Observation) -> str:
+    """Why the current attempt began, from its record: the lost pod and how it ended."""
+    if obs.attempt > obs.known_attempt:
+        data: Mapping[str, Any] = attempt_record(obs)
+    else:
+        record = obs.attempt_records.get(obs.attempt)
+        data = record.data if record is not None else {}
+    lost = data.get("lostPod")
+    cause = data.get("cause")
+    what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
+            else "a pod was lost")
+    also = data.get("alsoLost")
+    if isinstance(also, list) and also:
+        what += f", and {len(also)} more"
+    return what
+
+
+def job_restart_message(obs: Observation) -> str:
+    """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+    return (f"{subject(obs.job.key)} is restarting as attempt {obs.attempt}: {attempt_cause(obs)}; every pod "
+            f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT="
+            f"{obs.attempt} (restarts so far: {obs.restart_total}{backoff_budget(obs.job)}).")
+
+
+def stalled(obs: Observation) -> str:
+    """In a distributed job, the running pods restarted on their own (failurePolicy RestartPod:
+    recreated, or restarted in place) while their peers ran on, as a clause; "" when none."""
+    if not distributed(obs.job):
+        return ""
+    names = [p.name for p in in_job_order(obs.job, obs.pods.values())
+             if p.active and p.index not in obs.completed[p.rtype]
+             and (p.restarts or p.attempt) and p.job_attempt == obs.attempt]
+    if not names:
+        return ""
+    return f"pod{'s' if len(names) > 1 else ''} {', '.join(names)} restarted"
+
+
+def deciding_pods_run(obs: Observation) -> bool:
+    """At least one deciding pod runs, and every other one runs or has completed."""
+    deciding = obs.job.deciding_slots()
+    by_slot = {(p.rtype, p.index): p for p in obs.pods.values()}
+    states = [by_slot.get(slot) for slot in deciding]
+    return (any(p is not None and p.active for p in states)
+            and all((p is not None and p.active) or slot[1] in obs.completed[slot[0]]
+                    for p, slot in zip(states, deciding, strict=True)))

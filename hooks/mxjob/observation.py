@@ -1,0 +1,121 @@
+"""What one sync of a valid MXJob observes, read once: the old status, the pods and the memories.
+
+Everything the lifecycle decides from is in the frozen Observation that `observe` builds: the
+failures are classified and the memories merged here, so the transitions only choose and build.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from hooks.mxjob.observed import PodView
+from hooks.mxjob.replicas import completed_before
+from hooks.mxjob.restarts import (
+    Failures,
+    classify_failures,
+    merge_history,
+    no_failures,
+    read_history,
+    restart_total,
+    with_collateral,
+)
+from hooks.mxjob.spec import MXJob
+from hooks.mxjob.vocabulary import STATE_ORDER, TERMINAL, ConditionType
+from hooks.shared.conditions import Conditions
+from hooks.shared.k8s import RestartRecord
+from hooks.shared.memory import Record
+from hooks.shared.status import OldStatus
+
+
+class Memory(NamedTuple):
+    """What the children remember: the outcome record and the restart records by pod name."""
+
+    outcome: Record | None = None
+    restarts: Mapping[str, Mapping[int, Record]] = {}
+    attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
+
+
+NO_MEMORY = Memory()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The facts one sync decides from; nothing here changes once `observe` has built it."""
+
+    job: MXJob
+    now: datetime
+    old: OldStatus  # the status as the parent shows it (it collects the warnings of what was ignored)
+    old_conditions: tuple[Mapping[str, Any], ...]
+    all_pods: Mapping[str, PodView]
+    pods: Mapping[str, PodView]  # all_pods but those leaving
+    # Pods of an earlier attempt that did not succeed: left out of the answer (so deleted), of
+    # the counts and of the failures.
+    leaving: Mapping[str, PodView]
+    restarts: Mapping[str, Mapping[int, Record]]
+    attempt_records: Mapping[int, Record]
+    was_terminal: bool
+    resumed: bool  # the old status says Suspended: a transition that runs the job resumes it
+    start_time: str | None
+    completion_time: str | None
+    cleaned_up_time: str | None
+    old_attempt: int
+    known_attempt: int  # the attempt the children show (its records, the pods' labels)
+    attempt: int  # the attempt this sync runs: one more when a pod is lost for a whole-job restart now
+    # The indexes completed as last written, with this sync's successes folded in (also after
+    # the job has finished: workers often exit a moment after the scheduler).
+    completed: Mapping[str, frozenset[int]]
+    succeeded: bool  # every deciding pod (MXJob.deciding_slots) has succeeded
+    failures: Failures
+    restart_total: int
+
+    @property
+    def history(self) -> Mapping[str, RestartRecord]:
+        """The restart history with this sync's failures counted."""
+        return self.failures.history
+
+    def conditions(self) -> Conditions[ConditionType]:
+        """A fresh copy of the old conditions, for one transition to set."""
+        return Conditions(self.old_conditions, self.now, state_order=STATE_ORDER)
+
+
+def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: datetime, memory: Memory) -> Observation:
+    """Read the observations once, in one order (the status warnings keep that order)."""
+    # Whole-job restarts: a succeeded index is never rerun (its pod stays); the new attempt's pods
+    # wait until no pod of an earlier attempt is observed.
+    known_attempt = max([0, *memory.attempts, *(p.job_attempt for p in all_pods.values())])
+    leaving = {n: p for n, p in all_pods.items() if p.job_attempt < known_attempt and p.phase != "Succeeded"}
+    pods = {n: p for n, p in all_pods.items() if n not in leaving}
+    old = OldStatus(old_status, condition_types=STATE_ORDER)
+    old_conditions = tuple(old.conditions())
+    before = Conditions(old_conditions, now, state_order=STATE_ORDER)
+    was_terminal = before.terminal(TERMINAL) is not None
+    start_time, completion_time = old.time("startTime"), old.time("completionTime")
+    cleaned_up_time = old.time("cleanedUpTime")
+    written_restarts = old.counter("restartCount") or 0
+    completed = completed_before(job, old)
+    for pod in pods.values():
+        if pod.phase == "Succeeded":
+            completed[pod.rtype].add(pod.index)
+    succeeded = all(index in completed[rtype] for rtype, index in job.deciding_slots())
+    # Once the deciding pods have succeeded nothing is recreated: a pod that fails then is judged
+    # by the success grace, not counted as a restart; a finished or suspended job counts nothing.
+    history = merge_history(read_history(old), memory.restarts, pods)
+    if was_terminal or job.run_policy.suspend or succeeded:
+        failures = no_failures(history)
+    else:
+        failures = classify_failures(job, pods, history, memory.restarts)
+    old_attempt = old.counter("attempt") or 0
+    failures = with_collateral(job, failures, job_restart_pending=old_attempt > known_attempt)
+    # A pod lost for a whole-job restart now: its record is created; the old pods go on a later sync.
+    attempt = known_attempt + (1 if failures.job_losses and not failures.fatal else 0)
+    return Observation(
+        job=job, now=now, old=old, old_conditions=old_conditions, all_pods=all_pods, pods=pods, leaving=leaving,
+        restarts=memory.restarts, attempt_records=memory.attempts, was_terminal=was_terminal,
+        resumed=before.is_true("Suspended"), start_time=start_time, completion_time=completion_time,
+        cleaned_up_time=cleaned_up_time, old_attempt=old_attempt, known_attempt=known_attempt, attempt=attempt,
+        completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
+        failures=failures,
+        restart_total=restart_total(failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts))
+
