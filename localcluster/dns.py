@@ -96,6 +96,8 @@ class ClusterDNS:
         self._ports: dict[tuple[str, str, int], int] = {}
         self._files: dict[tuple[str, str], tuple[Path, str]] = {}  # (namespace, pod) -> (hosts file, hostname)
         self._lock = threading.Lock()
+        # Held from reading the cluster to writing the hosts files (register, refresh): see refresh.
+        self._write_lock = threading.Lock()
         self._base = HOST_HOSTS.read_text() if self.strict else ""
         if self.strict:
             store.watch(self._on_event)
@@ -130,7 +132,8 @@ class ClusterDNS:
             self._files[(namespace, pod)] = (path, hostname)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-        self._write(path, self.hosts_text(namespace, hostname))
+        with self._write_lock:
+            self._write(path, self.hosts_text(namespace, hostname))
         return path
 
     def unregister(self, namespace: str, pod: str) -> None:
@@ -147,11 +150,19 @@ class ClusterDNS:
             self.refresh(obj.get("metadata", {}).get("namespace", "default"))
 
     def refresh(self, namespace: str) -> None:
-        """Rewrite the hosts files of a namespace's pods (in place: a bind mount follows the inode)."""
-        with self._lock:
-            files = [(path, hostname) for (ns, _), (path, hostname) in self._files.items() if ns == namespace]
-        for path, hostname in files:
-            self._write(path, self.hosts_text(namespace, hostname))
+        """Rewrite the hosts files of a namespace's pods (in place: a bind mount follows the inode).
+
+        A change is told on the thread that made it (a pod's kubelet thread, Metacontroller's, one
+        informer per kind), so refreshes overlap. Each reads the cluster as it is when it runs; under
+        one lock from that read to the last write, the refresh that reads last also writes last, so
+        the files end as the cluster is. Without it a refresh that had read before a change could
+        write after the refresh for that change, and the name it missed stayed out of the file until
+        some later change: the rare ps-lite start-up stall (docs/localcluster.md)."""
+        with self._write_lock:
+            with self._lock:
+                files = [(path, hostname) for (ns, _), (path, hostname) in self._files.items() if ns == namespace]
+            for path, hostname in files:
+                self._write(path, self.hosts_text(namespace, hostname))
 
     @staticmethod
     def _write(path: Path, text: str) -> None:

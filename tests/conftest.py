@@ -19,18 +19,7 @@ from localcluster.controlplane import ControlPlane, ControlPlaneError
 _STARTED: list[ControlPlane] = []
 
 
-# A known, rare stall: real MXNet 1.9.1's ps-lite sometimes never completes its rendezvous when the
-# scheduler's name resolves only after the processes start (seen in about 1 run in 20 of a real-MXNet
-# test; every process bound, none connected, until the test's timeout). Not understood yet (ps-lite or
-# ZeroMQ name resolution); until it is, a real-MXNet test that times out runs once more, and pytest's
-# summary names every rerun, so the stall stays visible. Any other failure is not rerun.
-MXNET_STALL_RERUN = pytest.mark.flaky(reruns=1, only_rerun=["TimeoutError"])
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if "mxnet" in item.keywords:
-            item.add_marker(MXNET_STALL_RERUN)
     if os.environ.get("CONTROLPLANE") != "skip":
         return
     skip = pytest.mark.skip(reason="CONTROLPLANE=skip: not run against a real API server")

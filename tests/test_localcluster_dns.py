@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -79,6 +80,48 @@ def test_a_running_process_sees_a_late_name_at_its_next_lookup(tmp_path: Path):
         process.kill()
     assert out.strip().splitlines()[-1] == "resolved 127.0.0.1"
     assert "late-svc" not in Path("/etc/hosts").read_text()  # the host's own file is untouched
+
+
+def _names(hosts: Path) -> set[str]:
+    return {line.split()[1] for line in hosts.read_text().splitlines() if line.startswith("127.0.0.1 ")}
+
+
+def test_a_refresh_that_read_the_cluster_before_a_change_never_writes_after_the_refresh_for_it(monkeypatch, tmp_path: Path):
+    """Changes are told on the thread that made them (a pod's kubelet thread, Metacontroller's, one informer
+    per kind), so two refreshes of one hosts file overlap. Forced here: one reads the cluster before the
+    scheduler's Service exists and is held; the Service is created meanwhile. Had the held one written
+    last, the file would lack the name for good (nothing changes again): the ps-lite start-up stall, a
+    server that never found its scheduler."""
+    monkeypatch.setattr(dns_module, "strict_dns_unavailable", lambda: None)  # files only: no mount namespace here
+    store = Store()
+    dns = ClusterDNS(store)
+    hosts = dns.register("default", "server-0", "server-0", tmp_path / "hosts")
+    store.create(_pod("scheduler-0", {"app": "s"}))
+    store.update_status("v1", "Pod", "default", "scheduler-0", {"phase": "Running"})
+    has_read, release = threading.Event(), threading.Event()
+    resolvable = dns.resolvable
+
+    def held_after_reading(namespace: str) -> list[str]:
+        names = resolvable(namespace)
+        if threading.current_thread().name == "early":
+            has_read.set()
+            release.wait(10)
+        return names
+
+    monkeypatch.setattr(dns, "resolvable", held_after_reading)
+    early = threading.Thread(target=dns.refresh, args=("default",), name="early")
+    early.start()
+    assert has_read.wait(10)
+    # The Service's watcher refreshes on this thread; without the fix it writes the name at once, with it
+    # it waits for the early refresh (hence a bounded join, then the release).
+    late = threading.Thread(target=store.create, args=(_service("scheduler-0", {"app": "s"}),), name="late")
+    late.start()
+    late.join(1.0)
+    release.set()
+    early.join(10)
+    late.join(10)
+    assert not early.is_alive() and not late.is_alive()
+    assert "scheduler-0" in _names(hosts)
 
 
 def test_strict_names_keep_the_name_and_remap_the_port():
