@@ -109,9 +109,6 @@ def test_an_evicted_worker_names_the_eviction_in_the_restarting_condition():
             "and is recreated") in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="hooks/mxjob/sync.py OBSERVED_FIELDS does not declare a pod's status.conditions "
-                                       "yet, so the server's decoder drops DisruptionTarget before the view sees it "
-                                       "(a one-line addition, left out while lifecycle.py and sync.py are being split)")
 def test_the_servers_decoder_keeps_the_disruption_for_the_view():
     import json
 

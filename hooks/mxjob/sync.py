@@ -56,7 +56,9 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
                  "annotations": dict[str, str], "deletionTimestamp": str},
     # The layout guard reads the DMLC_NUM_* entries of live pods (hooks.mxjob.layout).
     "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}]}]},
+    # A pod's DisruptionTarget condition says why it ended (preemption, eviction: hooks.shared.termination).
     "status": {"phase": str, "reason": str, "message": str,
+               "conditions": [{"type": str, "status": str, "reason": str, "message": str}],
                "containerStatuses": [{"name": str, "restartCount": int,
                                       "state": {"terminated": {"exitCode": int, "finishedAt": str,
                                                                "reason": str, "message": str}},
