@@ -174,18 +174,25 @@ def _kinds_by_name(kinds: Iterable[Kind]) -> dict[str, Kind]:
     return table
 
 
-def _answer_sync(kind: Kind, decoder: RequestDecoder, limit: int | None, settings: Mapping[str, str]) -> SyncAnswer:
-    """The answer to the current sync request, with its log fields and any unexpected exception."""
-    fields: dict[str, Any] = {"kind": kind.name}
+def _read_request(decoder: RequestDecoder, limit: int | None, fields: dict[str, Any]) -> dict[str, Any] | SyncAnswer:
+    """The current request's decoded body, or the error answer when it is not JSON, too large or malformed."""
     if not request.is_json:
         return _bad_request(fields, f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
     try:
-        body = decoder.decode(read_body(request.environ, limit))
+        return decoder.decode(read_body(request.environ, limit))
     except MalformedRequest as exc:
         if exc.status == 413:
             fields.update(outcome="too_large", error=f"request body larger than {limit} bytes")
             return SyncAnswer(413, _dumps({"error": str(exc)}), fields)
         return _bad_request(fields, str(exc), exc.status)
+
+
+def _answer_sync(kind: Kind, decoder: RequestDecoder, limit: int | None, settings: Mapping[str, str]) -> SyncAnswer:
+    """The answer to the current sync request, with its log fields and any unexpected exception."""
+    fields: dict[str, Any] = {"kind": kind.name}
+    body = _read_request(decoder, limit, fields)
+    if isinstance(body, SyncAnswer):
+        return body
 
     fields.update(_job_identity(body))
     # The shell reads the clock so the core stays a pure function of its inputs. Second precision:
@@ -213,15 +220,9 @@ def _answer_customize(kind: Kind, decoder: RequestDecoder, limit: int | None) ->
     """The answer to the current customize request; errors as for a sync (a non-200 makes
     Metacontroller retry the parent's sync, so a bug must never answer 200 with no rules)."""
     fields: dict[str, Any] = {"kind": kind.name, "hook": "customize"}
-    if not request.is_json:
-        return _bad_request(fields, f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
-    try:
-        body = decoder.decode(read_body(request.environ, limit))
-    except MalformedRequest as exc:
-        if exc.status == 413:
-            fields.update(outcome="too_large", error=f"request body larger than {limit} bytes")
-            return SyncAnswer(413, _dumps({"error": str(exc)}), fields)
-        return _bad_request(fields, str(exc), exc.status)
+    body = _read_request(decoder, limit, fields)
+    if isinstance(body, SyncAnswer):
+        return body
     fields.update(_job_identity(body))
     assert kind.customize is not None  # only kinds with a customize hook get the route
     try:
