@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MAIN_CONTAINER, MXJob
@@ -47,6 +47,11 @@ class Slot:
 
     rtype: str
     index: int
+
+
+def is_live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
+    """An observed child that is not on its way out (deleting it again would change nothing)."""
+    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
 
 
 def replica_slots(job: MXJob) -> dict[str, Slot]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.mxjob.names import child_name
+from hooks.mxjob.network import PER_REPLICA, read_service_layout
 from hooks.mxjob.vocabulary import (
     REPLICA_TYPES,
     SCHEDULER,
@@ -128,6 +129,7 @@ class MXJob(JobIdentity):
     success_policy: str
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
+    service_layout: str = PER_REPLICA  # hooks.mxjob.network
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -191,6 +193,7 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if job_mode in JOB_MODES:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
+    service_layout = read_service_layout(meta, problems)
     check_min_available(run_policy.scheduling, total_replicas(replicas), run_policy.scheduling_path,
                         problems)
     if len(problems) > MAX_PROBLEMS:
@@ -198,7 +201,8 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if problems:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
-                 success_policy=success_policy, run_policy=run_policy, replicas=replicas)
+                 success_policy=success_policy, run_policy=run_policy, replicas=replicas,
+                 service_layout=service_layout)
 
 
 def _parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool) -> RunPolicy:

@@ -7,15 +7,24 @@ has children keeps those children exactly as they were last applied.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple
 
-from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_builder
+from hooks.mxjob.children import (
+    cluster_config_map,
+    pod_builder,
+    podgroup_for_job,
+    service_layout_problems,
+    service_names,
+    services_by_slot,
+    services_for,
+)
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, cluster_wiring, layout_env
 from hooks.mxjob.lifecycle import Memory, Plan, decide, read_outcome, recorded_status
 from hooks.mxjob.names import LAYOUT_ANNOTATION, job_labels
 from hooks.mxjob.observed import Slot, replica_slots, view_pods
+from hooks.mxjob.observed import is_live as _live  # one rule for "live", shared with children.py
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
 from hooks.mxjob.vocabulary import CREATED, FAILED_VALIDATION, KIND
 from hooks.shared.answers import invalid_spec_message
@@ -92,7 +101,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
         job = parse_mxjob(parent, gang=gang is not None)
         wiring = cluster_wiring(job)
         slots = replica_slots(job)
-        problems = size_problems(job, wiring) or changed_since_created(job, wiring, slots, observed)
+        problems = (size_problems(job, wiring) or service_layout_problems(job, slots, observed.pods, observed.services)
+                    or changed_since_created(job, wiring, slots, observed))
         if problems:
             raise SpecError(problems)
         podgroup = podgroup_for_job(job, gang) if gang is not None else None
@@ -104,7 +114,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
                     attempts=attempts)
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
-                  observed_services=observed.services, memory=memory, now=now)
+                  observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now)
     # The gang exists while the job may still get pods: a finished job's PodGroup would keep
     # holding its queue's share, and a suspended job has no pods to group.
     if job.run_policy.suspend or _finished(plan.status, now):
@@ -116,8 +126,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
             _say_pods_wait(plan.status, old_status, job, podgroup, now)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in pod_names]
-    services = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
-    children += [services[slots[n].rtype](slots[n].index) for n in plan.services]
+    children += services_for(job, slots, plan.services)
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,
@@ -188,16 +197,15 @@ def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str,
     deleted by hand, terminating, or a job created before the ConfigMap existed.
     """
     if (_config_map_differs(wiring, observed.config_maps) or _pods_differ(job, wiring, slots, observed.pods)
-            or any(name not in slots for name, service in observed.services.items() if _live(service))):
+            or _services_differ(service_names(job, slots), observed.services)):
         return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
                 "has the replica layout built in); restore the previous mxReplicaSpecs "
                 "and jobMode, or delete the MXJob and create it again"]
     return []
 
 
-def _live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
-    """An observed child that is not on its way out (deleting it again would change nothing)."""
-    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
+def _services_differ(names: Collection[str], services: Mapping[str, Any]) -> bool:
+    return any(name not in names for name, service in services.items() if _live(service))
 
 
 def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:
