@@ -125,3 +125,12 @@ def test_the_size_limit_counts_the_longer_host_names():
     assert per_replica.state() != "Failed"
     assert per_job.state() == "Failed"
     assert f"{MAX_ARG_STRLEN} bytes" in per_job.condition("Failed")["message"]
+
+
+def test_a_templates_own_hostname_and_subdomain_give_way_to_the_layout():
+    parent = job(Worker=1)
+    parent["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"].update(hostname="mine", subdomain="elsewhere")
+    sim = Sim(parent)
+    sim.sync()
+    spec = sim.pods["mx-worker-0"]["spec"]
+    assert (spec["hostname"], spec["subdomain"]) == ("mx-worker-0", "mx")
