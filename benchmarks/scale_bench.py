@@ -48,8 +48,13 @@ CLIENT_BURST = 10
 NOPROCESS = {"localcluster.kubeflow.org/kubelet": "noprocess"}
 
 
-def mxjob(name: str, replicas: int) -> dict[str, Any]:
-    """1 Scheduler, a tenth Servers, the rest Workers (as benchmarks/sync_bench.py)."""
+SERVICE_ANNOTATION = "training.kubeflow.org/headless-service"  # hooks.mxjob.network
+SERVICE_LAYOUTS = ("per-replica", "per-job")
+
+
+def mxjob(name: str, replicas: int, services: str = "per-replica") -> dict[str, Any]:
+    """1 Scheduler, a tenth Servers, the rest Workers (as benchmarks/sync_bench.py); `services`: one
+    headless Service per replica (the default) or one per job (the annotation's opt-in)."""
     servers = max(1, replicas // 10)
 
     def replica(count: int) -> dict[str, Any]:
@@ -58,7 +63,10 @@ def mxjob(name: str, replicas: int) -> dict[str, Any]:
             "spec": {"containers": [{"name": "mxnet", "image": "mxnet/python:1.9.1_native_py3",
                                      "command": ["python", "train.py"], "ports": [{"containerPort": 9091}]}]}}}
 
-    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name, "namespace": "default"},
+    metadata: dict[str, Any] = {"name": name, "namespace": "default"}
+    if services != "per-replica":
+        metadata["annotations"] = {SERVICE_ANNOTATION: services}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": metadata,
             "spec": {"jobMode": "MXTrain", "mxReplicaSpecs": {
                 "Scheduler": replica(1), "Server": replica(servers), "Worker": replica(replicas - 1 - servers)}}}
 
@@ -248,6 +256,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _layout(services: str) -> str:
+    return "" if services == "per-replica" else f", {services} Service"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -257,6 +269,8 @@ def main() -> None:
     parser.add_argument("--many", type=int, default=None, help="concurrent MXJobs and ChainerJobs each (100); 0: none")
     parser.add_argument("--many-replicas", type=int, default=50, help="replicas of each of the many MXJobs (50)")
     parser.add_argument("--many-qps", type=float, default=None, help="client rate of the many-jobs scenario (50)")
+    parser.add_argument("--services", nargs="+", choices=SERVICE_LAYOUTS, default=["per-replica"],
+                        help="the MXJobs' headless Service layouts to run (per-replica; per-job is the opt-in)")
     parser.add_argument("--resyncs", type=int, default=3, help="forced resync rounds once settled (3)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per scenario phase (3600)")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="also write every row, requests included, here")
@@ -271,10 +285,14 @@ def main() -> None:
         for replicas in sizes:
             if args.quick and qps < 50 and replicas > 100:
                 continue  # 2 writes per replica at 5/s: 1,000 replicas is 400 s at the least
-            plan.append((f"1 MXJob × {replicas:,} replicas", [mxjob(f"big-{replicas}", replicas)], replicas, qps))
+            for services in args.services:
+                plan.append((f"1 MXJob × {replicas:,} replicas{_layout(services)}",
+                             [mxjob(f"big-{replicas}", replicas, services)], replicas, qps))
     if many:
-        plan.append((f"{many} MXJobs × {args.many_replicas} replicas",
-                     [mxjob(f"mx-{i}", args.many_replicas) for i in range(many)], many * args.many_replicas, many_qps))
+        for services in args.services:
+            plan.append((f"{many} MXJobs × {args.many_replicas} replicas{_layout(services)}",
+                         [mxjob(f"mx-{i}", args.many_replicas, services) for i in range(many)],
+                         many * args.many_replicas, many_qps))
         plan.append((f"{many} ChainerJobs (master + 2 workers)",
                      [chainerjob(f"ch-{i}", 2) for i in range(many)], many * 3, many_qps))
 

@@ -87,14 +87,16 @@ def _has_address(pod: KubeObject) -> bool:
 
 
 class ClusterDNS:
-    """Resolves `<service>[.<namespace>[.svc[.cluster.local]]]` to loopback and remaps its ports."""
+    """Resolves `<service>` and `<hostname>.<subdomain>` (each with `.<namespace>[.svc[.cluster.local]]`) to
+    loopback and remaps their ports."""
 
     def __init__(self, store: ObjectStore, *, strict: bool = True):
         self.store = store
         self.fallback_reason = strict_dns_unavailable() if strict else None
         self.strict = strict and self.fallback_reason is None
         self._ports: dict[tuple[str, str, int], int] = {}
-        self._files: dict[tuple[str, str], tuple[Path, str]] = {}  # (namespace, pod) -> (hosts file, hostname)
+        # (namespace, pod) -> (hosts file, the names of the pod itself)
+        self._files: dict[tuple[str, str], tuple[Path, str]] = {}
         self._lock = threading.Lock()
         # Held from reading the cluster to writing the hosts files (register, refresh): see refresh.
         self._write_lock = threading.Lock()
@@ -120,14 +122,21 @@ class ClusterDNS:
         return sorted(names)
 
     def hosts_text(self, namespace: str, hostname: str) -> str:
-        """A pod's hosts file: the host's entries, its own name, and the cluster names that resolve now."""
+        """A pod's hosts file: the host's entries, its own names, and the cluster names that resolve now.
+
+        `hostname` is every name of the pod itself, space-separated (see `register`)."""
         lines = [self._base.rstrip("\n"), "# localcluster: this pod, and the cluster names that resolve now",
                  f"{LOOPBACK} {hostname}"]
         lines += [f"{LOOPBACK} {name}" for name in self.resolvable(namespace)]
         return "\n".join(lines) + "\n"
 
-    def register(self, namespace: str, pod: str, hostname: str, path: Path) -> Path:
-        """Give a pod its hosts file (kept up to date until `unregister`)."""
+    def register(self, namespace: str, pod: str, hostname: str, path: Path, subdomain: str | None = None) -> Path:
+        """Give a pod its hosts file (kept up to date until `unregister`).
+
+        With a subdomain its own fully qualified name comes first, as the kubelet writes it
+        (`<hostname>.<subdomain>.<namespace>.svc.cluster.local`): it resolves before the Service exists."""
+        if subdomain:
+            hostname = f"{hostname}.{subdomain}.{namespace}.svc.cluster.local {hostname}"
         with self._lock:
             self._files[(namespace, pod)] = (path, hostname)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,10 +204,11 @@ class ClusterDNS:
         with self._lock:
             return dict(self._ports)
 
-    def rewrite_env(self, namespace: str, env: dict[str, str]) -> dict[str, str]:
-        """The env with every Service port remapped; names too (to loopback) unless names are strict."""
+    def rewrite_env(self, namespace: str, env: dict[str, str], subdomain: str | None = None) -> dict[str, str]:
+        """The env with every Service port remapped; names too (to loopback) unless names are strict.
+        `subdomain`: the starting pod's own (its peers' names may be `<hostname>.<subdomain>`)."""
         services = {svc["metadata"]["name"] for svc in self.store.list_shared("v1", "Service", namespace)}
-        resolver = _Resolver(self, namespace, services, keep_names=self.strict)
+        resolver = _Resolver(self, namespace, services, keep_names=self.strict, subdomain=subdomain)
         out = {name: resolver.value(value, host_context=name.endswith(HOST_SUFFIXES)) for name, value in env.items()}
         for name, value in env.items():
             if not name.endswith("_PORT") or not value.isdigit():
@@ -222,20 +232,34 @@ class _Resolver:
     decide at each lookup whether it resolves. Elsewhere only existing Services count (a bare
     `worker` is a role, not a host)."""
 
-    def __init__(self, dns: ClusterDNS, namespace: str, services: set[str], *, keep_names: bool):
+    def __init__(self, dns: ClusterDNS, namespace: str, services: set[str], *, keep_names: bool,
+                 subdomain: str | None = None):
         self.dns, self.namespace, self.services, self.keep_names = dns, namespace, services, keep_names
+        self.subdomains = services | ({subdomain} if subdomain else set())
 
     def service_of(self, host: str, *, assume: bool = False) -> str | None:
-        """The Service a host name refers to (one that may not exist yet when `assume`), or None."""
+        """The Service a host name refers to (one that may not exist yet when `assume`), or None; for a
+        pod's name under a headless Service, `<hostname>.<subdomain>` (each pod has its own ports)."""
         suffixes = ("", f".{self.namespace}", f".{self.namespace}.svc", f".{self.namespace}.svc.cluster.local")
         for service in self.services:
             if host in (service + suffix for suffix in suffixes):
                 return service
-        if assume and _HOST_PORT.match(host) and host not in NOT_CLUSTER_NAMES:
-            for suffix in sorted(suffixes, key=len, reverse=True):
-                label = host[: len(host) - len(suffix)] if host.endswith(suffix) else ""
-                if label and "." not in label:
-                    return label
+        if not _HOST_PORT.match(host) or host in NOT_CLUSTER_NAMES:
+            return None
+        # Longest suffix first, so `<service>.<namespace>` is read as a Service, not as a pod's name.
+        for suffix in sorted(suffixes, key=len, reverse=True):
+            if not host.endswith(suffix):
+                continue
+            rest = host[: len(host) - len(suffix)]
+            labels = rest.split(".")
+            if len(labels) == 1 and rest and assume:
+                return rest
+            # A pod's own name under a headless Service (`<hostname>.<subdomain>`, as a
+            # StatefulSet's or an MXJob's per-job layout gives): one endpoint, so its own ports.
+            # Bare, it must name a known subdomain (`example.com` is not a pod); the Service may
+            # not exist yet, but the starting pod's own subdomain is its peers' too.
+            if len(labels) == 2 and all(labels) and ((assume and suffix) or labels[1] in self.subdomains):
+                return rest
         return None
 
     def value(self, value: str, *, host_context: bool = False) -> str:

@@ -80,7 +80,7 @@ class PodSandbox:
         write_script(bin_dir / "hostname", f"#!/bin/sh\necho {shlex.quote(self.hostname)}\n")
         write_script(bin_dir / "kubectl", self._kubectl_wrapper())
         if self.dns.strict:
-            self.dns.register(self.namespace, self.name, self.hostname, self.hosts_file)
+            self.dns.register(self.namespace, self.name, self.hostname, self.hosts_file, self.spec.get("subdomain"))
         return unsupported
 
     def unregister(self) -> None:
@@ -101,7 +101,7 @@ class PodSandbox:
         # such as $(HOME) stays as written in a cluster, so it does here too.
         declared = resolve_env(container, self.pod, runtime=RUNTIME_FIELDS,
                                config_map=lambda name: self.store.get("v1", "ConfigMap", self.namespace, name))
-        rewritten = self.dns.rewrite_env(self.namespace, declared)
+        rewritten = self.dns.rewrite_env(self.namespace, declared, self.spec.get("subdomain"))
         if not self.dns.strict:
             # Names rewritten to loopback: a scheduler told to bind 0.0.0.0 would leave loopback for nothing.
             for name, value in LOOPBACK_OVERRIDES.items():

@@ -183,6 +183,50 @@ def suspended_running_job() -> Sim:
     return sim
 
 
+PER_JOB = {"training.kubeflow.org/headless-service": "per-job"}
+
+
+def _per_job(**replicas: int) -> Sim:
+    parent = mxjob(replicas=replicas or {"Scheduler": 1, "Server": 1, "Worker": 2})
+    parent["metadata"]["annotations"] = dict(PER_JOB)
+    return Sim(parent)
+
+
+def per_job_service_first_sync() -> Sim:
+    return _per_job()
+
+
+def per_job_service_running() -> Sim:
+    sim = _per_job()
+    sim.sync()
+    sim.tick(5)
+    sim.run()
+    return sim
+
+
+def per_job_service_terminal_succeeded() -> Sim:
+    sim = per_job_service_running()
+    sim.sync()
+    sim.tick(60)
+    for pod in ("mx-worker-0", "mx-worker-1", "mx-scheduler-0"):
+        sim.set_phase(pod, "Succeeded", exit_code=0)
+    return sim
+
+
+def per_job_service_invalid_value() -> Sim:
+    parent = mxjob(replicas={"Worker": 1})
+    parent["metadata"]["annotations"] = {"training.kubeflow.org/headless-service": "shared"}
+    return Sim(parent)
+
+
+def per_job_service_set_on_a_running_job() -> Sim:
+    """The annotation added to a job whose pods run with per-replica Services: refused, children kept."""
+    sim = running_all_pods_observed()
+    sim.sync()
+    sim.change("kubeflow.org/v1", "MXJob", "mx", lambda parent: parent["metadata"].update(annotations=dict(PER_JOB)))
+    return sim
+
+
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
 
@@ -375,7 +419,8 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     gang_volcano_first_sync, gang_volcano_defaults, gang_volcano_queue_priority_min_available,
     gang_scheduler_plugins_timeout_min_resources, gang_terminal_succeeded,
     gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
-    gang_chainerjob_master_complete)}
+    gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
+    per_job_service_terminal_succeeded, per_job_service_invalid_value, per_job_service_set_on_a_running_job)}
 
 
 def _dump(data: dict) -> str:

@@ -3,6 +3,7 @@ and a pod it selects has started, checked at each lookup (strict names, localclu
 clear fallback where that cannot run."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -154,3 +155,58 @@ def test_a_peer_named_before_its_service_exists_gets_its_port_mapped_and_a_role_
     assert env["DMLC_PS_ROOT_PORT"] == str(dns.local_port("default", "job-scheduler-0", 9091))
     assert env["DMLC_ROLE"] == "worker" and env["OTHER_HOST"] == "example.com"
     assert env["MX_CONFIG"] == '{"url":"127.0.0.1"}'
+
+
+@needs_strict
+def test_a_pod_under_a_job_service_resolves_in_every_form_a_pod_would_look_up(tmp_path: Path):
+    """An MXJob's per-job layout: one headless Service selects every pod, each pod sets hostname and
+    subdomain. A process looks up `<pod>.<job>` (its search path adds `<ns>.svc.cluster.local`) or a
+    longer form; each resolves once the Service exists and that pod runs, and only for pods that set
+    both fields."""
+    store = Store()
+    dns = ClusterDNS(store)
+    hosts = dns.register("default", "mx-worker-0", "mx-worker-0", tmp_path / "hosts", subdomain="mx")
+    names = lambda: {n for line in hosts.read_text().splitlines() if line.startswith("127.0.0.1 ")  # noqa: E731
+                     for n in line.split()[1:]}
+    # Its own fully qualified name resolves from the start, as the kubelet's hosts file has it.
+    assert {"mx-worker-0", "mx-worker-0.mx.default.svc.cluster.local"} <= names()
+    store.create(_pod("mx-scheduler-0", {"job": "mx"}, hostname="mx-scheduler-0", subdomain="mx"))
+    store.create(_pod("stray", {"job": "mx"}))  # selected, but without a hostname: no name of its own
+    store.update_status("v1", "Pod", "default", "mx-scheduler-0", {"phase": "Running"})
+    store.update_status("v1", "Pod", "default", "stray", {"phase": "Running"})
+    assert "mx-scheduler-0.mx" not in names()  # the pod runs; its Service does not exist yet
+    store.create(_service("mx", {"job": "mx"}))
+    forms = {"mx-scheduler-0.mx", "mx-scheduler-0.mx.default", "mx-scheduler-0.mx.default.svc",
+             "mx-scheduler-0.mx.default.svc.cluster.local"}
+    assert forms <= names()
+    assert not any(n.startswith("stray") for n in names())
+    probe = "import socket, sys; print(socket.gethostbyname(sys.argv[1]))"
+    for form in ("mx-scheduler-0.mx", "mx-scheduler-0.mx.default.svc"):
+        out = subprocess.run(dns.wrap([sys.executable, "-c", probe, form], hosts), capture_output=True, text=True,
+                             check=True, timeout=30)
+        assert out.stdout.strip() == "127.0.0.1"
+    store.update_status("v1", "Pod", "default", "mx-scheduler-0", {"phase": "Failed"})
+    assert not forms & names()
+
+
+def test_each_pod_under_a_job_service_gets_its_own_ports_whatever_form_names_it():
+    """Every process shares 127.0.0.1, so two pods under one Service must not share a port; the same
+    pod named in a longer form is the same endpoint. Read before the Service exists (Metacontroller
+    writes Pods first): the starting pod's own subdomain says `<pod>.<job>` is a peer, not a domain."""
+    dns = ClusterDNS(Store(), strict=False)
+    dns.strict = True  # the env rule alone; no hosts file is involved
+    mx_config = json.dumps({"cluster": {"scheduler": [{"port": 9091, "url": "mx-scheduler-0.mx"}],
+                                        "worker": [{"port": 9091, "url": "mx-worker-0.mx"},
+                                                   {"port": 9091, "url": "mx-worker-1.mx.default.svc"}]}})
+    env = dns.rewrite_env("default", {"DMLC_PS_ROOT_URI": "mx-scheduler-0.mx", "DMLC_PS_ROOT_PORT": "9091",
+                                      "MX_CONFIG": mx_config, "OTHER_HOST": "example.com"}, subdomain="mx")
+    scheduler = dns.local_port("default", "mx-scheduler-0.mx", 9091)
+    assert env["DMLC_PS_ROOT_URI"] == "mx-scheduler-0.mx" and env["DMLC_PS_ROOT_PORT"] == str(scheduler)
+    cluster = json.loads(env["MX_CONFIG"])["cluster"]
+    ports = [cluster["scheduler"][0]["port"], cluster["worker"][0]["port"], cluster["worker"][1]["port"]]
+    assert ports[0] == scheduler and len(set(ports)) == 3 and 9091 not in ports
+    assert ports[2] == dns.local_port("default", "mx-worker-1.mx", 9091)
+    assert env["OTHER_HOST"] == "example.com"
+    # Without the subdomain (a pod of another job) a bare two-label name is not taken for a peer.
+    other = dns.rewrite_env("default", {"PEER_HOST": "mx-worker-0.mx", "PEER_PORT": "9091"})
+    assert other == {"PEER_HOST": "mx-worker-0.mx", "PEER_PORT": "9091"}

@@ -18,7 +18,9 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from helpers.apiserver import BACKENDS
 
+from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION
 from localcluster.cluster import LocalCluster, finished
 from localcluster.dns import strict_dns_unavailable
 from localcluster.hooks_server import HooksServer
@@ -73,6 +75,30 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
         cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
+    assert finished(done) == "Succeeded"
+    assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, backend: str):
+    """The per-job opt-in: one headless Service, every peer named `<pod>.<job>` (MX_CONFIG's urls,
+    DMLC_PS_ROOT_URI), resolvable only once that Service exists and that pod runs, as in a cluster."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["annotations"] = {SERVICE_ANNOTATION: PER_JOB}
+    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+        assert cluster.dns.strict
+        cluster.submit(job)
+        cluster.wait_for(lambda: len(cluster.pods("dist-train-digits")) == 4
+                         and cluster.children("dist-train-digits", "Service"), 60, what="the pods and the Service")
+        services = [s["metadata"]["name"] for s in cluster.children("dist-train-digits", "Service")]
+        pods = cluster.pods("dist-train-digits")
+        done = cluster.wait_finished("dist-train-digits", timeout=150)
+        scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
+    assert services == ["dist-train-digits"]
+    for pod in pods:
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (pod["metadata"]["name"], "dist-train-digits")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["DMLC_PS_ROOT_URI"] == "dist-train-digits-scheduler-0.dist-train-digits"
     assert finished(done) == "Succeeded"
     assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
 

@@ -1,19 +1,24 @@
-"""Builders of the desired children: the job's cluster ConfigMap, one Pod and one headless Service per
-replica index, and the job's PodGroup under gang scheduling."""
+"""Builders of the desired children: the job's cluster ConfigMap, one Pod per replica index, the
+headless Services (one per replica index, or one per job: hooks.mxjob.network), and the job's
+PodGroup under gang scheduling."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
-from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, env_builder, merge_env
+from hooks.mxjob.env import CLUSTER_KEY, LAYOUT_SERVICE_KEY, ClusterWiring, env_builder, merge_env
 from hooks.mxjob.names import (
     JOB_ATTEMPT_LABEL,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
     child_name,
     job_labels,
+    job_selector,
     labels_for,
     selector_for,
 )
+from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION, job_service_name
+from hooks.mxjob.observed import Slot, is_live
 from hooks.mxjob.spec import MXJob, ReplicaSpec, SpecError
 from hooks.mxjob.template import MAIN_CONTAINER, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
@@ -53,10 +58,16 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     master = job.is_master(spec.type)
     main = next((c for c in (template.get("spec") or {}).get("containers") or [] if c.get("name") == MAIN_CONTAINER), None)
     ports = main_ports(main.get("ports"), spec.port) if main is not None else []
+    # Per-job Service layout: the pod's own name under the job's Service is its DNS name
+    # (`<pod>.<job>`), as a StatefulSet's pods are named under their governing Service.
+    subdomain = job_service_name(job.name) if job.service_layout == PER_JOB else None
 
     def pod(index: int, attempt: int = 0, job_attempt: int = 0) -> JSON:
         pod_spec = fresh_spec()
         pod_spec["restartPolicy"] = restart_policy
+        if subdomain is not None:
+            pod_spec["hostname"] = child_name(job.name, spec.type, index)
+            pod_spec["subdomain"] = subdomain
         operator_env = operator_env_for(index, job_attempt)
         for container in pod_spec["containers"]:
             container["env"] = merge_env(operator_env, container.get("env"))
@@ -102,6 +113,66 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
             raise SpecError(problems)
     return podgroup_for(gang, name=job.name, namespace=job.namespace, labels=job_labels(job.name),
                         min_member=min_member, policy=policy, resources=resources)
+
+
+def services_for(job: MXJob, slots: Mapping[str, Slot], names: Sequence[str]) -> list[JSON]:
+    """The desired Services of a job whose lifecycle keeps the Services of the slots `names`:
+    each one's own, or, per job, the job's one Service while any of them is kept."""
+    if job.service_layout == PER_JOB:
+        return [job_service_for(job)] if names else []
+    builders = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
+    return [builders[slots[n].rtype](slots[n].index) for n in names]
+
+
+def service_names(job: MXJob, slots: Mapping[str, Slot]) -> Collection[str]:
+    """The names of every Service the job may have in its layout."""
+    return (job_service_name(job.name),) if job.service_layout == PER_JOB else slots.keys()
+
+
+def services_by_slot(job: MXJob, slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The observed Services as the lifecycle reads them, by slot name: per job, the job's one
+    Service stands for every slot's (the lifecycle keeps a finished job's Services by slot)."""
+    if job.service_layout != PER_JOB:
+        return observed
+    service = observed.get(job_service_name(job.name))
+    return dict.fromkeys(slots, service) if service is not None else {}
+
+
+def service_layout_problems(job: MXJob, slots: Mapping[str, Slot], pods: Mapping[str, Any],
+                            services: Mapping[str, Any]) -> list[str]:
+    """The Service layout annotation changed after the job's pods were created: a live Service of the
+    other layout, or a live pod built with the other one (its replica-layout annotation says it).
+    Acting on it would give the running pods host names their peers no longer resolve."""
+    per_job = job.service_layout == PER_JOB
+    other_services = slots.keys() if per_job else (job_service_name(job.name),)
+    changed = any(name in other_services for name, service in services.items() if is_live(service))
+    for pod in pods.values():
+        if changed:
+            break
+        layout = ((pod.get("metadata") or {}).get("annotations") or {}).get(LAYOUT_ANNOTATION) if is_live(pod) else None
+        changed = isinstance(layout, str) and (f'"{LAYOUT_SERVICE_KEY}"' in layout) != per_job
+    if not changed:
+        return []
+    return [f"metadata.annotations[{SERVICE_ANNOTATION}]: changed after the job's pods were created "
+            f"(every pod has its peers' host names built in); restore it as it was, or delete the "
+            f"MXJob and create it again"]
+
+
+def job_service_for(job: MXJob) -> JSON:
+    """The one headless Service of a per-job layout: it selects every pod of the job, so each pod's
+    `<hostname>.<job>` resolves. No ports: a headless Service needs none for its DNS names, and the
+    replica types' ports may share names."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": job_service_name(job.name), "namespace": job.namespace, "labels": job_labels(job.name)},
+        "spec": {
+            "clusterIP": "None",
+            # As for a replica's Service: the scheduler's name must resolve before it is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": job_selector(job.name),
+        },
+    }
 
 
 def service_builder(job: MXJob, spec: ReplicaSpec) -> Callable[[int], JSON]:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.mxjob.names import child_name, cluster_config_map_name
+from hooks.mxjob.names import cluster_config_map_name
+from hooks.mxjob.network import PER_REPLICA, replica_host
 from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import SCHEDULER, SERVER, WORKER
 from hooks.shared.k8s import JSON
@@ -27,6 +28,7 @@ OPERATOR_ENV_NAMES = frozenset({
 })
 
 _CLUSTER_REF = f"$({CLUSTER_ENV})"
+LAYOUT_SERVICE_KEY = "headlessService"  # in the replica-layout annotation of a per-job layout's pods
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,17 @@ class ClusterWiring:
 def cluster_wiring(job: MXJob) -> ClusterWiring:
     """The job's cluster map and labels; sorted keys ("cluster" < "labels" < "task") as MXNet reads them."""
     cluster = {
-        spec.name: [{"port": spec.port, "url": child_name(job.name, rtype, i)}
+        spec.name: [{"port": spec.port, "url": replica_host(job.name, rtype, i, job.service_layout)}
                     for i in range(spec.replicas)]
         for rtype, spec in job.replicas.items()
     }
     labels = {spec.name: spec.tuner_key for spec in job.replicas.values()}
-    layout = {spec.name: {"port": spec.port, "replicas": spec.replicas} for spec in job.replicas.values()}
+    layout: dict[str, object] = {spec.name: {"port": spec.port, "replicas": spec.replicas}
+                                 for spec in job.replicas.values()}
+    if job.service_layout != PER_REPLICA:
+        # The host names in the map change with the Service layout, so a pod tells its layout
+        # too (no replica type is called this; left out by default, so older pods still match).
+        layout[LAYOUT_SERVICE_KEY] = job.service_layout
     return ClusterWiring(config_map=cluster_config_map_name(job.name), cluster=_compact(cluster),
                          labels=_compact(labels), layout=_compact(layout))
 
@@ -91,7 +98,7 @@ def env_builder(job: MXJob, rtype: str, *, wiring: ClusterWiring) -> Callable[[i
     # API server and make the pod differ from what we applied.
     if scheduler is not None and scheduler.replicas > 0:
         shared.append(("DMLC_PS_ROOT_PORT", str(scheduler.port)))
-        shared.append(("DMLC_PS_ROOT_URI", child_name(job.name, SCHEDULER, 0)))
+        shared.append(("DMLC_PS_ROOT_URI", replica_host(job.name, SCHEDULER, 0, job.service_layout)))
     shared.extend(layout_env(job).items())
     shared.append(("DMLC_ROLE", rtype.lower()))
     shared.append(("DMLC_USE_KUBERNETES", "1"))

@@ -5,12 +5,14 @@ so they are checked here, after the spec itself (hooks.mxjob.spec), and raise th
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeGuard
+from collections.abc import Collection, Mapping
+from typing import Any
 
+from hooks.mxjob.children import service_layout_problems, service_names
 from hooks.mxjob.env import CLUSTER_KEY, ClusterWiring, layout_env
 from hooks.mxjob.names import LAYOUT_ANNOTATION
 from hooks.mxjob.observed import Observed, Slot
+from hooks.mxjob.observed import is_live as _live  # one rule for "live", shared with children.py
 from hooks.mxjob.spec import MXJob, SpecError
 
 MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" string execve accepts
@@ -18,7 +20,8 @@ MAX_ARG_STRLEN = 131072  # Linux: 32 pages, the longest single "NAME=value" stri
 
 def check_layout(job: MXJob, wiring: ClusterWiring, slots: Mapping[str, Slot], observed: Observed) -> None:
     """Raise SpecError when the job's pods could never start, or its layout changed since they were created."""
-    problems = size_problems(job, wiring) or changed_since_created(job, wiring, slots, observed)
+    problems = (size_problems(job, wiring) or service_layout_problems(job, slots, observed.pods, observed.services)
+                or changed_since_created(job, wiring, slots, observed))
     if problems:
         raise SpecError(problems)
 
@@ -60,16 +63,15 @@ def changed_since_created(job: MXJob, wiring: ClusterWiring, slots: Mapping[str,
     deleted by hand, terminating, or a job created before the ConfigMap existed.
     """
     if (_config_map_differs(wiring, observed.config_maps) or _pods_differ(job, wiring, slots, observed.pods)
-            or any(name not in slots for name, service in observed.services.items() if _live(service))):
+            or _services_differ(service_names(job, slots), observed.services)):
         return ["spec.mxReplicaSpecs: changed after the job's pods were created (each pod "
                 "has the replica layout built in); restore the previous mxReplicaSpecs "
                 "and jobMode, or delete the MXJob and create it again"]
     return []
 
 
-def _live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
-    """An observed child that is not on its way out (deleting it again would change nothing)."""
-    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
+def _services_differ(names: Collection[str], services: Mapping[str, Any]) -> bool:
+    return any(name not in names for name, service in services.items() if _live(service))
 
 
 def _config_map_differs(wiring: ClusterWiring, config_maps: Mapping[str, Any]) -> bool:

@@ -48,11 +48,15 @@ def selector_for(job_name: str, rtype: str, index: int) -> dict[str, str]:
     }
 
 
+def job_selector(job_name: str) -> dict[str, str]:
+    """Labels that select every pod of a job (a per-job layout's one Service selects by them)."""
+    return {OPERATOR_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job_name}
+
+
 def job_labels(job_name: str) -> dict[str, str]:
     """Labels of a child that belongs to the whole job (the cluster ConfigMap, the PodGroup): the pods' labels
     without the per-replica ones, so the same selectors find the job's pods and its ConfigMap."""
-    return {OPERATOR_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job_name,
-            LEGACY_GROUP_LABEL: LEGACY_GROUP, LEGACY_JOB_NAME_LABEL: job_name}
+    return {**job_selector(job_name), LEGACY_GROUP_LABEL: LEGACY_GROUP, LEGACY_JOB_NAME_LABEL: job_name}
 
 
 def labels_for(job_name: str, rtype: str, index: int, *, master: bool) -> dict[str, str]:

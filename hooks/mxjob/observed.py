@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, TypeGuard, get_args
 
 from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
 from hooks.mxjob.spec import MXJob
@@ -79,6 +79,11 @@ class Slot:
 
     rtype: str
     index: int
+
+
+def is_live(obj: Any) -> TypeGuard[Mapping[str, Any]]:
+    """An observed child that is not on its way out (deleting it again would change nothing)."""
+    return isinstance(obj, Mapping) and not (obj.get("metadata") or {}).get("deletionTimestamp")
 
 
 def replica_slots(job: MXJob) -> dict[str, Slot]:

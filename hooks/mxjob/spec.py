@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hooks.mxjob.names import child_name
+from hooks.mxjob.network import PER_REPLICA, read_service_layout
 from hooks.mxjob.runpolicy import RunPolicy, or_default, parse_run_policy
 from hooks.mxjob.template import check_template, tuner_key_of
 from hooks.mxjob.vocabulary import (
@@ -76,6 +77,7 @@ class MXJob(JobIdentity):
     success_policy: SuccessPolicy
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
+    service_layout: str = PER_REPLICA  # hooks.mxjob.network
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -141,6 +143,7 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if job_mode is not None:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
+    service_layout = read_service_layout(meta, problems)
     check_min_available(run_policy.scheduling, total_replicas(replicas), run_policy.scheduling_path,
                         problems)
     if len(problems) > MAX_PROBLEMS:
@@ -148,7 +151,8 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     if problems or job_mode is None or success_policy is None:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
-                 success_policy=success_policy, run_policy=run_policy, replicas=replicas)
+                 success_policy=success_policy, run_policy=run_policy, replicas=replicas,
+                 service_layout=service_layout)
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:

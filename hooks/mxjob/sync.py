@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, service_builder
+from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, services_by_slot, services_for
 from hooks.mxjob.env import cluster_wiring
 from hooks.mxjob.layout import check_layout
 from hooks.mxjob.lifecycle import NO_GANG, GangView, Plan, decide
@@ -89,11 +89,11 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
         gang_view = GangView(podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
-                  observed_services=observed.services, memory=memory, now=now, gang=gang_view)
+                  observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
+                  gang=gang_view)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in plan.pods]
-    services = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
-    children += [services[slots[n].rtype](slots[n].index) for n in plan.services]
+    children += services_for(job, slots, plan.services)
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,
