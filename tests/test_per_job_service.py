@@ -12,8 +12,8 @@ import json
 import pytest
 from mcsim import Sim, mxjob
 
-from hooks.mxjob.network import PER_JOB, PER_REPLICA, SERVICE_ANNOTATION
 from hooks.mxjob.layout import MAX_ARG_STRLEN
+from hooks.mxjob.network import PER_JOB, PER_REPLICA, SERVICE_ANNOTATION
 from localcluster.podenv import resolve_env
 
 

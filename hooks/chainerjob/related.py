@@ -106,7 +106,8 @@ def recorded_failure(record: Mapping[str, Any]) -> JSON | None:
 def failure_words(failure: Mapping[str, Any]) -> str:
     """How a Failed condition says it: `the master pod P ended with exit code 1, reason Error: 'text'`."""
     code = failure.get("exitCode")
-    text = f"the master pod {failure['pod']} ended with " + (f"exit code {code}" if code is not None else "no exit code")
+    ended = f"exit code {code}" if code is not None else "no exit code"
+    text = f"the master pod {failure['pod']} ended with {ended}"
     if failure.get("reason"):
         text += f", reason {failure['reason']}"
     if failure.get("message"):

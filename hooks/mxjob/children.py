@@ -56,7 +56,8 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
     restart_policy = "Never" if spec.restart_policy == "ExitCode" else spec.restart_policy
     operator_env_for = env_builder(job, spec.type, wiring=wiring)
     master = job.is_master(spec.type)
-    main = next((c for c in (template.get("spec") or {}).get("containers") or [] if c.get("name") == MAIN_CONTAINER), None)
+    containers = (template.get("spec") or {}).get("containers") or []
+    main = next((c for c in containers if c.get("name") == MAIN_CONTAINER), None)
     ports = main_ports(main.get("ports"), spec.port) if main is not None else []
     # Per-job Service layout: the pod's own name under the job's Service is its DNS name
     # (`<pod>.<job>`), as a StatefulSet's pods are named under their governing Service.

@@ -65,4 +65,5 @@ def still_running_in_grace(obs: Observation) -> tuple[list[PodView], float | Non
 def others(obs: Observation) -> list[PodView]:
     """The pods that do not decide the job's success, and are not on their way out, in job order."""
     deciding = set(obs.job.deciding_slots())
-    return [p for p in in_job_order(obs.job, obs.pods.values()) if (p.rtype, p.index) not in deciding and not p.terminating]
+    return [p for p in in_job_order(obs.job, obs.pods.values())
+            if (p.rtype, p.index) not in deciding and not p.terminating]

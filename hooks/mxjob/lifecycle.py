@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from hooks.mxjob.attempts import attempt_cause, attempt_record, attempt_runs, deciding_pods_run, job_restart_message, stalled
+from hooks.mxjob.attempts import (
+    attempt_cause,
+    attempt_record,
+    attempt_runs,
+    deciding_pods_run,
+    job_restart_message,
+    stalled,
+)
 from hooks.mxjob.grace import SUCCESS_GRACE_SECONDS, failed_in_grace, still_running_in_grace, success_part
 from hooks.mxjob.observation import NO_MEMORY, Memory, Observation, observe
 from hooks.mxjob.observed import PodView, Slot
@@ -265,14 +272,16 @@ def record_outcome(obs: Observation, slots: Mapping[str, Slot], observed_service
         conds, start_time = obs.conditions(), obs.start_time
         completion_time = obs.completion_time or rfc3339(obs.now)  # lost from status: the TTL counts from now
     else:
-        conds, start_time = _started(obs, f"{subject(obs.job.key)} is created."), started_at(obs)
+        conds = _started(obs, f"{subject(obs.job.key)} is created.")
+        start_time = started_at(obs)
         conds.set(verdict.outcome, True, verdict.reason, verdict.message)
         for other in ("Running", "Restarting"):
             conds.clear(other, verdict.reason, verdict.message)
         completion_time = rfc3339(obs.now)
     status = _status(obs, conds, replicas=_final_replicas(obs, conds.terminal(TERMINAL)), start_time=start_time,
                      completion_time=completion_time, attempt=obs.known_attempt)
-    return Plan(status=status, pods=tuple(p.name for p in in_job_order(obs.job, obs.all_pods.values()) if not p.terminating),
+    kept = tuple(p.name for p in in_job_order(obs.job, obs.all_pods.values()) if not p.terminating)
+    return Plan(status=status, pods=kept,
                 services=tuple(n for n in sorted(observed_services) if n in slots), finished=True,
                 outcome={k: status[k] for k in OUTCOME_FIELDS if k in status},
                 restart_records=obs.failures.new_records)

@@ -153,7 +153,8 @@ def _parse_rule(at: str, rule: Any, problems: list[str]) -> FailureRule | None:
     codes: frozenset[int] | None = None
     if rule.get("onExitCodes") is not None:
         value = rule["onExitCodes"]
-        if isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES and all(is_non_negative_int(v, 255) for v in value):
+        if (isinstance(value, list) and 0 < len(value) <= MAX_RULE_EXIT_CODES
+                and all(is_non_negative_int(v, 255) for v in value)):
             codes = frozenset(value)
         else:
             problems.append(f"{at}.onExitCodes: must be a list of 1 to {MAX_RULE_EXIT_CODES} exit codes from 0 to 255")

@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from hooks.shared.merge import collapsed
-from hooks.shared.podtemplate import check_containers, check_image, check_pod_spec, check_template_metadata, is_port_number
+from hooks.shared.podtemplate import (
+    check_containers,
+    check_image,
+    check_pod_spec,
+    check_template_metadata,
+    is_port_number,
+)
 
 MAIN_CONTAINER = "mxnet"
 PORT_NAME = "mxjob-port"

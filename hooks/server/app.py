@@ -177,7 +177,8 @@ def _kinds_by_name(kinds: Iterable[Kind]) -> dict[str, Kind]:
 def _read_request(decoder: RequestDecoder, limit: int | None, fields: dict[str, Any]) -> dict[str, Any] | SyncAnswer:
     """The current request's decoded body, or the error answer when it is not JSON, too large or malformed."""
     if not request.is_json:
-        return _bad_request(fields, f"request body must be JSON (Content-Type: application/json), got {request.mimetype!r}")
+        return _bad_request(fields, "request body must be JSON (Content-Type: application/json), "
+                                    f"got {request.mimetype!r}")
     try:
         return decoder.decode(read_body(request.environ, limit))
     except MalformedRequest as exc:

@@ -165,8 +165,9 @@ def min_resources(members: Iterable[tuple[str, Mapping[str, Any], int]], min_mem
 
     `members` lists (field path of the pod template spec, the spec, how many pods use it) in the
     job's fixed order (replica types, then indexes). The order Metacontroller creates them in is
-    not defined within a kind, so this is an estimate whenever the members differ. A pod counts as the scheduler counts it: the sum of its
-    containers, or its largest init container where that is more; a container's limit stands in
+    not defined within a kind, so this is an estimate whenever the members differ. A pod counts
+    as the scheduler counts it: the sum of its containers, or its largest init container where
+    that is more; a container's limit stands in
     for a request it does not make (a GPU is usually only a limit).
     """
     total: dict[str, Quantity] = {}

@@ -27,7 +27,8 @@ ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", 
 
 
 def optional_map(path: str, value: Any, problems: list[str], *, expected: str) -> Mapping[str, Any]:
-    """An optional object field: itself, or {} when absent; {} and a problem (`must be <expected>`) when not an object."""
+    """An optional object field: itself, or {} when absent; {} and a problem (`must be <expected>`)
+    when not an object."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):

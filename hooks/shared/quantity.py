@@ -57,7 +57,8 @@ def parse_quantity(raw: Any) -> Quantity:
         raise ValueError(f"{raw!r} is not {HINT}")
     sign, digits, suffix = match.groups()
     exp = _EXPONENT.match(suffix)
-    if len(digits) > MAX_DIGITS or (exp is not None and (len(exp.group(1)) > 4 or abs(int(exp.group(1))) > MAX_EXPONENT)):
+    exponent_too_big = exp is not None and (len(exp.group(1)) > 4 or abs(int(exp.group(1))) > MAX_EXPONENT)
+    if len(digits) > MAX_DIGITS or exponent_too_big:
         raise ValueError(f"{show(raw, width=40)} is too large or too precise for a resource quantity (at most "
                          f"{MAX_DIGITS} digits and an exponent of at most {MAX_EXPONENT})")
     value = Fraction(digits if not digits.endswith(".") else digits[:-1])

@@ -98,7 +98,8 @@ def read_children(request: Mapping[str, Any], keys: tuple[str, ...], *,
                 _check_child(f"children[{key}][{_short(name)}]", obj, tree)
             # Children are matched by name, so a child must not claim another one's.
             if (obj.get("metadata") or {}).get("name", name) != name:
-                raise InvalidRequest(f"children[{key}][{_short(name)}].metadata.name: must equal the key {_short(name)}")
+                raise InvalidRequest(f"children[{key}][{_short(name)}].metadata.name: "
+                                     f"must equal the key {_short(name)}")
         observed.append(value)
     return observed
 
