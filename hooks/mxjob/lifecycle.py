@@ -12,7 +12,7 @@ the attempt record. Completed indexes are kept in status and by the succeeded po
 which the hook never deletes while the job runs. A field of the status memory not in the shape
 written here is treated as absent (hooks.shared.status).
 The transition table in docs/lifecycle.md is checked against
-this module by tests/test_lifecycle_table.py.
+this module by tests/mxjob/test_lifecycle_table.py.
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob, example
-from mcsim import T0
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob, example
+from helpers.mcsim import T0
 
 from hooks.chainerjob import children as builders
 from hooks.chainerjob.spec import SpecError, parse_chainerjob
@@ -508,7 +508,7 @@ def test_worker_statefulsets_are_on_delete():
 
 
 def test_enabling_a_gang_on_a_running_job_changes_the_template_but_stays_on_delete():
-    from chainersim import gang_controller
+    from helpers.chainersim import gang_controller
 
     sim = ChainerSim(example("chainerjob-mn.yaml"))
     sim.sync()

@@ -1,7 +1,7 @@
 """ChainerJob under hostile input (hypothesis): garbage of any JSON type at any path of the spec or
 status, or of the request, never breaks the sync.
 
-The rules are MXJob's (tests/test_fuzz_properties.py): the pure sync raises InvalidRequest (the
+The rules are MXJob's (tests/mxjob/test_fuzz.py): the pure sync raises InvalidRequest (the
 shell's 400) only for a malformed request, otherwise answers with something the shell can send; an
 answer that reports a spec problem keeps every observed child; one that does not emits only
 children the real API server admits (edits inside a pod template aside: the API server judges the

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from chainersim import JOB_KEY, chainerjob
 from helpers.chainer_strategies import MASTER_STATES, observed_sim
+from helpers.chainersim import JOB_KEY, chainerjob
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

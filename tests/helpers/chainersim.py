@@ -1,4 +1,4 @@
-"""ChainerJob scenarios stepped over the local cluster's Metacontroller emulation (see tests/mcsim.py).
+"""ChainerJob scenarios stepped over the local cluster's Metacontroller emulation (see tests/helpers/mcsim.py).
 
 The emulation applies the answers with the shipped chainerjob-controller's child rules; a test
 reports what the StatefulSet and Job controllers would (ready workers, the master Job's status).
@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from mcsim import MANIFESTS, T0, Stepped, with_podgroups
 
+from helpers.mcsim import MANIFESTS, T0, Stepped, with_podgroups
 from hooks.chainerjob.sync import CHILD_KEYS, JOB_KEY, SERVICE_ACCOUNT_KEY, STATEFULSET_KEY, sync_chainerjob
 from hooks.shared.conditions import rfc3339
 from localcluster.metacontroller import Stale
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "chainerjob"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "chainerjob"
 CONTROLLER = MANIFESTS / "chainerjob-controller.yaml"
 ON_DELETE = {SERVICE_ACCOUNT_KEY, JOB_KEY}
 

@@ -1,7 +1,7 @@
 """The rules of the Go tools that read MXJobs, ported to small Python functions (test oracles).
 
 Each function names the source file and version it follows. They read an MXJob (a dict, as the API
-server returns it) exactly as the tool does, so tests/test_ecosystem.py can check what our hook
+server returns it) exactly as the tool does, so tests/install/test_ecosystem.py can check what our hook
 writes against each tool's contract. The Python clients (the Kubeflow training SDK, gjson for
 Katib) are used as libraries there, not ported.
 """

@@ -6,7 +6,7 @@ mutates a deep copy of observed in place; a comma-ok type assertion that fails y
 slice (so a value of another type counts as absent, never as an error); list maps are Go maps keyed
 by fmt's %v of the merge key; and the list is rebuilt from the observed items first (duplicates
 included), then the desired ones not yet added. localcluster/metacontroller.py has its own,
-idiomatic implementation; tests/test_emulation.py checks that the two agree.
+idiomatic implementation; tests/localcluster/test_emulation.py checks that the two agree.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ There is one Metacontroller in this project (`localcluster.metacontroller.Emulat
 only steps it: `Stepped` holds an in-memory API store and the emulation of the shipped
 CompositeController (or one a test gives), calls the hook in-process with an explicit clock, and
 lets a test play kubelet and users (pod phases, edits, deletions). `Sim` is the MXJob scene;
-tests/chainersim.py the ChainerJob one. What differs from a real cluster is the emulation's, listed
+tests/helpers/chainersim.py the ChainerJob one. What differs from a real cluster is the emulation's, listed
 in docs/localcluster.md; the write pace is not throttled here (no client rate: nothing waits).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from localcluster.metacontroller import Emulation, Stale
 from localcluster.store import ADDED, DELETED, Store
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
-MANIFESTS = Path(__file__).resolve().parent.parent / "metacontroller"
+MANIFESTS = Path(__file__).resolve().parents[2] / "metacontroller"
 MXJOB_CONTROLLER = MANIFESTS / "compositecontroller.yaml"
 
 

@@ -1,5 +1,5 @@
 """The CRDs' rules, differentially: every case of the emulation (tests/helpers/crd_cases.py, which
-tests/test_crd.py, tests/test_chainerjob_crd.py and tests/test_crd_versions.py check with cel-python and
+tests/install/test_crd.py, tests/install/test_chainerjob_crd.py and tests/install/test_crd_versions.py check with cel-python and
 an OpenAPI validator) goes through the real API server, and the two verdicts must agree.
 
 - A create is a dry-run create (with `fieldValidation=Strict`, so a field the schema would prune is
@@ -93,7 +93,7 @@ def dry_runs(cp: ControlPlane) -> Iterator[str]:
 def emulated(obj: dict, old: dict | None = None, *, schema: dict = SCHEMA) -> list[str]:
     """The emulation's answer to a Strict write: its refusals, and every field the schema would prune.
 
-    (The older MXJob versions have v1's schema, one YAML alias: tests/test_crd_versions.py.)
+    (The older MXJob versions have v1's schema, one YAML alias: tests/install/test_crd_versions.py.)
     """
     rules = RULES if schema is SCHEMA else list(collect_rules(schema))
     return refusals(obj, old, schema=schema, rules=rules) + [f"unknown field {p}" for p in pruned_paths(obj, schema)]

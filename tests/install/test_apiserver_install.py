@@ -44,7 +44,7 @@ from localcluster.controlplane import ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.apiserver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 JOB_KINDS = ("MXJob", "ChainerJob")
 CRDS = {crd["spec"]["names"]["kind"]: crd

@@ -24,7 +24,7 @@ from localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOBS = {"mxjobs": ROOT / "examples" / "local" / "dist-train-digits.yaml",
         "chainerjobs": ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml"}
 VERBS = ("create", "get", "list", "watch", "update", "patch", "delete")

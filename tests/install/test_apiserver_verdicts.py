@@ -18,9 +18,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-from chainersim import chainerjob
 from helpers import apiserver
-from mcsim import mxjob
+from helpers.chainersim import chainerjob
+from helpers.mcsim import mxjob
 
 from hooks.chainerjob.spec import parse_chainerjob
 from hooks.mxjob.spec import parse_mxjob

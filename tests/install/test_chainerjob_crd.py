@@ -17,7 +17,7 @@ from helpers.crd_cases import (
 
 from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VERSION = CRD["spec"]["versions"][0]
 EXAMPLES = CHAINERJOB_EXAMPLES
 

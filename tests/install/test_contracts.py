@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HOOKS = REPO / "hooks"
 
 # Packages under hooks/ that are not job kinds: the shared core and the shells.
@@ -279,37 +279,48 @@ TESTS = REPO / "tests"
 
 
 def cross_test_imports(source: str, module: str) -> list[str]:
-    """Why a test module breaks the test contract; [] if it keeps it. Test modules are imported by their bare
-    name (tests/ is on sys.path), so `test_x`, `tests.test_x` and a relative `.test_x` all name one. Shared code
-    lives in tests/helpers/ (or a helper module without the test_ prefix): importing a test module would
-    collect and run its tests again, and couples two test files that should fail alone."""
-    return [f"{module}:{imported.line} imports {imported.module}: a test module imports no other test module; "
-            f"move what it shares to tests/helpers/"
-            for imported in imports_of(source, module)
-            if any(part.startswith("test_") for part in imported.module.split("."))
-            and "." not in imported.module.removeprefix("tests.")]
+    """Why a test module breaks the test contract; [] if it keeps it. A test module can be reached by more than
+    one name (tests/ is on sys.path, and the root is too): `mxjob.test_spec`, `tests.mxjob.test_spec` and a
+    relative `.test_spec` all name one, so any imported name with a `test_` part is a test module. Shared code
+    lives in tests/helpers/: importing a test module would collect and run its tests again, and couples two
+    test files that should fail alone."""
+    problems: dict[tuple[int, str], str] = {}
+    for imported in imports_of(source, module):
+        parts = imported.module.split(".")
+        first = next((i for i, part in enumerate(parts) if part.startswith("test_")), None)
+        if first is None:
+            continue
+        # `from a.test_x import b` also yields `a.test_x.b`: name the test module once per import.
+        name = ".".join(parts[:first + 1])
+        problems.setdefault((imported.line, name), f"{module}:{imported.line} imports {name}: a test module imports "
+                                                   "no other test module; move what it shares to tests/helpers/")
+    return list(problems.values())
 
 
 def test_no_test_module_imports_another():
-    found = sorted(TESTS.glob("test_*.py"))
-    assert len(found) > 40  # the glob found the test modules, not nothing
-    problems = [p for path in found for p in cross_test_imports(path.read_text(), f"tests.{path.stem}")]
+    found = sorted(TESTS.rglob("test_*.py"))
+    assert len(found) > 40  # the glob found the test modules in every subject folder, not nothing
+    assert {path.parent.name for path in found} >= {"mxjob", "chainerjob", "shared", "server", "install", "localcluster"}
+    problems = [p for path in found for p in cross_test_imports(path.read_text(), module_name(path))]
     assert problems == []
 
 
-@pytest.mark.parametrize("source", [
-    "from test_crd import SCHEMA\n",
-    "import test_crd\n",
-    "from tests.test_crd import SCHEMA\n",
-    "from .test_crd import SCHEMA\n",
-    "def helper():\n    from test_crd import SCHEMA\n",
+@pytest.mark.parametrize(("source", "imported"), [
+    ("from test_crd import SCHEMA\n", "test_crd"),
+    ("import test_crd\n", "test_crd"),
+    ("from install.test_crd import SCHEMA\n", "install.test_crd"),
+    ("from tests.install.test_crd import SCHEMA\n", "tests.install.test_crd"),
+    ("from .test_crd import SCHEMA\n", "tests.mxjob.test_crd"),
+    ("from ..install.test_crd import SCHEMA\n", "tests.install.test_crd"),
+    ("from ..install import test_crd\n", "tests.install.test_crd"),
+    ("def helper():\n    from install.test_crd import SCHEMA\n", "install.test_crd"),
 ])
-def test_the_test_module_checker_finds_a_deliberate_violation(source):
-    assert cross_test_imports(source, "tests.test_bad") == [
-        "tests.test_bad:" + str(source.count("\n")) + f" imports {'tests.' if '.test' in source else ''}test_crd: a "
-        "test module imports no other test module; move what it shares to tests/helpers/"]
+def test_the_test_module_checker_finds_a_deliberate_violation(source, imported):
+    assert cross_test_imports(source, "tests.mxjob.test_bad") == [
+        f"tests.mxjob.test_bad:{source.count(chr(10))} imports {imported}: a test module imports no other test "
+        "module; move what it shares to tests/helpers/"]
 
 
 def test_the_test_module_checker_accepts_helpers():
-    assert cross_test_imports("from helpers.crd import SCHEMA\nimport mcsim\nfrom hooks.mxjob import names\n",
-                                "tests.test_ok") == []
+    assert cross_test_imports("from helpers.crd import SCHEMA\nfrom helpers import mcsim\nfrom hooks.mxjob import names\n",
+                              "tests.mxjob.test_ok") == []

@@ -3,7 +3,7 @@
 Here the API server is emulated (tests/helpers/crd.py): the schema is checked with an OpenAPI 3.0
 validator and the CEL rules are evaluated with cel-python, bound to `self`/`oldSelf` at the schema
 node that declares them, the way the API server binds them, with its ratcheting on updates. The
-cases are tables in tests/helpers/crd_cases.py, which tests/test_apiserver_crd_rules.py replays
+cases are tables in tests/helpers/crd_cases.py, which tests/install/test_apiserver_crd_rules.py replays
 against a real API server: the two must agree on every one.
 """
 
@@ -104,7 +104,7 @@ def test_crd_names_group_and_scope():
 
 
 def test_v1_comes_first_and_is_the_served_storage_version_with_status_subresource():
-    # The older served versions are tested in tests/test_crd_versions.py.
+    # The older served versions are tested in tests/install/test_crd_versions.py.
     assert [v["name"] for v in CRD["spec"]["versions"] if v["storage"]] == ["v1"]
     assert VERSION["name"] == "v1"
     assert VERSION["served"] is True and VERSION["storage"] is True

@@ -22,7 +22,7 @@ from helpers.crd_cases import (
     VERSION_UPDATE_REJECTS,
     load_version_case,
 )
-from mcsim import Sim
+from helpers.mcsim import Sim
 
 VERSIONS = {v["name"]: v for v in CRD["spec"]["versions"]}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ["Dockerfile", "examples/digits/Dockerfile"]  # every Dockerfile, built from the repository root
 
 

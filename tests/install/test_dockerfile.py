@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DEPLOYMENT = ROOT / "metacontroller" / "hooks" / "deployment.yaml"
 

@@ -2,7 +2,7 @@
 
 Real clients where they exist as libraries: the Kubeflow training SDK (kubeflow-training 1.8.1 with
 kubernetes 36.0.3, talking to a fake API client, no server) and gjson (Katib's expressions). The Go
-tools' rules are ported to tests/ecosystem_oracles.py. Statuses come from the real hook, driven
+tools' rules are ported to tests/helpers/ecosystem_oracles.py. Statuses come from the real hook, driven
 through both lifecycles by the in-memory Metacontroller (mcsim). docs/ecosystem.md is checked here
 too: each of its snippets is parsed and evaluated with the tool's rule.
 """
@@ -20,7 +20,8 @@ from typing import Any
 import gjson
 import pytest
 import yaml
-from ecosystem_oracles import (
+from helpers.crd import SCHEMA, broken_rules
+from helpers.ecosystem_oracles import (
     argo_requirements,
     argo_resource_state,
     kfp_is_expected_conditions,
@@ -38,15 +39,14 @@ from ecosystem_oracles import (
     printer_state,
     selector_matches,
 )
-from helpers.crd import SCHEMA, broken_rules
+from helpers.mcsim import T0, Sim, mxjob
 from kubeflow.training import TrainingClient
 from kubeflow.training.constants import constants as sdk_constants
 from kubernetes import client as k8s
-from mcsim import T0, Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "ecosystem.md").read_text()
 KATIB_SUCCESS = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
 KATIB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'

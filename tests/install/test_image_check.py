@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("image_check", ROOT / "scripts" / "image_check.py")
 assert _spec and _spec.loader
 image_check = importlib.util.module_from_spec(_spec)

@@ -11,7 +11,7 @@ from helpers.manifests import render
 
 import hooks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 CHECKOUT = "../mxjob-operator/"  # how the README's kustomizations refer to this repository
 REGISTRY = "registry.example.com/team"

@@ -349,8 +349,8 @@ def test_metacontroller_may_manage_every_parent_and_child_of_each_controller(con
 
 def test_metacontroller_holds_everything_the_chainerjob_launcher_role_grants():
     """The API server's escalation check: Metacontroller can only create a Role granting what it holds."""
-    from chainersim import chainerjob
-    from mcsim import T0
+    from helpers.chainersim import chainerjob
+    from helpers.mcsim import T0
 
     from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 

@@ -19,7 +19,7 @@ from localcluster.cluster import LocalCluster, condition, finished
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
 ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 

@@ -309,7 +309,7 @@ def test_the_cli_loads_one_job_of_either_kind_and_names_the_right_api_version(tm
 
 
 def test_the_local_chainer_example_validates_against_the_chainerjob_crd():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     crd = yaml.safe_load((root / "crd" / "chainerjob-crd.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     doc = yaml.safe_load((root / "examples" / "local" / "chainer-mn-digits.yaml").read_text())

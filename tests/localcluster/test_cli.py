@@ -18,7 +18,7 @@ import yaml
 from localcluster import cli
 from localcluster.cluster import LocalCluster
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def job(name: str, command: list[str], *, namespace: str | None = None, restart: str = "Never",

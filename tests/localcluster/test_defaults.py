@@ -1,4 +1,4 @@
-"""localcluster/defaults.py without a server: the rules tests/test_apiserver_stand_ins.py checked against one."""
+"""localcluster/defaults.py without a server: the rules tests/localcluster/test_apiserver_stand_ins.py checked against one."""
 
 from __future__ import annotations
 

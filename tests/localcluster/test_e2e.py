@@ -24,7 +24,7 @@ from localcluster.metacontroller import LAST_APPLIED
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits.yaml"
 
 

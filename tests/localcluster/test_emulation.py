@@ -4,7 +4,7 @@ StatefulSet controller's rolling update under the ChainerJob hook.
 
 The worker template edit and the ChainerJob resync pin failures a real cluster showed against the
 hooks before issue 18 (kept as regression tests: each asserts the property that must hold, and
-failed on those hooks). The hooks under the stale-read modes are tests/test_stale_reads.py's.
+failed on those hooks). The hooks under the stale-read modes are tests/shared/test_stale_reads.py's.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-import go_apply_merge
 import pytest
-from chainersim import JOB_KEY, ChainerSim, chainerjob
+from helpers import go_apply_merge
+from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob
+from helpers.mcsim import Sim, mxjob
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcsim import Sim, mxjob
 
 from localcluster.cli import parser as cli_parser
 from localcluster.config import load_controller_config, parse_composite_controller

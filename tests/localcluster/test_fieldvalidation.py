@@ -12,7 +12,7 @@ import yaml
 from localcluster import cli, kubectlyaml
 from localcluster.fieldvalidation import crd_schemas, defaulted, metadata_error, pruned, unknown_fields, unknown_fields_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted([*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("tests/versions/*.yaml")])
 SCHEMA = {
     "type": "object",

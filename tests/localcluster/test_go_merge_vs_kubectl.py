@@ -1,4 +1,4 @@
-"""tests/go_apply_merge.py (our port of Metacontroller's three-way merge) against the real thing.
+"""tests/helpers/go_apply_merge.py (our port of Metacontroller's three-way merge) against the real thing.
 
 Metacontroller's merge is its own (pkg/dynamic/apply): it guesses a list's merge key from the
 items (the first of containerPort, port, mountPath, name, uid, ip, path that every item has) where
@@ -27,9 +27,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import go_apply_merge
 import pytest
-from helpers import apiserver
+from helpers import apiserver, go_apply_merge
 from helpers.metacontroller_writes import differences
 
 pytestmark = pytest.mark.apiserver

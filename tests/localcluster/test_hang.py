@@ -13,7 +13,7 @@ import yaml
 
 from localcluster import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The worker raises, prints the traceback as an uncaught exception would, and then hangs.
 HANGING_WORKER = ("import sys, time, traceback\n"
                   "def train():\n    raise RuntimeError('worker 0 lost its server')\n"

@@ -29,7 +29,7 @@ from localcluster.types import KubeObject
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLEEP = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"]
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 

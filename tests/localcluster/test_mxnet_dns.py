@@ -23,7 +23,7 @@ from localcluster.cluster import LocalCluster, finished
 from localcluster.dns import strict_dns_unavailable
 from localcluster.hooks_server import HooksServer
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "local" / "dist-train-digits.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local" / "dist-train-digits.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.mxnet,
               pytest.mark.skipif(strict_dns_unavailable() is not None,
                                  reason=f"strict DNS cannot run here: {strict_dns_unavailable()}")]

@@ -19,7 +19,7 @@ from localcluster.cluster import LocalCluster, condition, finished
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits-resume.yaml"
 RECOVERY_BOUND = 60  # seconds from the kill to Succeeded, documented in docs/lifecycle.md
 EPOCHS = 8  # margin above --min-accuracy 0.9: six epochs ended at 0.919 to 0.967 after a restart

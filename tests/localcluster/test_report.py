@@ -16,7 +16,7 @@ import yaml
 
 from localcluster import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Every worker writes a marker, waits until all `n` have (so all are running), prints, then exits 1;
 # the worker whose pod name ends in the digit given as `late` first waits `delay` seconds more, ignoring

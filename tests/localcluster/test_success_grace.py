@@ -16,7 +16,7 @@ from localcluster.cluster import LocalCluster, condition, finished
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits.yaml"
 
 

@@ -14,7 +14,7 @@ from localcluster import cli
 from localcluster.cli import InputError, load_job
 from localcluster.crds import served_kinds
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mxjob(api_version: str, name: str = "old", command: str = "print('trained')") -> dict:

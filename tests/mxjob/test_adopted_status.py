@@ -10,7 +10,7 @@ import copy
 import json
 
 import pytest
-from mcsim import T0, Sim, mxjob
+from helpers.mcsim import T0, Sim, mxjob
 
 CREATED = {"type": "Created", "status": "True", "reason": "MXJobCreated",
            "message": "MXJob mx is created.", "lastUpdateTime": "2019-03-01T10:00:00Z",

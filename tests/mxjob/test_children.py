@@ -8,12 +8,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from mcsim import T0, mxjob
+from helpers.mcsim import T0, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
 from localcluster.podenv import resolve_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.34"
 
 
@@ -239,7 +239,7 @@ def test_the_schema_check_really_rejects_a_bad_pod():
 
 @pytest.mark.parametrize("path", example_mxjobs(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_example_children_fed_back_running_give_the_same_answer(path):
-    from mcsim import Sim
+    from helpers.mcsim import Sim
 
     doc = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "MXJob")
     doc["metadata"].update(namespace="default", uid="uid-example", generation=1)

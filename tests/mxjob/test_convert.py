@@ -1,6 +1,6 @@
 """The v1alpha1 converter: the pure conversion (hooks.mxjob.convert) and the mxjob-convert command.
 
-Every case in tests/convert/ is a hand-written v1alpha1 manifest. Its conversion must name exactly
+Every case in tests/mxjob/convert/ is a hand-written v1alpha1 manifest. Its conversion must name exactly
 the fields it could not carry, pass our CRD's schema and CEL rules, and give the hook a valid job
 whose Pods and Services pass Kubernetes' own schemas.
 """
@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from helpers.crd import SCHEMA, broken_rules, pruned_paths, schema_errors
-from mcsim import T0
+from helpers.mcsim import T0
 from ruamel.yaml import YAML
 
 from hooks.cli.mxjob_convert import main
@@ -190,7 +190,7 @@ def test_conversion_does_not_change_its_input():
 
 OTHER_DOCUMENTS = {
     "configmap": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-    "v1-mxjob": yaml.safe_load((Path(__file__).resolve().parent.parent / "examples" / "single-worker.yaml").read_text()),
+    "v1-mxjob": yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "single-worker.yaml").read_text()),
     "v1beta1-mxjob": {"apiVersion": "kubeflow.org/v1beta1", "kind": "MXJob", "metadata": {"name": "b"},
                       "spec": {"mxReplicaSpecs": {}}},
     "a-list": [1, 2],

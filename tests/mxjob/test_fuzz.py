@@ -11,7 +11,7 @@ write is read back unchanged.
 
 Budget: MXJOB_FUZZ_EXAMPLES examples per property (default 60, derandomized, so `make test`
 stays within a few minutes and always runs the same cases). A longer, random run:
-    MXJOB_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/test_fuzz_properties.py
+    MXJOB_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest tests/mxjob/test_fuzz.py
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from hooks.server.app import create_app
 
 T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
 
-HERE = Path(__file__).resolve().parent / "fuzz_repro"
+HERE = Path(__file__).resolve().parents[1] / "fuzz_repro"
 VALID, FAILED_VALIDATION, SPEC_ERROR, BAD_REQUEST = "valid", "failed-validation", "spec-error", "400"
 
 EXPECTED = {
@@ -161,7 +161,7 @@ WARNED = {
 }
 
 
-# Malformed bodies the shell refuses before any core runs: tests/test_fuzz_repro_shell.py.
+# Malformed bodies the shell refuses before any core runs: tests/server/test_fuzz_repro_shell.py.
 SHELL_LEVEL = {"09-deep-nesting", "09b-deep-nesting-in-template", "10-nan-literal", "13-chunked-over-limit"}
 GENERATED_SHELL_LEVEL = [*GENERATED_MALFORMED, *GENERATED_CHUNKED]
 

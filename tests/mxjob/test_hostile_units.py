@@ -6,8 +6,8 @@ import copy
 from datetime import UTC, datetime
 
 import pytest
+from helpers.mcsim import T0, Sim, mxjob
 from helpers.requests import mxjob_sync_request
-from mcsim import T0, Sim, mxjob
 
 from hooks.mxjob.spec import SpecError, parse_mxjob
 from hooks.mxjob.sync import sync_mxjob
@@ -63,7 +63,7 @@ BAD_SPECS = {
     "env-value-a-number": (with_main(env=[{"name": "A", "value": 1}]), f"{MAIN}.env[0].value: must be a string"),
     "env-value-and-valueFrom": (with_main(env=[{"name": "A", "value": "1", "valueFrom": {}}]),
                                 f"{MAIN}.env[0]: give value or valueFrom"),
-    # The API server refuses a valueFrom without exactly one source (tests/test_apiserver_verdicts.py).
+    # The API server refuses a valueFrom without exactly one source (tests/install/test_apiserver_verdicts.py).
     "env-valueFrom-without-source": (with_main(env=[{"name": "A", "valueFrom": {}}]),
                                      f"{MAIN}.env[0].valueFrom: must give exactly one of configMapKeyRef, fieldRef"),
     "env-valueFrom-with-two-sources": (with_main(env=[{"name": "A", "valueFrom": {

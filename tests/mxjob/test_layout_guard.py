@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
-from mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.names import LAYOUT_ANNOTATION
 from hooks.mxjob.sync import sync_mxjob

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import LAST_APPLIED

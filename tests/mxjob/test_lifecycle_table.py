@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob
 
-TABLE = Path(__file__).resolve().parent.parent / "docs" / "lifecycle.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\w+)=(True|False) (\w+) \|$")
 
 

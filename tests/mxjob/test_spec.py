@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from mcsim import mxjob
+from helpers.mcsim import mxjob
 
 from hooks.mxjob.spec import SpecError, parse_mxjob
 
@@ -133,7 +133,7 @@ def test_zero_deadline_is_rejected_like_the_crd_does():
 @pytest.mark.parametrize("workers,ok", [(2400, True), (2700, False)],
                          ids=["2400-workers-fit", "2700-workers-cannot-start"])
 def test_jobs_whose_mx_config_cannot_be_exec_ed_are_refused(workers, ok):
-    from mcsim import T0
+    from helpers.mcsim import T0
 
     from hooks.mxjob.sync import sync_mxjob
     parent = mxjob("imagenet-resnet50", replicas={"Scheduler": 1, "Server": 10, "Worker": workers})
@@ -151,7 +151,7 @@ def test_a_pod_spec_does_not_grow_with_the_job():
     """The cluster map lives in the ConfigMap, so the largest admissible job's pods stay small."""
     import json
 
-    from mcsim import T0
+    from helpers.mcsim import T0
 
     from hooks.mxjob.sync import sync_mxjob
     containers = [{"name": n, "image": "i"} for n in ("mxnet", "a", "b", "c")]

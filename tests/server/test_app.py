@@ -22,7 +22,7 @@ from hooks.kinds import CHAINERJOB, KINDS, MXJOB, Kind
 from hooks.server.app import DEFAULT_MAX_CONTENT_LENGTH, create_app
 from hooks.server.logs import JsonFormatter
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-token-do-not-log"
 IMAGE = "registry.example/private/mxnet-train:do-not-log"
 

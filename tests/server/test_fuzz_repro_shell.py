@@ -28,7 +28,7 @@ from hooks.kinds import KINDS, MXJOB
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.app import create_app
 
-REPRO = pathlib.Path(__file__).resolve().parent / "fuzz_repro"
+REPRO = pathlib.Path(__file__).resolve().parents[1] / "fuzz_repro"
 REPO = REPRO.parent.parent
 GUNICORN = pathlib.Path(sys.executable).with_name("gunicorn")
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 GUNICORN = pathlib.Path(sys.executable).with_name("gunicorn")
 STARTUP_TIMEOUT = 30.0
 

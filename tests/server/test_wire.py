@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob
 
 import hooks.kinds
 from hooks.mxjob.sync import sync_mxjob
 from hooks.server.wire import RequestDecoder
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 DECODER = RequestDecoder(hooks.kinds.OBSERVED_FIELDS["MXJob"])
 
 

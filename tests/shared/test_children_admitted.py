@@ -16,24 +16,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim
-from chainersim import gang_controller as chainer_gang_controller
-from go_apply_merge import LAST_APPLIED
 from helpers import metacontroller_writes as mc
 from helpers.chainer_strategies import jobs as chainerjobs
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim
+from helpers.chainersim import gang_controller as chainer_gang_controller
 from helpers.fuzz import SAMPLE
+from helpers.go_apply_merge import LAST_APPLIED
+from helpers.mcsim import MXJOB_CONTROLLER, T0, Sim, gang_controller, mxjob
 from helpers.requests import mxjob_sync_request
 from helpers.strategies import jobs, observed_sim, pod_states, run_policies, with_rich_templates
 from hypothesis import given
 from hypothesis import strategies as st
-from mcsim import MXJOB_CONTROLLER, T0, Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
 from localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 GOLDEN = TESTS / "golden"
 EXAMPLES = TESTS.parent / "examples"
 VOLCANO = "scheduling.volcano.sh/v1beta1"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mcsim import T0, Sim, gang_controller, mxjob
+from helpers.mcsim import T0, Sim, gang_controller, mxjob
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
 from hooks.mxjob.sync import sync_mxjob
@@ -21,7 +21,7 @@ from hooks.shared.gang import (
 )
 from hooks.shared.quantity import parse_quantity
 
-DATA = Path(__file__).resolve().parents[1] / "localcluster" / "thirdparty"
+DATA = Path(__file__).resolve().parents[2] / "localcluster" / "thirdparty"
 UPSTREAM_SPEC = {VOLCANO_API: "volcano-v1beta1.yaml", COSCHEDULING_API: "scheduler-plugins-v1alpha1.yaml"}
 
 
@@ -368,8 +368,8 @@ def test_crd_schema_of_scheduling_policy(layout, dotted, value, valid):
 
 
 def _chainer_sim(api_version: str | None):
-    from chainersim import ChainerSim, example
-    from chainersim import gang_controller as chainer_controller
+    from helpers.chainersim import ChainerSim, example
+    from helpers.chainersim import gang_controller as chainer_controller
 
     controller = chainer_controller(api_version) if api_version else None
     return ChainerSim(example("chainerjob-mn.yaml"), controller=controller)

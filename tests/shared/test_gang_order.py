@@ -7,9 +7,9 @@ import copy
 import json
 
 import pytest
-from chainersim import ChainerSim, example
-from chainersim import gang_controller as chainer_controller
-from mcsim import Sim, gang_controller, mxjob
+from helpers.chainersim import ChainerSim, example
+from helpers.chainersim import gang_controller as chainer_controller
+from helpers.mcsim import Sim, gang_controller, mxjob
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.sync import sync_mxjob

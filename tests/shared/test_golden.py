@@ -19,9 +19,9 @@ from typing import Protocol
 
 import pytest
 import yaml
-from chainersim import JOB_KEY, ChainerSim, chainerjob, example
-from chainersim import gang_controller as chainer_gang_controller
-from mcsim import Sim, gang_controller, mxjob
+from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob, example
+from helpers.chainersim import gang_controller as chainer_gang_controller
+from helpers.mcsim import Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
 from localcluster.podenv import resolve_env
@@ -33,9 +33,9 @@ class Scenario(Protocol):
     def request(self) -> dict: ...
 
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # MX_CONFIG of every golden pod's containers as it was when the whole cluster map was written
 # inline into each pod, before it moved to the `<job>-cluster` ConfigMap.
 INLINE_MX_CONFIG = Path(__file__).resolve().parent / "data" / "golden_mx_config.json"

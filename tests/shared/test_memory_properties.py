@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import json
 
-from chainersim import ChainerSim, chainerjob
 from helpers.chainer_strategies import observed_sim as observed_chainer_sim
+from helpers.chainersim import ChainerSim, chainerjob
 from helpers.fuzz import FUZZ, garbage, paths, set_at
+from helpers.mcsim import gang_controller
 from helpers.strategies import (
     OUTCOME,
     finished_runs,
@@ -32,7 +33,6 @@ from helpers.strategies import (
 )
 from hypothesis import event, given
 from hypothesis import strategies as st
-from mcsim import gang_controller
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.names import LAYOUT_ANNOTATION

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import go_apply_merge
 import pytest
 import yaml
-from chainersim import CHILD_KEYS, example
+from helpers import go_apply_merge
+from helpers.chainersim import CHILD_KEYS, example
+from helpers.mcsim import T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcsim import T0
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.shared.merge import collapsed, merge_key
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # Kinds the shipped CompositeControllers and gang components update InPlace (Pods, ServiceAccounts,
 # Jobs and MXJob's ConfigMap are OnDelete: never merged).
 IN_PLACE = {"Service", "StatefulSet", "Role", "RoleBinding", "PodGroup"}
@@ -96,7 +96,7 @@ def test_the_master_template_is_not_merged_so_one_number_on_two_protocols_is_fin
 
 
 def test_a_running_chainerjob_edited_into_a_collapsing_template_keeps_every_child():
-    from chainersim import ChainerSim
+    from helpers.chainersim import ChainerSim
 
     sim = ChainerSim(example("chainerjob-mn.yaml"))
     sim.sync()
@@ -111,8 +111,8 @@ def test_a_running_chainerjob_edited_into_a_collapsing_template_keeps_every_chil
     assert {k: sorted(v) for k, v in sim.children.items()} == before
 
 
-# --- the hooks' reading of the merge, against the port of Metacontroller's (tests/go_apply_merge.py,
-# itself checked against kubectl apply in tests/test_go_merge_vs_kubectl.py) ---------------------------
+# --- the hooks' reading of the merge, against the port of Metacontroller's (tests/helpers/go_apply_merge.py,
+# itself checked against kubectl apply in tests/localcluster/test_go_merge_vs_kubectl.py) ---------------------------
 
 _keys = st.sampled_from(["containerPort", "port", "mountPath", "name", "uid", "ip", "path", "protocol", "value"])
 _key_values = st.one_of(st.integers(0, 3), st.sampled_from(["0", "1", "a"]), st.booleans())

@@ -5,7 +5,7 @@ children first (deletes, then creates) and the status after, over a fresh read. 
 queued by those child events, often sees the status of one write earlier with the children of
 now. The emulation (localcluster/metacontroller.py) has that as its `stale` mode: "parent" (the
 sync after a status write sees the status before it) and "children" (each sync sees the children
-of the sync before). The scenes are tests/mcsim.py's `Sim` and tests/chainersim.py's `ChainerSim`.
+of the sync before). The scenes are tests/helpers/mcsim.py's `Sim` and tests/helpers/chainersim.py's `ChainerSim`.
 
 The named regression tests pin the failures a stale parent caused before the memory moved into
 children (hooks/shared/memory.py; docs/lifecycle.md, "Why the outcome is recorded in a child");
@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from helpers.mcsim import Sim, Stepped, mxjob
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcsim import Sim, Stepped, mxjob
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.shared.conditions import rfc3339
