@@ -10,8 +10,11 @@ in docs/localcluster.md; the write pace is not throttled here (no client rate: n
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import yaml
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.conditions import rfc3339
+from hooks.shared.memory import ATTEMPT_INFIX, OUTCOME_SUFFIX, RESTART_INFIX
 from localcluster.config import parse_composite_controller
 from localcluster.metacontroller import Emulation, Stale
 from localcluster.store import ADDED, DELETED, Store
@@ -27,6 +31,53 @@ from localcluster.store import ADDED, DELETED, Store
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 MANIFESTS = Path(__file__).resolve().parents[2] / "metacontroller"
 MXJOB_CONTROLLER = MANIFESTS / "compositecontroller.yaml"
+
+
+def canonical(value: Any) -> str:
+    """A JSON value as text with sorted keys, one item a line, so two answers compare (and diff) byte for byte."""
+    return json.dumps(value, sort_keys=True, indent=1)
+
+
+def diff(before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "answer", "synced again"))
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What one step wrote that the hook reads back on the next sync, which that write triggers.
+
+    Each is a documented multi-step of the lifecycle (docs/lifecycle.md, "Restarts" and "Why the
+    outcome is recorded in a child"; docs/gang-scheduling.md), and lets the next sync answer other
+    children:
+    - a memory record created (`<job>-outcome`, `<pod>-restart-<n>`, `<job>-attempt-<n>`): the sync
+      that observes it applies cleanPodPolicy, leaves the failed pod out, or starts the new attempt;
+    - a child deleted: the next sync may create it again, or the next attempt once the old is gone;
+    - a PodGroup created: what makes pods waits until it is observed (hooks.shared.gang), so the next
+      sync adds them, and its status stops saying it waits.
+    """
+
+    record: bool = False
+    podgroup: bool = False
+    deleted: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.record or self.podgroup or bool(self.deleted)
+
+    @classmethod
+    def of(cls, created: list[str], deleted: list[str]) -> Handoff:
+        """From the `created` and `deleted` entries of one step (`<kind or key>/<name>`)."""
+        def kind_and_name(entry: str) -> tuple[str, str]:
+            label, _, name = entry.rpartition("/")  # a key holds the group's slash: PodGroup.scheduling.volcano.sh/v1beta1
+            return label.partition(".")[0], name
+
+        made = [kind_and_name(entry) for entry in created]
+        return cls(record=any(kind == "ConfigMap" and is_record(name) for kind, name in made),
+                   podgroup=any(kind == "PodGroup" for kind, _ in made), deleted=tuple(deleted))
+
+
+def is_record(name: str) -> bool:
+    """Whether a ConfigMap of that name is a memory record (hooks.shared.memory names them)."""
+    return name.endswith(OUTCOME_SUFFIX) or RESTART_INFIX in name or ATTEMPT_INFIX in name
 
 
 def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
@@ -73,6 +124,7 @@ class Stepped:
         self.settings = settings
         self._hook = hook
         self._answer: Any = None
+        self._hook_called = False  # whether the last sync called the hook (not an answer a test wrote)
         self.created: list[str] = []
         self.deleted: list[str] = []
         self.store.watch(self._record)
@@ -105,6 +157,7 @@ class Stepped:
     def _call(self, request: Any) -> Any:
         answer = self._answer if self._answer is not None else self._hook(request, now=self.now, **self.settings)
         self.last = answer
+        self._hook_called = self._answer is None
         return answer
 
     # --- Metacontroller ------------------------------------------------------------------------
@@ -115,10 +168,31 @@ class Stepped:
         return dict(self.emulation.build_request(parent, self.emulation.claim_children(parent)))
 
     def sync(self) -> dict:
-        """Call the hook and apply its answer."""
+        """Call the hook, apply its answer, and check that the answer is a fixed point of what it produced
+        (`assert_fixed_point`): every scenario step of every kind checks it."""
         self._answer = None
+        self._hook_called = False
+        created, deleted = len(self.created), len(self.deleted)
         self.emulation.sync(self.uid)
+        if self._hook_called:
+            self.assert_fixed_point(Handoff.of(self.created[created:], self.deleted[deleted:]))
         return self.last
+
+    def assert_fixed_point(self, handoff: Handoff) -> None:
+        """Sync again, without applying, on what the last answer produced: the status must come out
+        byte-identical and no child may change (Metacontroller syncs again after every write, so an
+        answer that changes when it sees its own result is a hot loop).
+
+        A step that wrote a child the hook reads back hands off to the sync that write triggers, which
+        may answer other children (`Handoff`); the status stays byte-identical all the same, but for
+        the wait on a PodGroup."""
+        again = self._hook(self.request(), now=self.now, **self.settings)
+        if not handoff.podgroup:
+            before, after = canonical(self.last.get("status")), canonical(again.get("status"))
+            assert after == before, f"not a fixed point: syncing again changes the status ({handoff})\n" + diff(before, after)
+        if not handoff:
+            before, after = canonical(self.last.get("children")), canonical(again.get("children"))
+            assert after == before, "not a fixed point: syncing again changes the children\n" + diff(before, after)
 
     def apply(self, answer: dict) -> None:
         """Apply an answer a test wrote, as Metacontroller applies the hook's."""
