@@ -305,6 +305,16 @@ def test_no_test_module_imports_another():
     assert problems == []
 
 
+SUBJECTS = {"mxjob", "chainerjob", "shared", "server", "install", "localcluster"}
+
+
+def test_every_test_module_sits_in_a_subject_folder():
+    """tests/README.md: one folder per subject, so `pytest tests/<subject>` is that subject's whole spec."""
+    found = [path.relative_to(TESTS) for path in TESTS.rglob("test_*.py")]
+    assert len(found) > 40
+    assert sorted(str(path) for path in found if len(path.parts) != 2 or path.parts[0] not in SUBJECTS) == []
+
+
 @pytest.mark.parametrize(("source", "imported"), [
     ("from test_crd import SCHEMA\n", "test_crd"),
     ("import test_crd\n", "test_crd"),

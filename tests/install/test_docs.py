@@ -21,13 +21,14 @@ from localcluster import cli
 from localcluster.fieldvalidation import unknown_fields_of
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TESTS_INDEX = ROOT / "tests" / "README.md"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), TESTS_INDEX]
 OUTSIDE = re.compile(r"\.\./shared|DESIGN(\.md| \d)|reference/\w+\.md")
 LINK = re.compile(r"\]\(([^)#]+)(#[^)]*)?\)")
 ANCHORED_LINK = re.compile(r"\]\(([^)#]*)#([^)]+)\)")
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_never_point_outside_the_repository(doc: Path):
     text = doc.read_text()
     assert not OUTSIDE.findall(text)
@@ -37,6 +38,29 @@ def test_docs_never_point_outside_the_repository(doc: Path):
             continue
         resolved = (doc.parent / target).resolve()
         assert resolved.is_relative_to(ROOT) and resolved.exists(), f"{doc.name} links to {target}"
+
+
+def test_the_tests_index_names_modules_tests_and_table_rows_that_exist():
+    """tests/README.md sends a reader to a module, a test in it (`::name`, of the module named last) and a
+    row of docs/lifecycle.md's transition table: each must be there, or the index sends them nowhere."""
+    text = TESTS_INDEX.read_text()
+    missing, module = [], None
+    for token in re.findall(r"`([^`]+)`", text):
+        if match := re.fullmatch(r"([a-z]+/test_\w+\.py)((?:::test_\w+)?)", token):
+            module, name = ROOT / "tests" / match[1], match[2].removeprefix("::")
+        elif match := re.fullmatch(r"::(test_\w+)", token):
+            name = match[1]
+        else:
+            continue
+        if module is None or not module.exists():
+            missing.append(token)
+        elif name and not re.search(rf"^def {name}\(", module.read_text(), re.M):
+            missing.append(f"{module.relative_to(ROOT)}::{name}")
+    assert module is not None and missing == []
+    rows = {int(n) for n in re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "lifecycle.md").read_text(), re.M)}
+    cited = {int(n) for cell in re.findall(r"\brows? ([\d, -]+\d)", text) for part in cell.split(",")
+             for n in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    assert cited and cited <= rows
 
 
 def test_every_exit_code_of_the_cli_is_in_the_readme():
@@ -93,7 +117,7 @@ def anchors(doc: Path) -> set[str]:
             for title in re.findall(r"^#+ (.+)$", text, re.M)}
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_link_to_a_section_finds_its_heading(doc: Path):
     prose = re.sub(r"```.*?```|`[^`]*`", "", doc.read_text(), flags=re.S)
     for target, anchor in ANCHORED_LINK.findall(prose):
