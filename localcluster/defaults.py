@@ -2,7 +2,7 @@
 
 Modelled because it matters for the three-way merge: a field the server fills in (a Service port's
 protocol, a Pod's tolerations) must not look like a difference to apply. What is here is checked,
-field by field, against a real API server (tests/test_apiserver_stand_ins.py, over every child the
+field by field, against a real API server (tests/localcluster/test_apiserver_stand_ins.py, over every child the
 hooks answer for the golden requests and hand-made edge cases): the defaulting functions of
 `k8s.io/kubernetes/pkg/apis/{core,apps,batch}/v1` (for a Pod's spec, and the pod templates of Jobs
 and StatefulSets), the create strategies of Jobs (the generated selector and template labels:

@@ -5,8 +5,8 @@ server-side field validation reports each dropped field as `unknown field "<path
 under `fieldValidation=Warn` (`kubectl apply --validate=warn`), an error under `Strict` (kubectl's
 default). The local cluster has no API server, so it reads the same schema from crd/ and computes
 the same list, in the same order, following apiextensions-apiserver's pruning algorithm
-(`pkg/apiserver/schema/pruning/algorithm.go`) and its ObjectMeta decoding; tests/
-test_apiserver_stand_ins.py compares it, case by case, with what kubectl prints against a real one:
+(`pkg/apiserver/schema/pruning/algorithm.go`) and its ObjectMeta decoding;
+tests/localcluster/test_apiserver_stand_ins.py compares it, case by case, with what kubectl prints against a real one:
 
 - an object's keys outside `properties` are pruned, unless the node has `additionalProperties`
   (a map: every key is kept, each value checked against that schema) or

@@ -2,7 +2,7 @@
 
 The one emulation of Metacontroller v4.17 in this project; the local cluster runs it threaded over
 HTTP (`MetacontrollerStandIn`) and the scenario tests step it by hand (`Emulation`, through
-tests/mcsim.py and tests/chainersim.py), both driven by the shipped CompositeControllers. What it
+tests/helpers/mcsim.py and tests/helpers/chainersim.py), both driven by the shipped CompositeControllers. What it
 does as the real one does (docs/localcluster.md has the table): the request shape; claiming
 (adopt/release) by the selector; children written one object at a time, deletes first, then
 grouped and sorted by group, version and kind, in no defined order within a kind, through a client

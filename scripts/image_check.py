@@ -103,7 +103,7 @@ class Report:
         return "\n".join(lines)
 
 
-# --- pure rules (tested in tests/test_image_check.py) -----------------------------------------------
+# --- pure rules (tested in tests/install/test_image_check.py) -----------------------------------------------
 
 def quantity_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity (1Gi, 512Mi, 64M, 1000) in bytes."""

@@ -15,7 +15,7 @@ absent (hooks.shared.status).
 One sync reads its observations once, into a frozen Observation; `judge` returns the verdict as
 a value; each transition builds its conditions locally and returns one frozen Plan. The
 transition table in docs/lifecycle.md is checked against this module by
-tests/test_lifecycle_table.py.
+tests/mxjob/test_lifecycle_table.py.
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ PARENT_KIND = KIND
 # one-element list an array of such objects. The shell may hand over observed children with only
 # these fields (a large request is mostly pod specs nobody reads here), and refuses children whose
 # fields have other types; the core checks the same fields (hooks.shared.request.read_children),
-# so a request is refused alike in and out of the shell. tests/test_wire.py checks every answer is
+# so a request is refused alike in and out of the shell. tests/server/test_wire.py checks every answer is
 # the same either way, so a new read of an observed child must be added here.
 OBSERVED_FIELDS: Mapping[str, Any] = {
     "apiVersion": str,

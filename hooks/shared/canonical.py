@@ -13,7 +13,7 @@ template into one InPlace child (a ChainerJob's worker StatefulSet); `pod_templa
 What is left as written: a map's entries (a label or annotation may be an empty string), an empty
 object in a field that holds a struct (`emptyDir: {}` means something, and `securityContext: {}`
 is stored as such), list items, and a value that is not a quantity where one is expected (the API
-server refuses it). tests/test_canonical_templates.py checks every rule against the real server.
+server refuses it). tests/shared/test_canonical_templates.py checks every rule against the real server.
 """
 from __future__ import annotations
 

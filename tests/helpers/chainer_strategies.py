@@ -3,8 +3,9 @@ observations through the ChainerJob simulator."""
 
 from __future__ import annotations
 
-from chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
 from hypothesis import strategies as st
+
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
 
 MASTER_STATES = [None, "active", "Complete", "Failed", "deleted-after-finish"]
 

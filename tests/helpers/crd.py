@@ -1,7 +1,7 @@
 """The MXJob CRD as the tests read it: the schema, an OpenAPI validator, the CEL rules; valid objects to edit.
 
 An emulation of what the API server does with a write, checked case by case against a real one
-(tests/test_apiserver_crd_rules.py), and what it models besides the schema and the rules:
+(tests/install/test_apiserver_crd_rules.py), and what it models besides the schema and the rules:
 - on an update, ratcheting: an error at a node whose value did not change is not raised
   (`unchanged`, with the API server's notion of "unchanged", which a map without a schema never is);
 - CEL rules are not run when the schema check found an error of a blocking kind (`BLOCKING`);

@@ -1,6 +1,6 @@
-"""Every accept/refuse case of the CRD tests, in one place: the emulation's tests (tests/test_crd.py,
-tests/test_chainerjob_crd.py, tests/test_crd_versions.py) and the real API server's
-(tests/test_apiserver_crd_rules.py) read the same tables, so the verdicts are compared case by case.
+"""Every accept/refuse case of the CRD tests, in one place: the emulation's tests (tests/install/test_crd.py,
+tests/install/test_chainerjob_crd.py, tests/install/test_crd_versions.py) and the real API server's
+(tests/install/test_apiserver_crd_rules.py) read the same tables, so the verdicts are compared case by case.
 
 A create case is an object; an update case is (stored, new); a refusal lists fragments of the
 real API server's answer: one per rule it names (the fragment then names exactly one rule), or a

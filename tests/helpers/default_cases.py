@@ -1,6 +1,6 @@
-"""Children for the differential test of localcluster/defaults.py (tests/test_apiserver_stand_ins.py):
+"""Children for the differential test of localcluster/defaults.py (tests/localcluster/test_apiserver_stand_ins.py):
 every child the hooks answer for the golden requests (tests/golden/*/request.yaml, through the pure
-sync functions test_golden.py calls), and hand-made edge cases of what defaulting looks at.
+sync functions tests/shared/test_golden.py calls), and hand-made edge cases of what defaulting looks at.
 
 Each is `(id, object)`; the test creates it with a dry run in a namespace of the real server.
 """

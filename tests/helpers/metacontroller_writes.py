@@ -11,7 +11,7 @@
   within a kind, which Metacontroller leaves undefined): a child that was not observed is created
   with the `controller-uid` label (generateSelector) and the last-applied annotation; an observed
   child whose rule is InPlace is updated with Metacontroller's three-way merge (ApplyUpdate, ported
-  in tests/go_apply_merge.py) when that changes it; OnDelete children are never updated. Deletes
+  in tests/helpers/go_apply_merge.py) when that changes it; OnDelete children are never updated. Deletes
   are left out: nothing is admitted there.
 
 Every write is made as Metacontroller's ServiceAccount (metacontroller/metacontroller, impersonated),
@@ -38,10 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import go_apply_merge
 import kubernetes
 
-from helpers import apiserver
+from helpers import apiserver, go_apply_merge
 from localcluster.config import KNOWN_KINDS
 from localcluster.controlplane import ControlPlane
 from localcluster.metacontroller import write_order

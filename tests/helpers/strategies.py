@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 
 from hypothesis import strategies as st
-from mcsim import Sim, mxjob
+
+from helpers.mcsim import Sim, mxjob
 
 PHASES = ["Pending", "Running", "Succeeded", "Failed"]
 EXIT_CODES = [None, 0, 1, 2, 137, 138, 143]
@@ -41,7 +42,7 @@ def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
     return sim
 
 
-# --- issue 29: the memory records (tests/test_memory_properties.py) -----------------------------------
+# --- issue 29: the memory records (tests/shared/test_memory_properties.py) -----------------------------------
 
 OUTCOME = "mx-outcome"  # the outcome record of mxjob()'s job "mx"
 

@@ -1,5 +1,5 @@
 """Manifests with unknown, misspelled or mistyped fields, for the differential test of field validation
-(tests/test_apiserver_stand_ins.py): each is applied with kubectl to the real API server and read by
+(tests/localcluster/test_apiserver_stand_ins.py): each is applied with kubectl to the real API server and read by
 `localcluster run`'s own loader, and the two must report the same fields in the same order.
 
 A case is the text of one manifest (YAML, as a user writes it: some cases are about YAML itself),

@@ -1,0 +1,241 @@
+"""ChainerJob end to end on the local cluster: the real hooks server's children run unchanged (apart
+from images), real ChainerMN over real OpenMPI through the operator's rsh agent and `kubectl exec`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.cluster import LocalCluster, condition, finished
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
+ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
+
+
+def example(name: str) -> dict:
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    return job
+
+
+def master_logs(cluster: LocalCluster, name: str) -> str:
+    return "".join(p.read_text() for p in sorted(cluster.job_dir(name).glob(f"{name}-master-?????.log")))
+
+
+def worker_sets(cluster: LocalCluster, name: str) -> list[dict]:
+    return cluster.children_of(name, "apps/v1", "StatefulSet")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state") as c:
+        yield c
+
+
+@pytest.mark.chainer
+def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path):
+    state = tmp_path / "state"
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(state), "run", str(EXAMPLE), "--timeout", "300"],
+                            cwd=REPO, capture_output=True, text=True, timeout=360)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "ChainerJob default/chainer-mn-digits Complete"
+    logs = "".join(p.read_text() for p in (state / "default" / "chainer-mn-digits").glob("chainer-mn-digits-master-*.log"))
+    accuracy = ACCURACY.search(logs)
+    assert accuracy is not None, logs[-2000:]
+    assert float(accuracy.group(1)) >= 0.9
+    # The three ranks ran in three pods: the two workers through kubectl exec, then the master.
+    assert "succeeded: 1" in result.stdout and "replicas: 0" in result.stdout
+
+
+@pytest.mark.chainer
+@pytest.mark.parametrize(("backoff_limit", "outcome"), [(2, "Succeeded"), (0, "Failed")],
+                         ids=["retried-within-backoffLimit-completes", "backoffLimit-0-fails"])
+def test_a_worker_killed_mid_run_fails_the_master_which_the_job_retries(cluster, backoff_limit, outcome):
+    job = example(f"kill-{backoff_limit}")
+    name = job["metadata"]["name"]
+    job["spec"]["master"]["backoffLimit"] = backoff_limit
+    cluster.submit(job)
+    cluster.wait_for(lambda: "epoch  1 " in master_logs(cluster, name), 180, what="training under way")
+    cluster.kubelet.kill("default", f"{name}-workerset-ws0-1", sig=signal.SIGKILL)
+    done = cluster.wait_finished(name, timeout=240)
+    logs = master_logs(cluster, name)
+    assert finished(done) == outcome, logs[-3000:]
+    assert done["status"]["failed"] >= 1  # the first master pod failed with its mpiexec
+    if outcome == "Succeeded":
+        assert float(ACCURACY.search(logs).group(1)) >= 0.9  # type: ignore[union-attr]
+    else:
+        assert condition(done, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+        assert len(cluster.children_of(name, "batch/v1", "Job")) == 1
+    # Either way the master is done, so the workers are scaled to 0 and their pods go.
+    cluster.wait_for(lambda: all(s["spec"]["replicas"] == 0 for s in worker_sets(cluster, name)), 30, what="workers at 0")
+    cluster.wait_for(lambda: not [p for p in cluster.pods(name) if "workerset" in p["metadata"]["name"]], 30, what="worker pods gone")
+
+
+def test_workers_that_never_become_ready_keep_the_master_from_being_created(cluster):
+    job = example("never-ready")
+    spec = copy.deepcopy(job["spec"])
+    # A command that cannot start (StartError, as an image whose entrypoint is missing): never
+    # Running, so never Ready, even for a moment (a command that exits at once would be Ready briefly).
+    spec["workerSets"]["ws0"]["template"]["spec"]["containers"][0]["command"] = ["/nonexistent/worker"]
+    job["spec"] = spec
+    cluster.submit(job)
+    cluster.wait_for(lambda: sum(cs.get("restartCount", 0) >= 2 for p in cluster.pods("never-ready")
+                                 for cs in p.get("status", {}).get("containerStatuses", [])) == 2, 60, what="workers crash-looping")
+    current = cluster.get_job("never-ready")
+    assert current is not None and not finished(current)
+    assert cluster.children_of("never-ready", "batch/v1", "Job") == []
+    assert not [p for p in cluster.pods("never-ready") if "master" in p["metadata"]["name"]]
+    waiting = condition(current, "Waiting")
+    assert waiting is not None and waiting["status"] == "True", current["status"]
+    assert waiting["message"] == (f"ChainerJob {current['metadata']['namespace']}/never-ready is waiting for its "
+                                  "workers: 0 of 2 ready (ws0 0/2); the master starts when all are ready.")
+    assert current["status"]["workerSets"]["ws0"]["readyReplicas"] == 0
+
+
+def test_kubectl_exec_runs_in_the_target_pods_environment_with_stdin_and_its_exit_code(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target"}, "spec": {
+        "hostname": "target-host", "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"],
+                        "env": [{"name": "FOO", "value": "from-target"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    script = ("echo piped | kubectl exec -i target -c main -- sh -c 'cat > /data/in; echo $FOO $HOSTNAME $(hostname); exit 3'; "
+              "echo exit=$?; kubectl exec -i absent -- true; echo absent=$?")
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("target") or {}).get("status", {}).get("phase") == "Running", 20, what="target running")
+    cluster.store.create(caller)
+    cluster.wait_for(lambda: (cluster.pod("caller") or {}).get("status", {}).get("phase") == "Succeeded", 30, what="caller done")
+    log = cluster.log_path("caller").read_text()
+    assert "from-target target-host target-host" in log
+    assert "command terminated with exit code 3" in log and "exit=3" in log
+    assert "pod absent in namespace default is not running" in log and "absent=1" in log
+    written = list((cluster.kubelet.pods_dir / "default" / "target").glob("*/volumes/data/in"))
+    assert [p.read_text() for p in written] == ["piped\n"]
+
+
+def test_a_process_execd_into_a_container_dies_with_the_container(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "host"}, "spec": {
+        "restartPolicy": "Never", "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "sleep 300"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "execer"}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "i",
+                        # `$$$$`: Kubernetes turns `$$` into `$` in a command, so the shell sees `$$`.
+                        "command": ["sh", "-c", "kubectl exec host -- sh -c 'echo $$$$ > /data/pid; exec sleep 300'"]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("host") or {}).get("status", {}).get("phase") == "Running", 20, what="host running")
+    cluster.store.create(caller)
+    volumes = cluster.kubelet.pods_dir / "default" / "host"
+    pid_file = cluster.wait_for(lambda: next(iter(volumes.glob("*/volumes/data/pid")), None), 20, what="exec'd process started")
+    pid = int(cluster.wait_for(lambda: pid_file.read_text().strip(), 5, what="pid written"))
+    os.kill(pid, 0)  # alive
+    cluster.kubelet.kill("default", "host", sig=signal.SIGKILL)
+    cluster.wait_for(lambda: not _alive(pid), 10, what="exec'd process gone")
+    # kubectl exec reports the killed command's exit code, so the caller fails.
+    cluster.wait_for(lambda: (cluster.pod("execer") or {}).get("status", {}).get("phase") == "Failed", 10, what="caller failed")
+    assert "command terminated with exit code 137" in cluster.log_path("execer").read_text()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child of the kubectl stand-in is a zombie until reaped: count that as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_kubectl_get_pod_reads_the_stores_copy_with_jsonpath_json_and_name(cluster):
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seen"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", "sleep 300"]}]}}
+    running = '{.status.containerStatuses[?(@.name=="main")].state.running.startedAt}'
+    script = (f"kubectl get pod seen -o 'jsonpath={running}'; echo; "
+              "kubectl get pods/seen -o jsonpath='{.metadata.name} {.status.phase}'; echo; "
+              "kubectl get pod seen -o json | python -c 'import json,sys; print(json.load(sys.stdin)[\"kind\"])'; "
+              "kubectl get pod seen -o name; "
+              "kubectl get pod absent -o name; echo absent=$?")
+    caller = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}}
+    cluster.store.create(target)
+    cluster.wait_for(lambda: (cluster.pod("seen") or {}).get("status", {}).get("phase") == "Running", 20, what="target running")
+    started = cluster.pod("seen")["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    cluster.store.create(caller)
+    cluster.wait_for(lambda: (cluster.pod("reader") or {}).get("status", {}).get("phase") == "Succeeded", 30, what="reader done")
+    lines = cluster.log_path("reader").read_text().splitlines()
+    assert started in lines
+    assert "seen Running" in lines and "Pod" in lines and "pod/seen" in lines
+    assert 'Error from server (NotFound): pods "absent" not found' in lines and "absent=1" in lines
+
+
+@pytest.fixture
+def real_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """The local cluster over the real control plane (etcd, kube-apiserver, kube-controller-manager):
+    the master Job and its pods are the real Job controller's."""
+    with LocalCluster(tmp_path / "state", backend="kubernetes", restart_backoff=(0.2, 1.0)) as c:
+        yield c
+
+
+def first_line(text: str) -> str:
+    line = next(part.strip() for part in text.splitlines() if part.strip())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+@pytest.mark.apiserver
+@pytest.mark.chainer
+def test_a_master_script_error_fails_the_job_saying_its_exit_code_and_message_after_the_pods_are_gone(real_cluster):
+    job = example("script-error")
+    name = job["metadata"]["name"]
+    master = job["spec"]["master"]
+    master["backoffLimit"] = 0
+    command = master["template"]["spec"]["containers"][0]["command"]
+    command[command.index("--min-accuracy") + 1] = "not-a-number"  # argparse refuses it in every rank
+    real_cluster.submit(job)
+    done = real_cluster.wait_finished(name, timeout=240)
+    assert finished(done) == "Failed", done.get("status")
+    (pod,) = [p for p in real_cluster.pods(name) if p["metadata"]["name"].startswith(f"{name}-master-")]
+    # The operator's default: the tail of mpiexec's log is the termination message.
+    (spec,) = [c for c in pod["spec"]["containers"] if c["name"] == "chainer"]
+    assert spec["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    (state,) = [cs["state"]["terminated"] for cs in pod["status"]["containerStatuses"] if cs["name"] == "chainer"]
+    assert state["exitCode"] != 0 and "not-a-number" in state["message"], state
+    said = (f"the master pod {pod['metadata']['name']} ended with exit code {state['exitCode']}, "
+            f"reason {state['reason']}: {first_line(state['message'])!r}")
+    failed = condition(done, "Failed")
+    assert failed is not None and failed["message"].endswith(said), failed
+    assert failed["reason"] == "BackoffLimitExceeded"
+    (record,) = [c for c in real_cluster.children_of(name, "v1", "ConfigMap") if c["metadata"]["name"] == f"{name}-outcome"]
+    assert json.loads(record["data"]["record"])["masterFailure"]["exitCode"] == state["exitCode"]
+    # The master Job and its pod go (a user's cleanup, a TTL), and the job is synced again (an
+    # annotation edit: a parent event), and the status still says the same.
+    real_cluster.store.delete("batch/v1", "Job", "default", f"{name}-master")
+    real_cluster.delete_pod(pod["metadata"]["name"])
+    real_cluster.wait_for(lambda: not [p for p in real_cluster.pods(name) if "master" in p["metadata"]["name"]]
+                          and not real_cluster.children_of(name, "batch/v1", "Job"), 60, what="master Job and pod gone")
+    controller = real_cluster.controller_for(done)
+    assert controller is not None
+    syncs = controller.syncs(done["metadata"]["uid"])
+    real_cluster.update_job(name, lambda j: j["metadata"].setdefault("annotations", {}).update(touched="1"))
+    real_cluster.wait_for(lambda: controller.syncs(done["metadata"]["uid"]) > syncs, 30, what="a sync after the deletions")
+    after = real_cluster.get_job(name)
+    assert condition(after, "Failed") == failed
+    assert finished(after) == "Failed"

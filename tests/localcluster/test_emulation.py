@@ -1,0 +1,356 @@
+"""The Metacontroller emulation behaves as Metacontroller v4.17.2 and Kubernetes do (docs/localcluster.md):
+write order and pace, Go's three-way merge, stale informer reads, retries and resyncs, and the
+StatefulSet controller's rolling update under the ChainerJob hook.
+
+The worker template edit and the ChainerJob resync pin failures a real cluster showed against the
+hooks before issue 18 (kept as regression tests: each asserts the property that must hold, and
+failed on those hooks). The hooks under the stale-read modes are tests/shared/test_stale_reads.py's.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import pytest
+from helpers import go_apply_merge
+from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob
+from helpers.mcsim import Sim, mxjob
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localcluster.cli import parser as cli_parser
+from localcluster.config import load_controller_config, parse_composite_controller
+from localcluster.metacontroller import ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
+from localcluster.statefulset import StatefulSetController
+from localcluster.store import ADDED, DELETED, Store
+from localcluster.types import KubeObject
+
+# --- write order and pace -------------------------------------------------------------------------
+
+
+def _child(kind: str, api_version: str, name: str, **body: Any) -> dict:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **body}
+
+
+def test_children_are_written_one_at_a_time_deletes_first_then_by_group_version_and_kind():
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    sim.apply({"status": {}, "children": [_child("ServiceAccount", "v1", "old-sa")]})
+    writes: list[tuple[str, str]] = []
+
+    def record(event: str, obj: KubeObject) -> None:
+        if event in (ADDED, DELETED):
+            writes.append((event, obj["kind"]))
+
+    sim.store.watch(record)
+    # The answer lists them backwards; Metacontroller's order does not depend on the answer's.
+    answer = [_child("Job", "batch/v1", "m", spec={"template": {"spec": {"containers": [{"name": "c"}]}}}),
+              _child("RoleBinding", "rbac.authorization.k8s.io/v1", "rb", roleRef={}, subjects=[]),
+              _child("StatefulSet", "apps/v1", "w", spec={"replicas": 0, "template": {}}),
+              _child("Role", "rbac.authorization.k8s.io/v1", "r", rules=[]),
+              _child("Service", "v1", "s", spec={"clusterIP": "None"}),
+              _child("ConfigMap", "v1", "c", data={})]
+    sim.apply({"status": {}, "children": answer})
+    assert writes == [(DELETED, "ServiceAccount"), (ADDED, "ConfigMap"), (ADDED, "Service"), (ADDED, "StatefulSet"),
+                      (ADDED, "Job"), (ADDED, "Role"), (ADDED, "RoleBinding")]
+
+
+def test_an_mxjobs_pods_are_created_before_their_services():
+    sim = Sim(mxjob())
+    sim.sync()
+    kinds = [entry.split("/")[0] for entry in sim.created]
+    assert kinds == ["ConfigMap"] + ["Pod"] * 4 + ["Service"] * 4
+
+
+def test_the_client_throttle_lets_a_burst_through_then_paces_at_qps():
+    throttle = ClientThrottle(qps=20.0, burst=3)
+    start = time.monotonic()
+    for _ in range(3):
+        throttle.take()
+    assert time.monotonic() - start < 0.05  # the burst
+    for _ in range(4):
+        throttle.take()
+    assert time.monotonic() - start >= 4 / 20.0 - 0.01  # then 20 a second
+
+
+def test_the_default_client_rate_is_metacontrollers():
+    throttle = ClientThrottle()
+    assert (throttle.qps, throttle.burst) == (5.0, 10)
+
+
+# --- Go's three-way merge ---------------------------------------------------------------------------
+
+_keys = st.sampled_from(["name", "port", "containerPort", "protocol", "value", "image"])
+_scalars = st.one_of(st.integers(0, 3), st.sampled_from(["a", "b", "0", "1"]), st.booleans(), st.none())
+_json = st.recursive(
+    _scalars,
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(_keys, children, max_size=4)),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(observed=st.dictionaries(_keys, _json, max_size=4), last=st.dictionaries(_keys, _json, max_size=4),
+       desired=st.dictionaries(_keys, _json, max_size=4))
+def test_the_merge_agrees_with_a_port_of_go_apply_merge(observed, last, desired):
+    before = copy.deepcopy((observed, last, desired))
+    assert three_way_merge(observed, last, desired) == go_apply_merge.Merge(observed, last, desired)
+    assert (observed, last, desired) == before  # inputs untouched
+
+
+def test_a_port_on_tcp_and_udp_merges_into_two_identical_entries_as_go_does():
+    ports = [{"name": "dns-tcp", "port": 53, "protocol": "TCP"}, {"name": "dns-udp", "port": 53, "protocol": "UDP"}]
+    merged = three_way_merge({"ports": ports}, {"ports": ports}, {"ports": ports})
+    assert merged["ports"] == [ports[1], ports[1]]  # keyed by port alone: the last wins, written back twice
+
+
+def test_a_duplicate_port_service_cannot_be_updated_and_every_sync_fails_with_the_api_servers_422():
+    sim = Sim(mxjob(replicas={"Worker": 1}))
+    sim.sync()
+    service = sim.services["mx-worker-0"]
+    ports = [{"name": "dns-tcp", "port": 53, "protocol": "TCP"}, {"name": "dns-udp", "port": 53, "protocol": "UDP"}]
+    desired = {k: service[k] for k in ("apiVersion", "kind")}
+    desired["metadata"] = {"name": "mx-worker-0", "labels": service["metadata"]["labels"]}
+    desired["spec"] = {"clusterIP": "None", "ports": ports, "selector": service["spec"].get("selector", {})}
+    children = [c for c in sim.last["children"] if c["metadata"]["name"] != "mx-worker-0" or c["kind"] != "Service"]
+    sim.store.remove("v1", "Service", "ns", "mx-worker-0")
+    sim.apply({"status": {"phase": "one"}, "children": [*children, desired]})  # created fine: two distinct pairs
+    assert len(sim.services["mx-worker-0"]["spec"]["ports"]) == 2
+    for attempt in range(2):
+        with pytest.raises(SyncError, match=r"422.*Duplicate value"):
+            sim.apply({"status": {"phase": f"after-{attempt}"}, "children": [*children, desired]})
+        assert sim.status["phase"] == f"after-{attempt}"  # the status is written even so
+    assert len(sim.services["mx-worker-0"]["spec"]["ports"]) == 2
+
+
+# --- stale reads --------------------------------------------------------------------------------------
+
+
+def test_a_stale_parent_is_one_status_write_behind_its_children():
+    seen: list[Any] = []
+    store = Store()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    config = load_controller_config(parent_kind="MXJob")
+    answers = iter([{"status": {"n": 1}}, {"status": {"n": 2}}, {"status": {"n": 2}}, {"status": {"n": 2}}])
+
+    def hook(request: Any) -> dict:
+        seen.append(request["parent"].get("status", {}).get("n"))
+        return next(answers)
+
+    emulation = Emulation(store, config, hook, stale="parent")
+    uid = emulation.track(parent)
+    for _ in range(4):
+        emulation.sync(uid)
+    assert seen == [None, None, 1, 2]  # each sync after a write sees the status before it; then it catches up
+
+
+# --- Kubernetes controllers behind the children -----------------------------------------------------
+
+
+def _wait(check: Any, timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {check}")
+
+
+def test_a_worker_template_edit_never_restarts_a_running_worker():
+    sim = ChainerSim(chainerjob(workers={"ws": 2}))
+    controller = StatefulSetController(sim.store)
+    controller.start()
+    try:
+        sim.sync()
+        pods = _wait(lambda: len(p := sim.objects("v1", "Pod")) == 2 and p)
+        for name in pods:
+            sim.write_status("v1", "Pod", name, {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+        _wait(lambda: sim.children["StatefulSet.apps/v1"]["chj-workerset-ws"].get("status", {}).get("readyReplicas") == 2)
+        sim.sync()
+        assert sim.names(JOB_KEY) == ["chj-master"]  # the master runs: the workers are in its rendezvous
+        before = {name: pod["metadata"]["uid"] for name, pod in sim.objects("v1", "Pod").items()}
+        worker_set = sim.parent["spec"]["workerSets"]["ws"]
+        worker_set["template"]["spec"]["containers"][0]["image"] = "chainer/chainermn:7.8.2"
+        sim.edit({"workerSets": {"ws": worker_set}})
+        sim.sync()
+        time.sleep(0.5)  # the StatefulSet controller has had its turn
+        assert {name: pod["metadata"]["uid"] for name, pod in sim.objects("v1", "Pod").items()} == before
+    finally:
+        controller.stop()
+
+
+# --- retries and resyncs ------------------------------------------------------------------------------
+
+
+class _Hook:
+    """A sync hook over HTTP that answers 500 while `down`; it records when each call came."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.calls: list[float] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                hook.calls.append(time.monotonic())
+                body = json.dumps({"error": "down"} if hook.down else {"status": {"ok": True}, "children": []}).encode()
+                self.send_response(500 if hook.down else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@contextmanager
+def _outage(kind: str, job: dict, scale: float) -> Iterator[tuple[_Hook, MetacontrollerStandIn]]:
+    hook = _Hook()
+    store = Store()
+    store.create(cast(KubeObject, job), restore=True)
+    controller = MetacontrollerStandIn(store, load_controller_config(parent_kind=kind), hook.url, time_scale=scale)
+    controller.start()
+    try:
+        yield hook, controller
+    finally:
+        controller.stop()
+        hook.server.shutdown()
+
+
+def _quiet_wait_after_outage(kind: str, job: dict) -> float:
+    """Seconds (on Metacontroller's clock) a quiet parent waits for a sync after a 950 s hooks outage."""
+    scale = 200.0  # 1 s here is 200 s for Metacontroller's timers; the rule is unchanged
+    with _outage(kind, job, scale) as (hook, _):
+        time.sleep(950 / scale)  # retries at 5 ms·(2ⁿ-1): the 17th near 655 s, the 18th near 1,310 s
+        hook.down = False
+        up = time.monotonic()
+        _wait(lambda: any(t > up for t in hook.calls), timeout=8.0)
+        return (min(t for t in hook.calls if t > up) - up) * scale
+
+
+def test_retries_back_off_from_5ms_doubling_up_to_1000s():
+    controller = MetacontrollerStandIn(Store(), load_controller_config(parent_kind="MXJob"), "http://127.0.0.1:9")
+    assert [controller.retry_delay(n) for n in (1, 2, 3, 11)] == [0.005, 0.01, 0.02, 5.12]
+    assert controller.retry_delay(18) == 655.36 and controller.retry_delay(19) == controller.retry_delay(60) == 1000.0
+
+
+def test_after_a_hooks_outage_a_quiet_mxjob_is_synced_within_its_resync_period():
+    assert _quiet_wait_after_outage("MXJob", mxjob()) <= 300 + 20
+
+
+def test_after_a_hooks_outage_a_quiet_chainerjob_is_synced_within_300s():
+    assert _quiet_wait_after_outage("ChainerJob", chainerjob()) <= 300 + 20
+
+
+def test_resync_period_is_read_from_each_shipped_controller():
+    assert load_controller_config(parent_kind="MXJob").resync_period_seconds == 300
+    raw = copy.deepcopy(load_controller_config(parent_kind="ChainerJob").raw)
+    raw["spec"]["resyncPeriodSeconds"] = 120
+    assert parse_composite_controller(raw, "edited").resync_period_seconds == 120
+
+
+def test_the_cli_takes_metacontrollers_client_rate_and_the_stale_read_mode(capsys):
+    args = cli_parser().parse_args(["run", "job.yaml", "--client-qps", "50", "--client-burst", "20", "--stale-reads", "parent"])
+    assert (args.client_qps, args.client_burst, args.stale_reads) == (50.0, 20, "parent")
+    defaults = cli_parser().parse_args(["run", "job.yaml"])
+    assert (defaults.client_qps, defaults.client_burst, defaults.stale_reads) == (5.0, 10, None)
+    with pytest.raises(SystemExit):
+        cli_parser().parse_args(["run", "job.yaml", "--client-qps", "0"])
+    assert "--client-qps: must be a number above 0" in capsys.readouterr().err
+
+
+# --- related objects (the customize hook) --------------------------------------------------------------
+
+
+def _settled(count: Any, quiet: float = 0.5, timeout: float = 5.0) -> int:
+    """A count once it has not changed for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return int(last)
+    raise AssertionError("the count never settled")
+
+
+class _RelatingHook:
+    """Customize and sync hooks over HTTP: customize relates the pods labelled role=master; sync
+    records the related pods each request carried and answers no children."""
+
+    def __init__(self) -> None:
+        self.customize_calls = 0
+        self.related: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self.path.endswith("/customize"):
+                    hook.customize_calls += 1
+                    answer: dict = {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
+                                                          "labelSelector": {"matchLabels": {"role": "master"}}}]}
+                else:
+                    hook.related.append(request["related"])
+                    answer = {"status": {}, "children": []}
+                body = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_change_of_a_related_pod_syncs_its_parent_at_once_with_the_pod_in_related():
+    hook = _RelatingHook()
+    store = Store()
+    job = chainerjob()
+    store.create(cast(KubeObject, job), restore=True)
+    config = load_controller_config(parent_kind="ChainerJob")
+    assert config.customize_path == "/chainerjob/customize"
+    controller = MetacontrollerStandIn(store, config, hook.url)
+    controller.start()
+    try:
+        _wait(lambda: len(hook.related) >= 1, timeout=5.0)
+        assert hook.related[0] == {"Pod.v1": {}}  # the rule's type is there even when nothing matches
+        seen = _settled(lambda: len(hook.related))  # the first status write brings one more sync
+
+        def pod(name: str, labels: dict, namespace: str = "ns") -> KubeObject:
+            return cast(KubeObject, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": namespace, "labels": labels}, "spec": {"containers": [{"name": "c"}]}})
+
+        store.create(pod("unrelated", {"role": "worker"}))
+        store.create(pod("elsewhere", {"role": "master"}, namespace="other"))
+        time.sleep(0.3)
+        assert len(hook.related) == seen  # neither is this parent's
+        store.create(pod("chj-master-x", {"role": "master"}))
+        _wait(lambda: len(hook.related) > seen, timeout=5.0)
+        assert list(hook.related[-1]["Pod.v1"]) == ["chj-master-x"]
+        seen = len(hook.related)
+        store.update_status("v1", "Pod", "ns", "chj-master-x", {"phase": "Failed"})
+        _wait(lambda: len(hook.related) > seen and hook.related[-1]["Pod.v1"]["chj-master-x"].get("status"), timeout=5.0)
+        assert hook.related[-1]["Pod.v1"]["chj-master-x"]["status"] == {"phase": "Failed"}
+        seen = len(hook.related)
+        store.remove("v1", "Pod", "ns", "chj-master-x")
+        _wait(lambda: len(hook.related) > seen and hook.related[-1] == {"Pod.v1": {}}, timeout=5.0)
+        assert hook.customize_calls == 1  # one answer per parent generation, as Metacontroller caches it
+    finally:
+        controller.stop()
+        hook.server.shutdown()

@@ -1,0 +1,250 @@
+"""The local cluster on the real control plane: what only a real API server and real controllers show.
+
+Each test starts its own etcd, kube-apiserver and kube-controller-manager (about 3 s), so nothing one
+leaves behind reaches another. The pods run short shell commands: what is under test is what the API
+server, the garbage collector and the Job and StatefulSet controllers do around the hooks, and what
+the Metacontroller emulation costs the API server, counted by the server itself
+(`apiserver_request_total`). SCENARIO_COSTS=<file> appends each scenario's counts as JSON lines
+(docs/benchmarks.md, "What a scenario costs the API server").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import bin_dir
+from localcluster.store import StoreError
+from localcluster.types import KubeObject
+
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
+
+ROOT = Path(__file__).resolve().parents[2]
+SLEEP = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"]
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state", backend="kubernetes", restart_backoff=(0.2, 1.0)) as c:
+        yield c
+
+
+def writes(counts: dict[tuple[str, str, str], int]) -> dict[str, int]:
+    """Write requests by 'VERB resource[/subresource]'."""
+    return {f"{verb} {resource}{'/' + sub if sub else ''}": n for (verb, resource, sub), n in sorted(counts.items())
+            if verb in WRITES and n}
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {key: after[key] - before.get(key, 0) for key in after if after[key] - before.get(key, 0)}
+
+
+def record_cost(scenario: str, counts: dict[tuple[str, str, str], int]) -> None:
+    target = os.environ.get("SCENARIO_COSTS")
+    if target:
+        by_request = {f"{verb} {resource}{'/' + sub if sub else ''}": n for (verb, resource, sub), n in sorted(counts.items())}
+        with open(target, "a") as out:
+            out.write(json.dumps({"scenario": scenario, "requests": by_request}) + "\n")
+
+
+def shell_mxjob(name: str, *, worker: list[str] = SLEEP, finalizers: list[str] | None = None) -> KubeObject:
+    def replica(command: list[str], replicas: int = 1) -> dict:
+        return {"replicas": replicas, "restartPolicy": "Never",
+                "template": {"spec": {"terminationGracePeriodSeconds": 1,
+                                      "containers": [{"name": "mxnet", "image": "busybox:1.36", "command": command}]}}}
+
+    meta: dict = {"name": name}
+    if finalizers:
+        meta["finalizers"] = finalizers
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": meta,
+            "spec": {"jobMode": "MXTrain", "mxReplicaSpecs": {"Worker": replica(worker, 2)}}}
+
+
+def phases(cluster: LocalCluster, name: str) -> dict[str, str | None]:
+    return {p["metadata"]["name"]: p.get("status", {}).get("phase") for p in cluster.pods(name)}
+
+
+def all_running(cluster: LocalCluster, name: str, count: int) -> dict[str, str] | None:
+    pods = cluster.pods(name)
+    if len(pods) != count or any(p.get("status", {}).get("phase") != "Running" for p in pods):
+        return None
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+
+def resync(cluster: LocalCluster, job: KubeObject, times: int) -> None:
+    """Force `times` syncs of a settled job, one after another, as resyncPeriodSeconds would."""
+    controller = cluster.controller_for(job)
+    assert controller is not None
+    uid = job["metadata"]["uid"]
+    for _ in range(times):
+        done = controller.syncs(uid)
+        controller.enqueue(uid)
+        cluster.wait_for(lambda done=done: controller.syncs(uid) > done, 15, what="one more sync")
+
+
+def settle(cluster: LocalCluster, quiet_seconds: float = 2.0, timeout: float = 60.0) -> None:
+    """Wait until the API server has served no write for `quiet_seconds`."""
+    assert cluster.control_plane is not None
+    deadline = time.monotonic() + timeout
+    last = writes(cluster.control_plane.request_counts())
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = writes(cluster.control_plane.request_counts())
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_seconds:
+            return
+    raise AssertionError(f"the cluster never went quiet; last writes: {last}")
+
+
+@pytest.mark.chainer
+def test_the_gpu_chainerjob_settles_with_zero_writes_per_resync(cluster: LocalCluster):
+    """The shipped GPU example with two worker sets (nvidia.com/gpu limits the API server stores in its
+    own form): once settled, a resync writes nothing at all, counted by the API server."""
+    job = yaml.safe_load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
+    job["spec"]["master"]["template"]["spec"]["containers"][0]["command"] = SLEEP  # no GPUs or image here
+    assert cluster.control_plane is not None
+    before = cluster.control_plane.request_counts()
+    submitted = cluster.submit(job)
+    name = job["metadata"]["name"]
+    cluster.wait_for(lambda: all_running(cluster, name, 3), 60, what="two workers and the master running")
+    settle(cluster)
+    settled = cluster.control_plane.request_counts()
+    resync(cluster, submitted, 5)
+    after = cluster.control_plane.request_counts()
+    record_cost("GPU ChainerJob: from create to settled", delta(settled, before))
+    record_cost("GPU ChainerJob: 5 resyncs once settled", delta(after, settled))
+    assert writes(delta(after, settled)) == {}
+    assert cluster.controller_for(submitted).last_error(submitted["metadata"]["uid"]) is None  # type: ignore[union-attr]
+
+
+def test_delete_and_create_again_under_the_same_name_leaks_no_status_and_the_old_children_go(cluster: LocalCluster):
+    assert cluster.control_plane is not None
+    before = cluster.control_plane.request_counts()
+    old = cluster.submit(shell_mxjob("again", worker=["sh", "-c", "exit 3"]))
+    failed = cluster.wait_finished("again", 60)
+    assert finished(failed) == "Failed"
+    old_children = {(c["kind"], c["metadata"]["name"]) for kind in ("Pod", "Service", "ConfigMap")
+                    for c in cluster.children_of("again", "v1", kind)}
+    assert old_children, "the failed job had children"
+
+    cluster.store.delete("kubeflow.org/v1", "MXJob", "default", "again")
+    new = None
+    for _ in range(100):  # created again as soon as the name is free
+        try:
+            new = cluster.submit(shell_mxjob("again"))
+            break
+        except StoreError as err:
+            assert err.code == 409, err
+            time.sleep(0.1)
+    assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
+    running = cluster.wait_for(lambda: all_running(cluster, "again", 2), 60, what="the new job's workers running")
+    # The new job's pods are its own, and nothing of the old one is left.
+    assert all(cluster.store.get("v1", "Pod", "default", pod)["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
+               for pod in running)
+    uid = new["metadata"]["uid"]
+    cluster.wait_for(lambda: not [o for kind in ("Pod", "Service", "ConfigMap") for o in cluster.store.list("v1", kind, "default")
+                                  if o["metadata"].get("ownerReferences") and o["metadata"]["ownerReferences"][0]["uid"] != uid],
+                     30, what="the garbage collector to remove the old job's children")
+    for _ in range(10):  # the old job's Failed status never lands on the new one
+        current = cluster.get_job("again")
+        assert current is not None and current["metadata"]["uid"] == uid
+        assert condition(current, "Failed") is None, current.get("status")
+        time.sleep(0.3)
+    assert condition(cluster.get_job("again"), "Running")["status"] == "True"  # type: ignore[index]
+    record_cost("MXJob deleted and created again under its name", delta(cluster.control_plane.request_counts(), before))
+
+
+def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the_garbage_collector(cluster: LocalCluster):
+    assert cluster.control_plane is not None
+    before = cluster.control_plane.request_counts()
+    job = cluster.submit(shell_mxjob("held", finalizers=["example.com/hold"]))
+    uid = job["metadata"]["uid"]
+    pods = cluster.wait_for(lambda: all_running(cluster, "held", 2), 60, what="both workers running")
+    cluster.store.delete("kubeflow.org/v1", "MXJob", "default", "held")
+    cluster.wait_for(lambda: (cluster.get_job("held") or {}).get("metadata", {}).get("deletionTimestamp"), 10,
+                     what="the job to be deleting")
+    # Two more syncs, so one that began before the deletion (and would still apply its children) is over.
+    resync(cluster, job, 2)
+    syncs = cluster.controller_for(job).syncs(uid)  # type: ignore[union-attr]
+
+    # A worker goes away while the job is held: Metacontroller keeps syncing (the status follows) but
+    # no longer manages children, so nothing is created again.
+    lost = sorted(pods)[0]
+    cluster.delete_pod(lost)
+    cluster.wait_for(lambda: cluster.pod(lost) is None, 30, what="the deleted worker to be gone")
+
+    def status_follows() -> bool:
+        current = cluster.get_job("held") or {}
+        return current.get("status", {}).get("replicaStatuses", {}).get("Worker", {}).get("active") == 1
+
+    cluster.wait_for(status_follows, 15, what="the status of the held job to count one active worker")
+    assert cluster.controller_for(job).syncs(uid) > syncs  # type: ignore[union-attr]
+    time.sleep(2)
+    assert cluster.pod(lost) is None, "a child of a deleting parent was created again"
+
+    # The finalizer goes: the job is removed, and the garbage collector takes every child with it.
+    cluster.update_job("held", lambda j: j["metadata"].update(finalizers=[]))
+    cluster.wait_for(lambda: cluster.get_job("held") is None, 15, what="the job to be gone")
+    cluster.wait_for(lambda: not [o for kind in ("Pod", "Service", "ConfigMap") for o in cluster.store.list("v1", kind, "default")
+                                  if (o["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid],
+                     30, what="the garbage collector to remove the held job's children")
+    record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before))
+
+
+def test_a_settled_mxjob_costs_zero_writes_per_resync(cluster: LocalCluster):
+    assert cluster.control_plane is not None
+    job = cluster.submit(shell_mxjob("quiet"))
+    cluster.wait_for(lambda: all_running(cluster, "quiet", 2), 60, what="both workers running")
+    settle(cluster)
+    settled = cluster.control_plane.request_counts()
+    resync(cluster, job, 5)
+    assert writes(delta(cluster.control_plane.request_counts(), settled)) == {}
+
+
+@pytest.mark.mxnet
+def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path):
+    """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all."""
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "localcluster", "--state-dir", str(state)]
+    up = subprocess.Popen([*command, "up"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+    try:
+        assert up.stdout is not None
+        lines = []
+        for line in up.stdout:
+            lines.append(line)
+            if line.startswith("export KUBECONFIG="):
+                break
+        kubeconfig = state / "kubeconfig"
+        assert f"export KUBECONFIG={kubeconfig}\n" in lines, "".join(lines)
+        kubectl = [str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}"]
+
+        def run(*args: str) -> str:
+            result = subprocess.run([*kubectl, *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        assert run("apply", "-f", "examples/local/dist-train-digits.yaml") == "mxjob.kubeflow.org/dist-train-digits created\n"
+        assert "condition met" in run("wait", "--for=condition=Succeeded", "mxjob/dist-train-digits", "--timeout=150s")
+        table = run("get", "mxjobs").splitlines()
+        assert table[0].split() == ["NAME", "STATE", "AGE"] and table[1].split()[:2] == ["dist-train-digits", "Succeeded"]
+        log = run("logs", "dist-train-digits-worker-0")
+        assert re.search(r"final validation-accuracy=0\.9\d+", log), log[-500:]
+    finally:
+        down = subprocess.run([*command, "down"], cwd=ROOT, capture_output=True, text=True, timeout=90)
+        up.wait(timeout=30)
+    assert down.returncode == 0, down.stderr
+    assert up.returncode == 0

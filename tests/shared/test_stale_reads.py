@@ -1,0 +1,427 @@
+"""The hooks under Metacontroller's stale reads, over the project's one emulation (docs/localcluster.md).
+
+Real Metacontroller reads the parent and the children from separate informer caches, writes the
+children first (deletes, then creates) and the status after, over a fresh read. The next sync,
+queued by those child events, often sees the status of one write earlier with the children of
+now. The emulation (localcluster/metacontroller.py) has that as its `stale` mode: "parent" (the
+sync after a status write sees the status before it) and "children" (each sync sees the children
+of the sync before). The scenes are tests/helpers/mcsim.py's `Sim` and tests/helpers/chainersim.py's `ChainerSim`.
+
+The named regression tests pin the failures a stale parent caused before the memory moved into
+children (hooks/shared/memory.py; docs/lifecycle.md, "Why the outcome is recorded in a child");
+each fails on the hooks of commit ae4b906. The properties run random MXJob and ChainerJob
+lifecycles under both stale modes, and compare a stale run with a fresh run of the same events.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from helpers.mcsim import Sim, Stepped, mxjob
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hooks.chainerjob.sync import sync_chainerjob
+from hooks.shared.conditions import rfc3339
+from localcluster.metacontroller import Stale
+
+TERMINAL = ("Succeeded", "Failed", "Complete")
+MODES: list[Stale | None] = [None, "parent", "children"]
+STALE_MODES: list[Stale] = ["parent", "children"]
+
+
+def terminal(status: dict | None) -> str | None:
+    """The True terminal condition of a status, if any."""
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") in TERMINAL and cond.get("status") == "True":
+            return str(cond["type"])
+    return None
+
+
+def essence(status: dict) -> dict:
+    """A status without the order of its condition history (which transitions a sync saw depends on
+    how stale its read was), but with every True condition's type, reason and message."""
+    true = sorted((c["type"], c.get("reason"), c.get("message")) for c in status.get("conditions") or [] if c.get("status") == "True")
+    return {**{k: v for k, v in status.items() if k != "conditions"}, "true conditions": true}
+
+
+class Watch:
+    """What a scene's syncs wrote, checked as they happen: every status stored after a sync, every
+    answer computed twice from the request the emulation sent (byte-identical, or the test fails),
+    and how many objects of the job's run kind (Pod, or the master Job) existed when an outcome
+    was first written."""
+
+    def __init__(self, sim: Stepped, run_kind: str):
+        self.sim, self.run_kind = sim, run_kind
+        self.statuses: list[dict] = []
+        self.wrote = False
+        self.runs_at_decision: int | None = None
+        hook = sim._hook
+
+        def twice(request: Any, **kwargs: Any) -> Any:
+            first = json.dumps(hook(request, **kwargs), sort_keys=True)
+            answer = hook(request, **kwargs)
+            assert json.dumps(answer, sort_keys=True) == first, "the same request gave two answers"
+            return answer
+
+        sim._hook = twice
+
+    def runs_created(self) -> list[str]:
+        return [entry for entry in self.sim.created if entry.split("/")[0].split(".")[0] == self.run_kind]
+
+    def sync(self, *, stale_now: bool = True) -> dict:
+        """One sync; with the scene in "parent" mode, `stale_now=False` makes this one read fresh."""
+        emulation = self.sim.emulation
+        mode = emulation.stale
+        if mode == "parent" and not stale_now:
+            emulation.stale = None  # the cache caught up before this sync (the emulation still tracks the write)
+        try:
+            self.wrote = emulation.sync(self.sim.uid)
+        finally:
+            emulation.stale = mode
+        answer = self.sim.last
+        self.statuses.append(self.sim.status)
+        if self.runs_at_decision is None and terminal(self.sim.status):
+            self.runs_at_decision = len(self.runs_created())
+        return answer
+
+    def settle(self) -> None:
+        """Sync until two syncs in a row write nothing (a stale view has caught up by then)."""
+        quiet = 0
+        for _ in range(16):
+            self.sync()
+            quiet = 0 if self.wrote else quiet + 1
+            if quiet == 2:
+                return
+        raise AssertionError("the job did not settle")
+
+    def check(self) -> None:
+        """A terminal condition is never replaced, restartCount never goes down, and no run object is
+        created once the outcome was written."""
+        decided: str | None = None
+        count = 0
+        for i, status in enumerate(self.statuses):
+            outcome = terminal(status)
+            if decided is not None:
+                assert outcome == decided, f"sync {i}: {decided} became {outcome}"
+            decided = decided or outcome
+            assert status.get("restartCount", 0) >= count, f"sync {i}: restartCount went from {count} to {status.get('restartCount')}"
+            count = status.get("restartCount", 0)
+        if self.runs_at_decision is not None:
+            assert len(self.runs_created()) == self.runs_at_decision, "a pod (or master Job) was created after the outcome"
+
+
+# --- MXJob: the three failures, as regression tests --------------------------------------------------
+
+
+def _succeeded_with_clean_all(stale: Stale | None) -> tuple[Sim, Watch]:
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}, runPolicy={"cleanPodPolicy": "All"}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.run()
+    watch.sync()
+    for name in ("mx-worker-0", "mx-worker-1", "mx-scheduler-0"):
+        sim.set_phase(name, "Succeeded", exit_code=0)
+    for _ in range(6):  # the syncs queued by the deletions, each reading the parent one write late
+        watch.sync()
+        sim.tick(40)  # past the success grace
+    return sim, watch
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_job_declared_succeeded_is_not_run_again_when_the_next_sync_reads_the_old_status(stale):
+    """Before: with cleanPodPolicy All, the Succeeded answer deleted every pod; the next sync read
+    the Running status with no pods, created them all again (training reran) and wrote Running
+    over Succeeded."""
+    sim, watch = _succeeded_with_clean_all(stale)
+    assert sim.state() == "Succeeded"
+    assert watch.runs_at_decision is not None
+    watch.check()
+    assert sim.pods == {}  # cleanPodPolicy All, applied once the outcome is recorded
+
+
+def _backoff_run(stale: Stale | None, backoff_limit: int = 2) -> tuple[int, Watch]:
+    """A worker failing with 137 (retryable) each time it runs, the job settled after each event;
+    the failures until the job fails."""
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "ExitCode"}}, runPolicy={"backoffLimit": backoff_limit}),
+              stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    failures = 0
+    while sim.state() != "Failed" and failures < 10:
+        sim.run("mx-worker-0")
+        watch.settle()
+        sim.set_phase("mx-worker-0", "Failed", exit_code=137)
+        failures += 1
+        watch.settle()
+    assert "backoff limit" in (sim.condition("Failed") or {}).get("message", "")
+    return failures, watch
+
+
+@pytest.mark.parametrize("stale", STALE_MODES)
+def test_a_stale_parent_does_not_forget_restarts_and_backoff_limit_still_fails_the_job(stale):
+    """Before: restartHistory lived only in status. The sync after the one that deleted the failed
+    pod read the status of before it, created the pod again without counting, and its status was
+    written over the one with the restart: with backoffLimit 2 a worker failing with 137 was
+    recreated again and again. Now the job fails at the same failure as with fresh reads, with the
+    same status."""
+    fresh_failures, fresh = _backoff_run(None)
+    failures, watch = _backoff_run(stale)
+    assert fresh_failures == 3  # backoffLimit + 1
+    assert failures == fresh_failures
+    assert essence(watch.statuses[-1]) == essence(fresh.statuses[-1])
+    assert watch.runs_created() == fresh.runs_created() == ["Pod/mx-worker-0"] * 3
+    watch.check()
+
+
+@pytest.mark.parametrize("stale", STALE_MODES)
+def test_an_older_status_is_never_written_over_a_newer_one(stale):
+    """Before: the sync after a recreation read the status of before it and wrote a smaller
+    restartCount over the larger one (a pod's container restarts went with the pod)."""
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.set_phase("mx-worker-0", "Running", restarts=2)
+    watch.sync()
+    watch.sync()
+    assert sim.status["restartCount"] == 2
+    sim.set_phase("mx-worker-0", "Failed", restarts=2)  # evicted: recreated, not a job failure
+    watch.settle()  # the restart recorded, then the pod deleted, then created again
+    assert sim.status["restartCount"] == 3
+    assert "mx-worker-0" in sim.pods
+    watch.check()
+
+
+def test_a_terminal_status_is_never_replaced_by_a_stale_read():
+    """The sync after the one that wrote Succeeded reads the Running status, with the pod
+    garbage-collected meanwhile: it keeps the outcome and creates no pod."""
+    sim = Sim(mxjob(replicas={"Worker": 1}, runPolicy={"cleanPodPolicy": "None"}), stale="parent")
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    sim.run()
+    watch.sync()
+    watch.sync()
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    watch.sync()
+    assert sim.state() == "Succeeded"
+    outcome = sim.status
+    sim.gc("mx-worker-0")
+    answer = watch.sync()  # reads the status of before Succeeded
+    assert terminal(answer["status"]) == "Succeeded"
+    assert not [c for c in answer["children"] if c["kind"] == "Pod"]
+    for _ in range(2):
+        watch.sync()
+    assert sim.status == outcome
+    assert sim.pods == {}
+    watch.check()
+
+
+# --- MXJob: properties over random lifecycles ---------------------------------------------------------
+
+CODES = [0, 1, 137, 143, 138]
+mx_steps = st.lists(st.tuples(st.sampled_from(["run", "end", "tick", "gc"]), st.integers(0, 5), st.sampled_from(CODES)),
+                    min_size=3, max_size=20)
+mx_jobs = st.builds(
+    lambda workers, policy, clean, limit, sched: mxjob(
+        replicas=({"Scheduler": 1, "Server": 1} if sched else {}) | {"Worker": {"replicas": workers, "restartPolicy": policy}},
+        runPolicy={"cleanPodPolicy": clean, **({"backoffLimit": limit} if limit is not None else {})}),
+    st.integers(1, 3), st.sampled_from(["Never", "ExitCode", "OnFailure"]), st.sampled_from(["All", "Running", "None"]),
+    st.one_of(st.none(), st.integers(0, 3)), st.booleans())
+
+
+def _kubelet(sim: Sim, verb: str, n: int, code: int) -> None:
+    """One kubelet or garbage-collector step on the n-th pod (by name) that still runs or waits."""
+    if verb == "tick":
+        sim.tick(10 * (n + 1))
+        return
+    pods = sorted(sim.pods)
+    if not pods:
+        return
+    name = pods[n % len(pods)]
+    phase = sim.pods[name].get("status", {}).get("phase")
+    if verb == "run" and phase in (None, "Pending"):
+        sim.run(name)
+    elif verb == "end" and phase in (None, "Pending", "Running"):
+        sim.set_phase(name, "Succeeded" if code == 0 else "Failed", exit_code=code)
+    elif verb == "gc" and phase == "Succeeded":
+        sim.gc(name)
+
+
+def _draws(flags: list[bool]) -> Iterator[bool]:
+    while True:
+        yield from flags or [True]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(mx_jobs, mx_steps, st.sampled_from(STALE_MODES), st.lists(st.booleans(), min_size=1, max_size=8))
+def test_mxjob_lifecycles_under_stale_reads_keep_outcome_restarts_and_running_pods(parent, steps, stale, draws):
+    """Random pod events, two syncs after each (in "parent" mode each read stale or not as drawn):
+    the Watch properties hold, every answer is deterministic, and no Running pod is deleted while
+    the job has no outcome."""
+    sim = Sim(parent, stale=stale)
+    watch = Watch(sim, "Pod")
+    stale_now = _draws(draws)
+    watch.sync()
+    for verb, n, code in steps:
+        _kubelet(sim, verb, n, code)
+        for _ in range(2):
+            running = {name for name, pod in sim.pods.items() if pod.get("status", {}).get("phase") == "Running"}
+            attempt_of = {name: int(sim.pods[name]["metadata"].get("labels", {}).get(
+                "training.kubeflow.org/job-attempt", "0")) for name in running}
+            watch.sync(stale_now=next(stale_now))
+            if terminal(sim.status) is None:
+                # A whole-job restart deletes the running pods of the attempt it replaces, and only
+                # once its record `<job>-attempt-<n>` is in the children (hooks.shared.memory).
+                attempts = [int(n.rpartition("-attempt-")[2]) for n in sim.config_maps if "-attempt-" in n]
+                replaced = {name for name in running if name not in sim.pods
+                            and max(attempts, default=0) > attempt_of[name]}
+                assert running - replaced <= set(sim.pods), f"running pods dropped: {sorted(running - set(sim.pods))}"
+    for _ in range(3):
+        sim.tick(31)
+        watch.sync(stale_now=next(stale_now))
+    watch.check()
+
+
+def _settled_run(parent: dict, steps: list, stale: Stale | None) -> tuple[list[tuple[dict, dict[str, Any]]], Watch]:
+    """The same events applied to one scene, each followed by syncs until nothing changes: the
+    status and the pods (name -> phase) after each."""
+    sim = Sim(parent, stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    seen = []
+    for verb, n, code in steps:
+        _kubelet(sim, verb, n, code)
+        watch.settle()
+        seen.append((essence(sim.status), {name: pod.get("status", {}).get("phase") for name, pod in sim.pods.items()}))
+    return seen, watch
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(mx_jobs, mx_steps, st.sampled_from(STALE_MODES))
+def test_a_stale_run_ends_where_a_fresh_run_of_the_same_events_does(parent, steps, stale):
+    """Exactness: the same kubelet events, each followed by syncs until the job settles, give with
+    stale reads the status and pods a fresh-read run gives, after every event. So backoffLimit fails
+    the job at the same restart, with the same restartCount and message, and the outcome is the same."""
+    stale_run, stale_watch = _settled_run(parent, steps, stale)
+    fresh_run, _ = _settled_run(parent, steps, None)
+    assert stale_run == fresh_run
+    stale_watch.check()
+
+
+# --- ChainerJob ----------------------------------------------------------------------------------------
+
+
+def _chainerjob_finished(stale: Stale | None, outcome: str = "Complete") -> tuple[ChainerSim, Watch]:
+    sim = ChainerSim(chainerjob(workers={"ws": 2}), stale=stale)
+    watch = Watch(sim, "Job")
+    watch.settle()
+    sim.all_ready()
+    watch.settle()
+    sim.master("chj-master", active=1)
+    watch.settle()
+    reason = "CompletionsReached" if outcome == "Complete" else "BackoffLimitExceeded"
+    sim.master("chj-master", succeeded=int(outcome == "Complete"), failed=int(outcome == "Failed"),
+               finished=(outcome, reason, "done"))
+    for _ in range(4):  # until the outcome is written, and no further: the next sync reads before it
+        watch.sync()
+        if sim.state() == outcome:
+            return sim, watch
+    raise AssertionError(f"no {outcome}: {sim.status}")
+
+
+def _assert_finished_and_scaled_to_zero(sim: ChainerSim, watch: Watch, outcome: str) -> None:
+    assert sim.state() == outcome
+    assert sim.children[STATEFULSET_KEY] and all(sts["spec"]["replicas"] == 0 for sts in sim.children[STATEFULSET_KEY].values())
+    watch.check()
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_chainerjob_master_deleted_after_the_job_finished_is_not_created_again_on_a_stale_read(stale):
+    """Before: that the master Job had finished was remembered only in status, so a sync reading the
+    status of before the end, after someone deleted the finished master Job, created it again."""
+    sim, watch = _chainerjob_finished(stale)
+    completed_at = sim.status["completionTime"]
+    sim.delete(JOB_KEY, "chj-master")  # the master's TTL, or a user, removes it afterwards
+    mark = len(sim.created)
+    for _ in range(3):
+        watch.sync()
+        assert sim.state() == "Complete"
+    assert sim.created[mark:] == []  # neither the master Job nor any worker comes back
+    # The master Job's counts are kept, as the record has them, with the Job gone.
+    assert (sim.status["succeeded"], sim.status["completionTime"]) == (1, completed_at)
+    _assert_finished_and_scaled_to_zero(sim, watch, "Complete")
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_chainerjob_outcome_is_recorded_in_a_child(stale):
+    sim, watch = _chainerjob_finished(stale, "Failed")
+    watch.sync()
+    watch.sync()
+    assert "chj-outcome" in sim.children["ConfigMap.v1"]
+    _assert_finished_and_scaled_to_zero(sim, watch, "Failed")
+
+
+def test_a_chainerjob_invalid_edit_read_with_a_stale_status_keeps_the_recorded_outcome():
+    """Before (issue 29, as MXJob's tests/fuzz_repro/d552d2e/01): an invalid edit read with the status of
+    before the end, after the finished master Job was deleted, answered that stale status (Running
+    True): the invalid-spec path did not read the outcome record."""
+    sim = ChainerSim(chainerjob())
+    sim.sync()
+    sim.master("chj-master", active=1)
+    sim.sync()
+    stale = json.loads(json.dumps(sim.status))
+    sim.master("chj-master", failed=1, finished=("Failed", "BackoffLimitExceeded", "done"))
+    for _ in range(3):
+        sim.sync()
+    sim.delete(JOB_KEY, "chj-master")
+    sim.sync()
+    assert "chj-outcome" in sim.children["ConfigMap.v1"] and sim.state() == "Failed"
+    request = sim.request()
+    request["parent"]["status"] = stale
+    valid = sync_chainerjob(request, now=sim.now)["status"]
+    request["parent"]["spec"]["master"]["backoffLimit"] = -1
+    invalid = sync_chainerjob(request, now=sim.now)["status"]
+    assert invalid.pop("specError").startswith("ChainerJob ns/chj has an invalid spec: spec.master.backoffLimit")
+    assert invalid == valid
+    assert [c["type"] for c in invalid["conditions"] if c["status"] == "True"] == ["Created", "Failed"]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(0, 2), st.sampled_from(["Complete", "Failed"]), st.sampled_from(STALE_MODES),
+       st.lists(st.booleans(), min_size=1, max_size=6), st.integers(0, 3), st.booleans(), st.booleans())
+def test_chainerjob_lifecycles_under_stale_reads(workers, outcome, stale, draws, extra_syncs, decided_first, delete_master):
+    """Workers ready, the master runs and ends (the Job controller's interim condition first, or
+    not), some syncs, the finished master maybe deleted: the outcome is the master's and is never
+    replaced, the master Job is never created again, and the workers stay scaled to 0."""
+    sim = ChainerSim(chainerjob(workers={"ws": workers} if workers else None), stale=stale)
+    watch = Watch(sim, "Job")
+    stale_now = _draws(draws)
+    watch.sync()
+    sim.all_ready()
+    for _ in range(3):
+        watch.sync(stale_now=next(stale_now))
+    assert sim.names(JOB_KEY) == ["chj-master"]
+    sim.master("chj-master", active=1)
+    watch.sync(stale_now=next(stale_now))
+    reason = "CompletionsReached" if outcome == "Complete" else "BackoffLimitExceeded"
+    counts = {"succeeded": 1} if outcome == "Complete" else {"failed": 1}
+    if decided_first:
+        sim.master("chj-master", **counts, finished=(outcome, reason, "done"), decided_only=True)
+        watch.sync(stale_now=next(stale_now))
+    sim.master("chj-master", **counts, finished=(outcome, reason, "done"))
+    for _ in range(1 + extra_syncs):
+        watch.sync(stale_now=next(stale_now))
+    if delete_master:
+        sim.delete(JOB_KEY, "chj-master")
+    for _ in range(3):
+        watch.sync(stale_now=next(stale_now))
+    assert [entry for entry in sim.created if entry.startswith("Job.")] == ["Job.batch/v1/chj-master"]
+    if workers:
+        _assert_finished_and_scaled_to_zero(sim, watch, outcome)
+    else:
+        assert sim.state() == outcome
+        watch.check()
+    assert sim.status.get("completionTime") == (rfc3339(sim.now) if outcome == "Complete" else None)
