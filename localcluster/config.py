@@ -98,12 +98,6 @@ def find_composite_controllers(directory: Path = MANIFEST_DIR) -> list[tuple[dic
     return found
 
 
-def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str, Any], str] | None:
-    """The first CompositeController in `directory`, and its file (None when there is none)."""
-    found = find_composite_controllers(directory)
-    return found[0] if found else None
-
-
 def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerConfig:
     """Resolve a CompositeController into the stand-in's configuration."""
     spec = cc.get("spec", {})
@@ -168,9 +162,3 @@ def load_controller_configs(directory: Path = MANIFEST_DIR) -> list[ControllerCo
         # Two controllers of one parent kind would fight over its children, in a cluster as here.
         raise ValueError(f"metacontroller/: more than one CompositeController for {', '.join(duplicates)}")
     return configs
-
-
-def load_controller_config(directory: Path = MANIFEST_DIR, parent_kind: str = "MXJob") -> ControllerConfig:
-    """The shipped CompositeController of one parent kind (the first one found when that kind has none)."""
-    configs = load_controller_configs(directory)
-    return next((config for config in configs if config.parent_kind == parent_kind), configs[0])

@@ -264,10 +264,6 @@ class Emulation:
         state = self._states.get(uid)
         return state.last_error if state else None
 
-    def events_for(self, name: str) -> list[Event]:
-        """Events about one parent, oldest first."""
-        return [e for e in list(self.events) if e.parent == name]
-
     def _event(self, state: _ParentState, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(time.time(), state.key[1], type_, reason, message))
 

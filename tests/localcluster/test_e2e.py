@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.apiserver import BACKENDS
+from helpers.cluster import events_for
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.metacontroller import LAST_APPLIED
@@ -264,7 +265,7 @@ def test_hooks_answering_500_for_a_while_delete_nothing_and_the_job_recovers(clu
     assert uids(cluster.pods("flaky")) == before  # nothing deleted while the hook fails
     assert cluster.get_job("flaky")["status"] == status_before  # nor was the status touched
     assert cluster.proxy.failed_requests >= 1
-    events = [e.reason for e in cluster.controllers["MXJob"].events_for("flaky")]
+    events = [e.reason for e in events_for(cluster.controllers["MXJob"], "flaky")]
     assert "SyncError" in events
     done = cluster.wait_finished("flaky", timeout=30)
     # worker-0 exited 143 under restartPolicy Never: once the hook is back the job sees it and fails.
@@ -472,7 +473,7 @@ def test_a_child_whose_labels_do_not_match_the_selector_fails_the_sync(fake):
     time.sleep(0.3)
     assert cluster.pod("stray") is None
     assert "status" not in cluster.get_job("fake") or cluster.get_job("fake")["status"] == {}  # no status write either
-    assert "SyncError" in [e.reason for e in cluster.controllers["MXJob"].events_for("fake")]
+    assert "SyncError" in [e.reason for e in events_for(cluster.controllers["MXJob"], "fake")]
 
 
 def test_services_update_in_place_without_looping_on_server_defaults(fake):

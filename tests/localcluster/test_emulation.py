@@ -20,12 +20,13 @@ from typing import Any, cast
 import pytest
 from helpers import go_apply_merge
 from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob
+from helpers.cluster import load_controller_config
 from helpers.mcsim import Sim, mxjob
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localcluster.cli import parser as cli_parser
-from localcluster.config import load_controller_config, parse_composite_controller
+from localcluster.config import parse_composite_controller
 from localcluster.metacontroller import ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
 from localcluster.statefulset import StatefulSetController
 from localcluster.store import ADDED, DELETED, Store

@@ -6,11 +6,10 @@ import json
 import textwrap
 
 import pytest
+from helpers.cluster import find_composite_controller, load_controller_config
 
 from localcluster.config import (
     DEFAULT_COMPOSITE_CONTROLLER,
-    find_composite_controller,
-    load_controller_config,
     parse_composite_controller,
 )
 from localcluster.dns import ClusterDNS
