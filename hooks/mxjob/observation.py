@@ -117,5 +117,6 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         cleaned_up_time=cleaned_up_time, old_attempt=old_attempt, known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
         failures=failures,
-        restart_total=restart_total(failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts))
+        restart_total=restart_total(failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts,
+                                    finished=was_terminal))
 
