@@ -11,7 +11,7 @@ import copy
 import json
 from datetime import datetime
 
-from mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
 
