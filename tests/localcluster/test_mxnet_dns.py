@@ -89,8 +89,8 @@ def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, ba
         assert cluster.dns.strict
         cluster.submit(job)
         cluster.wait_for(lambda: len(cluster.pods("dist-train-digits")) == 4
-                         and cluster.children("dist-train-digits", "Service"), 60, what="the pods and the Service")
-        services = [s["metadata"]["name"] for s in cluster.children("dist-train-digits", "Service")]
+                         and cluster.children_of("dist-train-digits", "v1", "Service"), 60, what="the pods and the Service")
+        services = [s["metadata"]["name"] for s in cluster.children_of("dist-train-digits", "v1", "Service")]
         pods = cluster.pods("dist-train-digits")
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
