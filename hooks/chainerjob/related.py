@@ -23,7 +23,7 @@ from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, POD_KEY
 from hooks.shared.request import read_parent
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_message, end_reason, exit_code, first_line
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_of, exit_code, first_line
 
 FAILURE_KEY = "masterFailure"  # the outcome record's key for what the master pod showed
 
@@ -74,7 +74,7 @@ def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str |
         code = exit_code(state)
         if code is not None:
             failure["exitCode"] = code
-        reason, message = end_reason(status, state), end_message(status, state)
+        reason, message = end_of(status, state)
         if reason:
             failure["reason"] = reason
         if message:

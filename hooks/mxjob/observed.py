@@ -10,7 +10,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_message, end_reason, exit_code, terminated
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_of, exit_code, terminated
 
 # A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
 # reads as Unknown, which the lifecycle treats like any phase it does not act on.
@@ -102,19 +102,21 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
         main = _main_container_status(status)
+        state, last_state = main.get("state"), main.get("lastState")
+        labels = meta.get("labels") or {}
+        reason, message = end_of(status, state)
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase=_phase(status.get("phase")),
             terminating=bool(meta.get("deletionTimestamp")),
-            exit_code=exit_code(main.get("state")), restarts=_int(main.get("restartCount")),
-            last_exit_code=exit_code(main.get("lastState")),
-            attempt=_attempt((meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL)),
-            finished_at=_finished_at(main.get("state")),
-            job_attempt=_attempt((meta.get("labels") or {}).get(JOB_ATTEMPT_LABEL)),
-            reason=end_reason(status, main.get("state")),
-            message=end_message(status, main.get("state")),
-            last_reason=terminated(main.get("lastState"), "reason", MAX_REASON),
-            last_message=terminated(main.get("lastState"), "message", MAX_MESSAGE),
+            exit_code=exit_code(state), restarts=_int(main.get("restartCount")),
+            last_exit_code=exit_code(last_state),
+            attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),
+            finished_at=_finished_at(state),
+            job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
+            reason=reason, message=message,
+            last_reason=terminated(last_state, "reason", MAX_REASON),
+            last_message=terminated(last_state, "message", MAX_MESSAGE),
         )
     return views
 

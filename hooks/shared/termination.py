@@ -46,28 +46,29 @@ def exit_code(state: Any) -> int | None:
 
 def disruption(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The pod's DisruptionTarget condition when it is True and names a reason, else None."""
-    for cond in status.get("conditions") or []:
-        if (isinstance(cond, Mapping) and cond.get("type") == DISRUPTION_TARGET and cond.get("status") == "True"
-                and first_line(cond.get("reason"), MAX_REASON)):
+    for cond in status.get("conditions") or ():
+        # A decoded request holds dicts: test the exact type first, the ABC only for other mappings
+        # (this runs for every condition of every observed pod on every sync).
+        if ((type(cond) is dict or isinstance(cond, Mapping)) and cond.get("type") == DISRUPTION_TARGET
+                and cond.get("status") == "True" and first_line(cond.get("reason"), MAX_REASON)):
             return cond
     return None
 
 
-def end_reason(status: Mapping[str, Any], state: Any) -> str | None:
-    """Why a pod ended: its disruption, else its own reason, else its container's (see the module)."""
+def end_of(status: Mapping[str, Any], state: Any) -> tuple[str | None, str | None]:
+    """Why a pod ended and what it said, first lines, bounded (see the module): its disruption's
+    reason and message, else its own, else its container's termination (which, under
+    FallbackToLogsOnError, is the tail of its log). A message falls through on its own: a
+    disruption without one still gives the reason, and the next message found."""
     disrupted = disruption(status)
     if disrupted is not None:
-        return first_line(disrupted.get("reason"), MAX_REASON)
-    return first_line(status.get("reason"), MAX_REASON) or terminated(state, "reason", MAX_REASON)
-
-
-def end_message(status: Mapping[str, Any], state: Any) -> str | None:
-    """What it said, first line: the disruption's message, else the pod's, else the container's
-    termination message (which, under FallbackToLogsOnError, is the tail of its log)."""
-    disrupted = disruption(status)
-    if disrupted is not None and first_line(disrupted.get("message"), MAX_MESSAGE):
-        return first_line(disrupted.get("message"), MAX_MESSAGE)
-    return first_line(status.get("message"), MAX_MESSAGE) or terminated(state, "message", MAX_MESSAGE)
+        reason = first_line(disrupted.get("reason"), MAX_REASON)
+        message = first_line(disrupted.get("message"), MAX_MESSAGE)
+        if message is not None:
+            return reason, message
+    else:
+        reason = first_line(status.get("reason"), MAX_REASON) or terminated(state, "reason", MAX_REASON)
+    return reason, first_line(status.get("message"), MAX_MESSAGE) or terminated(state, "message", MAX_MESSAGE)
 
 
 # The framework container's default terminationMessagePolicy, where the user set none: the tail of

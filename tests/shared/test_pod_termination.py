@@ -10,7 +10,7 @@ import pytest
 from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.observed import Slot, view_pods
-from hooks.shared.termination import MAX_MESSAGE, end_message, end_reason, first_line
+from hooks.shared.termination import MAX_MESSAGE, end_of, first_line
 
 DISRUPTION_REASONS = ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet")
 
@@ -70,15 +70,15 @@ def test_without_a_disruption_the_pod_reason_comes_before_the_containers():
 def test_reasons_and_messages_are_bounded_first_lines():
     long = "x" * 1000
     status = pod_status(disruption=("PreemptionByScheduler" + "y" * 100, "\n\n  " + long + "\nnext"))
-    assert len(end_reason(status, {})) == 64 and end_reason(status, {}).endswith("…")  # type: ignore[arg-type]
-    message = end_message(status, {})
+    reason, message = end_of(status, {})
+    assert reason is not None and len(reason) == 64 and reason.endswith("…")
     assert message is not None and len(message) == MAX_MESSAGE and message.startswith("xxx") and message.endswith("…")
     assert first_line("  \n \n", 10) is None and first_line(7, 10) is None
 
 
 def test_malformed_conditions_read_as_none():
-    assert end_reason({"conditions": "nope"}, None) is None
-    assert end_reason({"conditions": [None, 3, {"type": "DisruptionTarget", "status": "True", "reason": 5}]}, None) is None
+    assert end_of({"conditions": "nope"}, None) == (None, None)
+    assert end_of({"conditions": [None, 3, {"type": "DisruptionTarget", "status": "True", "reason": 5}]}, None) == (None, None)
 
 
 def test_a_preempted_worker_names_the_preemption_in_the_failed_condition():
