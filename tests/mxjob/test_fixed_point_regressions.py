@@ -1,6 +1,6 @@
 """Statuses once found not to be a fixed point, each as a small explicit case.
 
-The fuzz properties (tests/test_fuzz_properties.py) find such cases only when Hypothesis happens to
+The fuzz properties (tests/mxjob/test_fuzz.py) find such cases only when Hypothesis happens to
 draw them; these cases fail by name. Each one syncs a request, feeds the status answered back as
 the parent's status with every child unchanged (what a sync sees when the parent write is observed
 before the children written with it), and asks for byte-identical status.
