@@ -187,20 +187,18 @@ def test_a_worker_template_edit_never_restarts_a_running_worker():
 # --- retries and resyncs ------------------------------------------------------------------------------
 
 
-class _Hook:
-    """A sync hook over HTTP that answers 500 while `down`; it records when each call came."""
+class _FakeHooks:
+    """Hooks over HTTP on a free loopback port: `answer(path, request)` gives the HTTP status and the body."""
 
     def __init__(self) -> None:
-        self.down = True
-        self.calls: list[float] = []
-        hook = self
+        hooks = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                hook.calls.append(time.monotonic())
-                body = json.dumps({"error": "down"} if hook.down else {"status": {"ok": True}, "children": []}).encode()
-                self.send_response(500 if hook.down else 200)
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                code, answer = hooks.answer(self.path, request)
+                body = json.dumps(answer).encode()
+                self.send_response(code)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -211,6 +209,22 @@ class _Hook:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, request: dict) -> tuple[int, dict]:
+        raise NotImplementedError
+
+
+class _Hook(_FakeHooks):
+    """A sync hook over HTTP that answers 500 while `down`; it records when each call came."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.calls: list[float] = []
+        super().__init__()
+
+    def answer(self, path: str, request: dict) -> tuple[int, dict]:
+        self.calls.append(time.monotonic())
+        return (500, {"error": "down"}) if self.down else (200, {"status": {"ok": True}, "children": []})
 
 
 @contextmanager
@@ -286,37 +300,22 @@ def _settled(count: Any, quiet: float = 0.5, timeout: float = 5.0) -> int:
     raise AssertionError("the count never settled")
 
 
-class _RelatingHook:
+class _RelatingHook(_FakeHooks):
     """Customize and sync hooks over HTTP: customize relates the pods labelled role=master; sync
     records the related pods each request carried and answers no children."""
 
     def __init__(self) -> None:
         self.customize_calls = 0
         self.related: list[dict] = []
-        hook = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if self.path.endswith("/customize"):
-                    hook.customize_calls += 1
-                    answer: dict = {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
-                                                          "labelSelector": {"matchLabels": {"role": "master"}}}]}
-                else:
-                    hook.related.append(request["related"])
-                    answer = {"status": {}, "children": []}
-                body = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, path: str, request: dict) -> tuple[int, dict]:
+        if path.endswith("/customize"):
+            self.customize_calls += 1
+            return 200, {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
+                                               "labelSelector": {"matchLabels": {"role": "master"}}}]}
+        self.related.append(request["related"])
+        return 200, {"status": {}, "children": []}
 
 
 def test_a_change_of_a_related_pod_syncs_its_parent_at_once_with_the_pod_in_related():
