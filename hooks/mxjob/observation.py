@@ -117,6 +117,9 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         cleaned_up_time=cleaned_up_time, old_attempt=old_attempt, known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
         failures=failures,
-        restart_total=restart_total(failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts,
-                                    finished=was_terminal))
+        # A finished job counts nothing more: its terminal status keeps the count, as its outcome
+        # record does (a recount could differ: pods kept after the end restart in place, and a
+        # refused whole-job restart read back recounts the lost pods' own restarts).
+        restart_total=written_restarts if was_terminal else restart_total(
+            failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts))
 

@@ -254,21 +254,13 @@ def read_history(old: OldStatus) -> dict[str, RestartRecord]:
 
 
 def restart_total(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView],
-                  restarts: Mapping[str, Mapping[int, Record]], *, attempt: int, written: int,
-                  finished: bool = False) -> int:
+                  restarts: Mapping[str, Mapping[int, Record]], *, attempt: int, written: int) -> int:
     """Every restart so far: earlier pods' (from the merged history) plus the live pods' own.
 
     Never less than the count already `written`: a pod that goes away (cleaned up, deleted by
-    hand) takes its restartCount with it, and the count must not drop.
-
-    A `finished` job counts nothing more: the count written with its terminal status (0 when
-    absent) is kept, as its outcome record keeps it. A recount could differ: pods kept after the
-    end may restart in place, and the sync that failed the job may have counted a whole-job
-    restart it refused (backoffLimit), in which the lost pods' own restarts are, while the
-    attempt read back is the one before, whose pods' restarts would count again.
+    hand) takes its restartCount with it, and the count must not drop. A finished job's count is
+    not recounted (hooks.mxjob.observation keeps the written one).
     """
-    if finished:
-        return written
     past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0) for r in history.values())
     # A whole-job restart counts once; the restarts of the pods it replaces are in it.
     live = sum(p.restarts for p in pods.values()
