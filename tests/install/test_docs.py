@@ -63,6 +63,15 @@ def test_the_tests_index_names_modules_tests_and_table_rows_that_exist():
     assert cited and cited <= rows
 
 
+def test_the_docs_index_lists_every_document_once_and_the_readme_points_at_it():
+    index = ROOT / "docs" / "README.md"
+    listed = re.findall(r"^\| \[[^]]+\]\(([^)]+)\) \| .+ \|$", index.read_text(), re.M)
+    documents = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p != index)
+    assert sorted(t for t in listed if "/" not in t) == documents
+    assert len(listed) == len(set(listed))
+    assert "](docs/README.md)" in readme_section("More documentation")
+
+
 def test_every_exit_code_of_the_cli_is_in_the_readme():
     table = dict(re.findall(r"^\| `(\d+)` \| ([^|]+) \|$", (ROOT / "README.md").read_text(), re.M))
     codes = {value for name, value in vars(cli).items() if name.startswith("EXIT_")}
@@ -140,13 +149,18 @@ def test_the_readme_starts_with_a_contents_list_of_its_own_sections():
 
 
 def test_one_version_everywhere():
-    version = hooks.__version__
-    pyproject = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert pyproject and pyproject.group(1) == version
+    """The VERSION file is the release: the package, the hooks image tag of the install, the newest
+    CHANGELOG entry (with an Unreleased heading kept above it) and the README's build commands agree."""
+    version = (ROOT / "VERSION").read_text().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert hooks.__version__ == version
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = {file = "VERSION"}' in pyproject
+    assert not re.search(r'^version = "', pyproject, re.M)
     kustomization = yaml.safe_load((ROOT / "metacontroller" / "kustomization.yaml").read_text())
     assert [i["newTag"] for i in kustomization["images"] if i["name"] == "mxjob-hooks"] == [version]
-    changelog = re.findall(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert changelog and changelog[0] == version
+    changelog = re.findall(r"^## (Unreleased|\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert changelog[:2] == ["Unreleased", version]
     readme = (ROOT / "README.md").read_text()
     assert f"Version {version}" in readme
     tags = set(re.findall(r"mxjob-hooks:(\d+\.\d+\.\d+)", readme)) | set(re.findall(r"newTag: (\S+)", readme))
