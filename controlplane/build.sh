@@ -42,7 +42,7 @@ if up_to_date; then
 	exit 0
 fi
 
-echo "control plane: building Kubernetes $k8s_version and etcd $etcd_version into $out (cold: tens of minutes, see docs/real-apiserver.md)"
+echo "control plane: building Kubernetes $k8s_version and etcd $etcd_version into $out (cold: about 6 minutes on 2 CPUs, see docs/real-apiserver.md)"
 minor=$(echo "$k8s_version" | cut -d. -f2)
 # Without these the binaries report v0.0.0-master (the module zip is not a git checkout); kubectl's
 # version skew check and any client that reads /version want the real one.

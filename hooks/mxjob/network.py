@@ -8,11 +8,11 @@ Per job (the opt-in, as JobSet does it): one headless Service named `<job>` sele
 the job, and each pod gets `hostname: <job>-<type>-<index>` and `subdomain: <job>`, so the
 cluster's DNS answers `<pod>.<job>` (in the pod's namespace, through its search path) and
 `<pod>.<job>.<namespace>.svc[.<cluster domain>]`. Creating a job then takes one Service write
-instead of one per replica (docs/decisions.md has the measurements).
+instead of one per replica (docs/mxjob-choices.md has the measurements).
 
 The choice is an annotation on the MXJob, not a spec field: clients built on the published
 kubeflow.org/v1 types keep every annotation when they write a job back, but drop a spec field
-they do not know (docs/decisions.md). Plain values in and out, so spec.py can read it without an
+they do not know (docs/mxjob-choices.md). Plain values in and out, so spec.py can read it without an
 import cycle.
 """
 from __future__ import annotations
