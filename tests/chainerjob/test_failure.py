@@ -86,8 +86,8 @@ def test_the_newest_failed_master_pod_is_the_one_said():
                          terminated={"exitCode": 4, "finishedAt": "2026-11-21T11:00:00Z"}),
     }
     failure = master_failure(pods, "chj", "chainer")
-    assert failure == {"pod": "new", "exitCode": 1, "reason": "Error", "message": "Traceback"}
-    assert failure_words(failure) == "the master pod new ended with exit code 1, reason Error: 'Traceback'"
+    assert failure == {"pod": "new", "exitCode": 1, "reason": "Error", "message": "ValueError"}
+    assert failure_words(failure) == "the master pod new ended with exit code 1, reason Error: 'ValueError'"
     # The same pods in another order give the same answer.
     assert master_failure(dict(reversed(list(pods.items()))), "chj", "chainer") == failure
 

@@ -342,8 +342,16 @@ def test_with_the_config_map_rule_the_failed_pod_is_deleted_and_the_failed_job_c
                                   "03a-configmap-rule-control-failed-pod-recreated",
                                   "03c-configmap-rule-control-failed-job-cleaned-up"])
 def test_the_controls_keep_their_answer(name):
-    code, answer = answer_of(name)
+    # Since d552d2e a Restarting message says how each pod ended in the words every message uses
+    # (hooks.shared.termination.how_it_ended): the old words are read as the new ones, in the
+    # request's status and in the answer; nothing else of these answers changed.
+    def reworded(text: str) -> str:
+        return text.replace("failed without an exit code and is recreated", "ended with no exit code and is recreated")
+
+    response = post(reworded((HERE / f"{D552}{name}.json").read_text()).encode())
+    code, answer = response.status_code, response.get_json()
     was_code, was = today(name)
+    was = json.loads(reworded(json.dumps(was)))
     assert (code, answer["status"], identities(answer)) == (was_code, was["status"], identities(was))
 
 
