@@ -99,8 +99,22 @@ def quoted_line(value: Any, *, log_tail: bool, limit: int = MAX_MESSAGE) -> Said
         return None
     if not log_tail:
         return Said(_bounded(kept[-1], limit))
-    error = next((line for line in reversed(kept) if _LOOKS_LIKE_AN_ERROR.search(line)), None)
+    error = next((line for line in [*reversed(_outside_notices(kept)), *reversed(kept)]
+                  if _LOOKS_LIKE_AN_ERROR.search(line)), None)
     return Said(_bounded(error, limit)) if error is not None else Said(_bounded(kept[-1], limit), log=True)
+
+
+def _outside_notices(lines: list[str]) -> list[str]:
+    """The lines outside the notices framed by lines of dashes that mpiexec (OpenMPI) prints after a
+    rank failed ("... the job has been aborted."): they would be the last lines that look like an
+    error, while the rank's own error is above them."""
+    kept, inside = [], False
+    for line in lines:
+        if len(line) >= 10 and set(line) == {"-"}:
+            inside = not inside
+        elif not inside:
+            kept.append(line)
+    return kept
 
 
 def exit_words(code: int | None) -> str:

@@ -28,6 +28,14 @@ CHAINED = ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyErro
            "Traceback (most recent call last):\n  File \"a.py\", line 3\n"
            "RuntimeError: no learning rate in the config\n")
 
+DASHES = "-" * 74
+MPIEXEC = (f"usage: train.py [-h] [--epochs EPOCHS]\ntrain.py: error: argument --epochs: invalid int value: 'x'\n{DASHES}\n"
+           "Primary job  terminated normally, but 1 process returned\n"
+           f"a non-zero exit code. Per user-direction, the job has been aborted.\n{DASHES}\n{DASHES}\n"
+           "mpiexec detected that one or more processes exited with non-zero status, thus causing\n"
+           f"the job to be terminated. The first process to do so was:\n\n  Process name: [[4,1],0]\n  Exit code:    2\n"
+           f"{DASHES}\n")
+
 CASES = {
     # (log or message, log_tail) -> what is quoted
     "error-line-after-200-lines": (kubelet_tail(PROGRESS + "\nERROR: checkpoint /data/ckpt is not writable\n"), True,
@@ -43,6 +51,10 @@ CASES = {
                                     Said("epoch 199 loss=0.199 accuracy=0.199 (step 7960 of 8000)", log=True)),
     "metric-named-error-is-progress": ("epoch 3 Train-error=0.05\nepoch 4 validation error: 0.04\n", True,
                                        Said("epoch 4 validation error: 0.04", log=True)),
+    # mpiexec's own notices after a rank failed ("the job has been aborted") are not the rank's error.
+    "mpiexec-notices-after-the-error": (MPIEXEC, True, Said("train.py: error: argument --epochs: invalid int value: 'x'")),
+    "mpiexec-notice-alone": (f"{DASHES}\nthe job has been aborted.\n{DASHES}\n", True,
+                             Said("the job has been aborted.")),
     "one-line-log-is-whole": ("ERROR: no GPU found\n", True, Said("ERROR: no GPU found")),
     "file-policy-last-line-as-written": ("checkpoint saved\nshard 3 is missing\n", False, Said("shard 3 is missing")),
     "file-policy-traceback": (TRACEBACK, False, Said("ValueError: the learning rate must be positive")),
