@@ -25,7 +25,7 @@ def lost_now(obs: Observation) -> list[PodView]:
 
 def remembered(obs: Observation) -> list[str]:
     """The losses the records keep, as `pod P was lost (cause)`: the newest attempt record's pod,
-    then the last restart record of each pod with one (job order: the slots' names sort by it)."""
+    then the last restart record of each pod with one, by pod name (a fixed order)."""
     words = []
     if obs.attempt_records:
         data = obs.attempt_records[max(obs.attempt_records)].data
