@@ -54,6 +54,7 @@ from .podprocess import (
     ContainerRun,
     backoff,
     is_kubectl_image,
+    over_memory_limit,
     record_completed_without_process,
     record_exit,
     record_start_error,
@@ -459,6 +460,7 @@ class PodWorker(threading.Thread):
                 run.restart_count += 1
                 self._start(run)
                 changed = True
+            over_memory_limit(run)  # killed now: its exit is reaped below or on the next step
             if run.process is not None and run.process.poll() is not None:
                 self._record_exit(run)
                 changed = True

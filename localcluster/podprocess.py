@@ -4,14 +4,18 @@ Owns: the per-container record (`ContainerRun`: process, log file, state, restar
 code), how a command is resolved to a program (`python` is this interpreter) and started in its own
 process group with its output appended to its log file, the start failure (StartError, exit code
 128), the exit code of a process (a signal N is 128 + N), signals to a container's process group,
-reaping an exit, and the restart decision with its crash-loop backoff. What the process sees (env,
-paths, volumes) is podsandbox.py's; what is reported about it is podstatus.py's.
+reaping an exit, the restart decision with its crash-loop backoff, and the memory limit (a process
+group over `resources.limits.memory` is SIGKILLed and reported OOMKilled, see `over_memory_limit`).
+What the process sees (env, paths, volumes) is podsandbox.py's; what is reported about it is
+podstatus.py's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -26,6 +30,10 @@ PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.versi
 RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart
 POLL_SECONDS = 0.05
 START_ERROR_CODE = 128
+OOM_KILLED = "OOMKilled"  # the reason a kubelet reports for a container its memory cgroup killed
+_MEMORY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MEMORY_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
+                 "T": 10**12}
 
 
 def is_kubectl_image(image: str) -> bool:
@@ -53,6 +61,7 @@ class ContainerRun:
     restart_at: float | None = None
     exit_code: int | None = None
     settled: bool = False  # the restart decision for the last exit has been taken
+    oom_killed: bool = False  # the running process was killed for going over the memory limit
     config_retry_at: float | None = None  # waiting for a ConfigMap (CreateContainerConfigError)
 
     @property
@@ -69,6 +78,15 @@ class ContainerRun:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.log = path.open("a", buffering=1)
         return self.log
+
+    @property
+    def memory_limit(self) -> int | None:
+        """`resources.limits.memory` in bytes, when it is set in a form the API server writes
+        (`64Mi`, `67108864`, `1G`); None: no limit is enforced."""
+        resources: Any = self.container.get("resources") or {}
+        limits = resources.get("limits") or {} if isinstance(resources, dict) else {}
+        found = _MEMORY.match(str(limits.get("memory", "")) if isinstance(limits, dict) else "")
+        return int(found.group(1)) * _MEMORY_UNITS[found.group(2)] if found else None
 
     def close_log(self) -> None:
         if self.log is not None:
@@ -91,6 +109,7 @@ def spawn(run: ContainerRun, argv: list[str], *, env: dict[str, str], workdir: P
     if wrap is not None and not (program.is_file() and os.access(program, os.X_OK)):
         # The namespace wrapper would start and then fail; a command that cannot start is a StartError.
         return f"failed to start container process: [Errno 2] No such file or directory: {argv[0]!r}"
+    run.oom_killed = False
     try:
         run.process = subprocess.Popen(
             wrap(argv) if wrap is not None else argv,
@@ -126,7 +145,7 @@ def record_exit(run: ContainerRun) -> None:
     run.process = None
     run.exit_code = code
     finished = now_rfc3339()
-    reason = "Completed" if code == 0 else "Error"
+    reason = "Completed" if code == 0 else OOM_KILLED if run.oom_killed else "Error"
     started = run.state.get("running", {}).get("startedAt", finished)
     run.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished}}
     if code != 0 and run.container.get("terminationMessagePolicy") == "FallbackToLogsOnError" and run.log is not None:
@@ -157,6 +176,42 @@ def log_tail(log: TextIO, lines: int = 80, limit: int = 2048) -> str:
     kept = [line for line in run_lines if not line.startswith("=== localcluster:")][-lines:]
     tail = "\n".join(kept).encode()[-limit:].decode(errors="ignore")
     return tail
+
+
+def group_rss(pgid: int) -> int:
+    """The resident memory, in bytes, of every process in the process group `pgid` (the container's
+    process and its children), read from /proc."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces
+            if int(fields[2]) == pgid:  # pgrp; the fields after the name start at state
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # rss, in pages
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+    return total
+
+
+def over_memory_limit(run: ContainerRun) -> bool:
+    """Enforce the container's memory limit as its memory cgroup would: a running process group
+    over it is SIGKILLed (exit code 137) and its exit reported with reason OOMKilled. The kubelet
+    samples every poll (50 ms) where the kernel stops the allocation itself, so a process can go
+    past the limit by what it allocates in one poll before it is killed. True when it was killed now."""
+    limit = run.memory_limit
+    if limit is None or not run.alive() or run.oom_killed:
+        return False
+    assert run.process is not None
+    if group_rss(run.process.pid) <= limit:
+        return False
+    run.oom_killed = True
+    try:
+        os.killpg(run.process.pid, signal.SIGKILL)  # as the kernel's OOM killer sends
+    except ProcessLookupError:
+        pass
+    return True
 
 
 def backoff(run: ContainerRun, restart_backoff: tuple[float, float]) -> float:

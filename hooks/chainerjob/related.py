@@ -10,7 +10,8 @@ also wants, and Metacontroller sends them in the sync request's `related` map, k
 `customize_chainerjob` answers the customize hook: the pods with the master's operator labels, in
 the job's namespace. It depends on the parent's name alone, as Metacontroller requires (it keeps
 one answer per parent uid and generation). `master_failure` reads the newest failed master pod:
-its exit code, reason and the first line of its message, bounded (hooks.shared.termination).
+its exit code, reason and the line of its message that says what went wrong, bounded
+(hooks.shared.termination).
 """
 from __future__ import annotations
 
@@ -23,7 +24,16 @@ from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, POD_KEY
 from hooks.shared.request import read_parent
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_of, exit_code, first_line
+from hooks.shared.termination import (
+    MAX_MESSAGE,
+    MAX_REASON,
+    Said,
+    end_of,
+    exit_code,
+    first_line,
+    how_it_ended,
+    is_log_tail,
+)
 
 FAILURE_KEY = "masterFailure"  # the outcome record's key for what the master pod showed
 
@@ -69,16 +79,19 @@ def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str |
         labels = _object(meta.get("labels"))
         if any(labels.get(k) != v for k, v in wanted.items()) or status.get("phase") != "Failed":
             continue
-        state = _container_state(status, main_container or _default_container(spec))
+        container = main_container or _default_container(spec)
+        state = _container_state(status, container)
         failure: JSON = {"pod": name}
         code = exit_code(state)
         if code is not None:
             failure["exitCode"] = code
-        reason, message = end_of(status, state)
+        reason, said = end_of(status, state, log_tail=is_log_tail(_container_spec(spec, container)))
         if reason:
             failure["reason"] = reason
-        if message:
-            failure["message"] = message
+        if said is not None:
+            failure["message"] = said.text
+            if said.log:
+                failure["logLine"] = True  # only the last line of a log tail (hooks.shared.termination)
         terminated = state.get("terminated") if isinstance(state, Mapping) else None
         finished = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
         created = meta.get("creationTimestamp")
@@ -100,19 +113,18 @@ def recorded_failure(record: Mapping[str, Any]) -> JSON | None:
         text = first_line(value.get(key), limit)
         if text is not None:
             failure[key] = text
+    if "message" in failure and value.get("logLine") is True:
+        failure["logLine"] = True
     return failure
 
 
 def failure_words(failure: Mapping[str, Any]) -> str:
-    """How a Failed condition says it: `the master pod P ended with exit code 1, reason Error: 'text'`."""
-    code = failure.get("exitCode")
-    ended = f"exit code {code}" if code is not None else "no exit code"
-    text = f"the master pod {failure['pod']} ended with {ended}"
-    if failure.get("reason"):
-        text += f", reason {failure['reason']}"
-    if failure.get("message"):
-        text += f": {failure['message']!r}"
-    return text
+    """How a Failed condition says it: `the master pod P ended with exit code 1, reason Error: 'text'`
+    (hooks.shared.termination.how_it_ended)."""
+    message = failure.get("message")
+    said = Said(message, failure.get("logLine") is True) if message else None
+    ended = how_it_ended(failure.get("exitCode"), failure.get("reason"), said)
+    return f"the master pod {failure['pod']} ended with {ended}"
 
 
 def _object(value: Any) -> Mapping[str, Any]:
@@ -122,6 +134,13 @@ def _object(value: Any) -> Mapping[str, Any]:
 def _default_container(spec: Mapping[str, Any]) -> str | None:
     listed = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, Mapping)]
     return DEFAULT_CONTAINER if DEFAULT_CONTAINER in listed else next(iter(listed), None)
+
+
+def _container_spec(spec: Mapping[str, Any], name: str | None) -> Mapping[str, Any] | None:
+    for container in spec.get("containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == name:
+            return container
+    return None
 
 
 def _container_state(status: Mapping[str, Any], main_container: str | None) -> Any:

@@ -10,13 +10,15 @@ from typing import Any
 
 from hooks.mxjob.observation import Observation
 from hooks.mxjob.observed import Slot
-from hooks.mxjob.restarts import backoff_budget, distributed, in_job_order, loss_cause, lost_exit_code
+from hooks.mxjob.restarts import MAX_NAMED, backoff_budget, distributed, in_job_order, loss_cause, lost_exit_code
 from hooks.mxjob.vocabulary import subject
 from hooks.shared.k8s import JSON
 
 
 def attempt_record(obs: Observation) -> JSON:
-    """What the record of the attempt decided now keeps: the first pod lost and how it ended."""
+    """What the record of the attempt decided now keeps: the first pod lost and how it ended, and
+    the others lost with it (how each of the next MAX_NAMED - 1 ended, so the message can say it
+    after the pods are gone)."""
     losses = obs.failures.job_losses
     pod = losses[0]
     data: JSON = {"lostPod": pod.name, "failedUID": pod.uid}
@@ -26,6 +28,7 @@ def attempt_record(obs: Observation) -> JSON:
     data["cause"] = loss_cause(pod)
     if len(losses) > 1:
         data["alsoLost"] = [p.name for p in losses[1:]]
+        data["alsoLostCauses"] = [loss_cause(p) for p in losses[1:MAX_NAMED]]
     return data
 
 
@@ -54,9 +57,14 @@ def attempt_cause(obs: Observation) -> str:
     what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
             else "a pod was lost")
     also = data.get("alsoLost")
-    if isinstance(also, list) and also:
-        what += f", and {len(also)} more"
-    return what
+    if not isinstance(also, list) or not also:
+        return what
+    causes = data.get("alsoLostCauses")
+    named = [f"pod {name} ({text})" for name, text in zip(also, causes if isinstance(causes, list) else [],
+                                                          strict=False)
+             if isinstance(name, str) and isinstance(text, str)][:MAX_NAMED - 1]
+    rest = len(also) - len(named)
+    return what + "".join(f", and {words}" for words in named) + (f", and {rest} more" if rest else "")
 
 
 def job_restart_message(obs: Observation) -> str:

@@ -33,16 +33,15 @@ from hooks.mxjob.attempts import (
     stalled,
 )
 from hooks.mxjob.grace import SUCCESS_GRACE_SECONDS, failed_in_grace, still_running_in_grace, success_part
+from hooks.mxjob.losses import losses
 from hooks.mxjob.observation import NO_MEMORY, Memory, Observation, observe
 from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.outcome import OUTCOME_FIELDS, read_outcome, recorded_status, status_fields
 from hooks.mxjob.replicas import final_counts, frozen_from, replica_counts
 from hooks.mxjob.restarts import (
     awaiting_recreation,
-    exit_codes_note,
     fatal_message,
     in_job_order,
-    loss_cause,
     restart_message,
 )
 from hooks.mxjob.spec import MXJob
@@ -151,20 +150,24 @@ def judge(obs: Observation) -> Verdict | GraceWait | None:
     deadline = active_deadline(obs)
     max_restarts = job.run_policy.failure.max_restarts
     if obs.failures.fatal:
-        return Verdict("Failed", FAILED, fatal_message(job, obs.failures.fatal))
+        # A permanent error fails the job even beside a loss that would be retried (docs/lifecycle.md,
+        # "Several losses in one sync"); the message names those too.
+        also = [p for p in (*obs.failures.job_losses, *obs.failures.recreate) if p not in obs.failures.fatal]
+        return Verdict("Failed", FAILED, fatal_message(job, obs.failures.fatal, also=also))
     if job.run_policy.backoff_limit is not None and obs.restart_total > job.run_policy.backoff_limit:
         return Verdict("Failed", FAILED,
                        f"{subject(job.key)} has reached the specified backoff limit: "
                        f"{obs.restart_total} restarts, backoffLimit "
-                       f"{job.run_policy.backoff_limit}{exit_codes_note(obs.history, obs.pods)}.")
+                       f"{job.run_policy.backoff_limit}; {losses(obs) or 'no lost pod is observed'}.")
     if max_restarts is not None and obs.attempt > max_restarts:
-        losses = "; ".join(f"pod {p.name} was lost ({loss_cause(p)})" for p in obs.failures.job_losses)
         return Verdict("Failed", FAILED, f"{subject(job.key)} has reached failurePolicy.maxRestarts "
-                                         f"({max_restarts}): {losses or 'no pod lost now'}.")
+                                         f"({max_restarts}): {losses(obs) or 'no lost pod is observed'}.")
     if deadline is not None and obs.now >= deadline:
+        lost = losses(obs)
         return Verdict("Failed", FAILED,
                        f"{subject(job.key)} was active longer than activeDeadlineSeconds "
-                       f"({job.run_policy.active_deadline_seconds} s) and is stopped.")
+                       f"({job.run_policy.active_deadline_seconds} s) and is stopped; "
+                       f"{f'pods lost before: {lost}' if lost else 'no pod was lost'}.")
     return None
 
 

@@ -10,7 +10,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, end_of, exit_code, terminated
+from hooks.shared.termination import MAX_REASON, Said, end_of, exit_code, is_log_tail, terminated, terminated_said
 
 # A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
 # reads as Unknown, which the lifecycle treats like any phase it does not act on.
@@ -58,9 +58,23 @@ class PodView:
     # Why it ended: the DisruptionTarget condition's reason (PreemptionByScheduler, ...), else the
     # pod's (Evicted, ...), else the container's (OOMKilled, Error); hooks.shared.termination.
     reason: str | None = None
-    message: str | None = None  # the first line of that condition's, the pod's or the termination message, bounded
+    # The line quoted of that condition's, the pod's or the termination message, bounded
+    # (hooks.shared.termination.quoted_line); log_line: it is only the last line of a log tail.
+    message: str | None = None
+    log_line: bool = False
     last_reason: str | None = None  # the container's previous run's reason and message, after an in-place restart
     last_message: str | None = None
+    last_log_line: bool = False
+
+    @property
+    def said(self) -> Said | None:
+        """What the pod said as it ended, as hooks.shared.termination quotes it."""
+        return Said(self.message, self.log_line) if self.message else None
+
+    @property
+    def last_said(self) -> Said | None:
+        """What its container's previous run said, after an in-place restart."""
+        return Said(self.last_message, self.last_log_line) if self.last_message else None
 
     @property
     def active(self) -> bool:
@@ -104,7 +118,9 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
         main = _main_container_status(status)
         state, last_state = main.get("state"), main.get("lastState")
         labels = meta.get("labels") or {}
-        reason, message = end_of(status, state)
+        log_tail = is_log_tail(_main_container_spec(pod.get("spec")))
+        reason, said = end_of(status, state, log_tail=log_tail)
+        last_said = terminated_said(last_state, log_tail=log_tail)
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase=_phase(status.get("phase")),
@@ -114,11 +130,20 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),
             finished_at=_finished_at(state),
             job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
-            reason=reason, message=message,
+            reason=reason, message=said.text if said else None, log_line=bool(said and said.log),
             last_reason=terminated(last_state, "reason", MAX_REASON),
-            last_message=terminated(last_state, "message", MAX_MESSAGE),
+            last_message=last_said.text if last_said else None, last_log_line=bool(last_said and last_said.log),
         )
     return views
+
+
+def _main_container_spec(spec: Any) -> Mapping[str, Any] | None:
+    """The main container of an observed pod's spec (its termination message policy), if listed."""
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    for container in containers if isinstance(containers, list) else ():
+        if isinstance(container, Mapping) and container.get("name") == MAIN_CONTAINER:
+            return container
+    return None
 
 
 def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:

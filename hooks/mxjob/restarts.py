@@ -18,9 +18,11 @@ from hooks.mxjob.vocabulary import FAIL_JOB, RESTART_JOB, RESTART_POD, SCHEDULER
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, restart_record_name
 from hooks.shared.status import OldStatus, is_counter
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, Said, first_line, how_it_ended
 from hooks.shared.validation import is_int32
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 138, 143})
+MAX_NAMED = 3  # pods a message names one by one; more are counted ("and 2 more"), so it stays short
 
 
 class Failures(NamedTuple):
@@ -154,24 +156,29 @@ def _restart_record(pod: PodView) -> JSON:
         data["reason"] = pod.reason
     if pod.message:
         data["message"] = pod.message
+        if pod.log_line:
+            data["logLine"] = True  # the message is only the last line of a log tail
     return data
 
 
 def with_collateral(job: MXJob, failures: Failures, *, job_restart_pending: bool) -> Failures:
-    """One loss, one restart: a peer that fails by default (no rule says FailJob) beside a pod
-    lost for a whole-job restart, or after one was decided whose record is not observed yet
-    (`job_restart_pending`), is collateral (a ps-lite process giving up when a peer vanished)."""
-    if not (failures.fatal and (failures.job_losses or job_restart_pending)):
+    """One loss, one restart: a peer that fails by default (no rule says FailJob) after a whole-job
+    restart was decided whose record is not observed yet (`job_restart_pending`) is collateral (a
+    ps-lite process giving up when a peer vanished). One seen in the same sync as the loss is not:
+    nothing says it came after the loss, so its permanent error fails the job (docs/lifecycle.md,
+    "Several losses in one sync")."""
+    if not (failures.fatal and job_restart_pending):
         return failures
     collateral = [p for p in failures.fatal if matching_rule(job, p.rtype, lost_exit_code(p)) is None]
     return failures._replace(fatal=[p for p in failures.fatal if p not in collateral],
                              job_losses=failures.job_losses + collateral)
 
 
-def fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
-    """The Failed condition for pods lost for good: each pod, how it ended, and why it is not retried."""
+def fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "", also: list[PodView] | None = None) -> str:
+    """The Failed condition for pods lost for good: each pod, how it ended, and why it is not retried;
+    then the pods `also` lost in the same sync, which the failure leaves unretried."""
     parts = []
-    for pod in fatal:
+    for pod in fatal[:MAX_NAMED]:
         policy = job.replicas[pod.rtype].restart_policy
         retried = retried_by_policy(job, pod)
         if retried and failure_action(job, pod.rtype, lost_exit_code(pod), retried=retried) == FAIL_JOB:
@@ -182,6 +189,12 @@ def fatal_message(job: MXJob, fatal: list[PodView], *, after: str = "") -> str:
             why = "a permanent error under restartPolicy ExitCode"
         when = f" after {after}" if after else ""
         parts.append(f"{pod.rtype} {pod.index} (pod {pod.name}) failed with {loss_cause(pod)}{when}; {why}")
+    if len(fatal) > MAX_NAMED:
+        parts.append(f"and {len(fatal) - MAX_NAMED} more pods failed")
+    others = also or []
+    if others:
+        parts.append("also lost now: " + ", ".join(f"pod {p.name} ({loss_cause(p)})" for p in others[:MAX_NAMED])
+                     + (f" and {len(others) - MAX_NAMED} more" if len(others) > MAX_NAMED else ""))
     return f"{subject(job.key)} failed: {'; '.join(parts)}."
 
 
@@ -191,17 +204,20 @@ def lost_exit_code(pod: PodView) -> int | None:
 
 
 def loss_cause(pod: PodView) -> str:
-    """How a lost pod ended, for a condition: exit code, reason and the first line of its message."""
-    in_place = pod.phase != "Failed"
-    code = lost_exit_code(pod)
-    reason = pod.last_reason if in_place else pod.reason
-    message = pod.last_message if in_place else pod.message
-    text = f"exit code {code}" if code is not None else "no exit code"
-    if reason:
-        text += f", reason {reason}"
-    if message:
-        text += f": {message!r}"
-    return text
+    """How a lost pod ended, for a condition: exit code, reason and the line of its message that
+    says what went wrong (hooks.shared.termination.how_it_ended)."""
+    if pod.phase != "Failed":  # restarted in place: its container's previous run
+        return how_it_ended(lost_exit_code(pod), pod.last_reason, pod.last_said)
+    return how_it_ended(pod.exit_code, pod.reason, pod.said)
+
+
+def recorded_cause(data: Mapping[str, Any], exit_code: Any = None) -> str:
+    """How a lost pod ended, from the restart record that kept it (its exit code, reason, message
+    and whether that is only a log line), read defensively: only the hook writes a record."""
+    code = data.get("exitCode", exit_code)
+    text = first_line(data.get("message"), MAX_MESSAGE)
+    return how_it_ended(code if is_int32(code) else None, first_line(data.get("reason"), MAX_REASON),
+                        Said(text, data.get("logLine") is True) if text is not None else None)
 
 
 def merge_history(history: dict[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],
@@ -269,21 +285,6 @@ def restart_total(history: Mapping[str, RestartRecord], pods: Mapping[str, PodVi
     return max(past + attempt + live, written)
 
 
-def exit_codes_note(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView]) -> str:
-    """'; last exit codes: pod code, ...' for the pods that restarted, so the cause is in the message."""
-    codes: dict[str, int] = {}
-    for name, record in history.items():
-        if isinstance(record.get("lastExitCode"), int):
-            codes[name] = record["lastExitCode"]
-    for pod in pods.values():
-        code = lost_exit_code(pod)
-        if code is not None and (pod.restarts or pod.phase == "Failed"):
-            codes[pod.name] = code
-    if not codes:
-        return ""
-    return "; last exit codes: " + ", ".join(f"{name} {codes[name]}" for name in sorted(codes))
-
-
 def awaiting_recreation(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView],
                         slots: Mapping[str, Slot], completed: Mapping[str, frozenset[int]],
                         gone: set[str]) -> list[str]:
@@ -304,21 +305,19 @@ def awaiting_recreation(history: Mapping[str, RestartRecord], pods: Mapping[str,
 def restart_message(job: MXJob, names: list[str], history: Mapping[str, RestartRecord],
                     restarts: Mapping[str, Mapping[int, Record]], new_records: Mapping[str, JSON],
                     total: int) -> str:
-    """The Restarting condition while pods are recreated: each pod, how it ended, and the budget."""
+    """The Restarting condition while pods are recreated: each pod (the first MAX_NAMED), how it
+    ended, and the budget."""
     parts = []
-    for name in names:
+    for name in names[:MAX_NAMED]:
         record = history.get(name, {})
-        code = record.get("lastExitCode")
-        cause = f"exited with code {code}" if code is not None else "failed without an exit code"
         # How it ended, from its restart record (observed, or created now).
         n = record.get("recreations", 0)
         observed = restarts.get(name, {}).get(n)
         data: Mapping[str, Any] = observed.data if observed is not None else new_records.get(
             restart_record_name(name, n), {})
-        reason, text = data.get("reason"), data.get("message")
-        if isinstance(reason, str):
-            cause += f", reason {reason}" + (f": {text!r}" if isinstance(text, str) else "")
-        parts.append(f"pod {name} {cause} and is recreated")
+        parts.append(f"pod {name} ended with {recorded_cause(data, record.get('lastExitCode'))} and is recreated")
+    if len(names) > MAX_NAMED:
+        parts.append(f"and {len(names) - MAX_NAMED} more pods are recreated")
     return (f"{subject(job.key)} is restarting: {'; '.join(parts)} "
             f"(restarts so far: {total}{backoff_budget(job)}).")
 

@@ -54,8 +54,9 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "kind": str,
     "metadata": {"name": str, "namespace": str, "uid": str, "labels": dict[str, str],
                  "annotations": dict[str, str], "deletionTimestamp": str},
-    # The layout guard reads the DMLC_NUM_* entries of live pods (hooks.mxjob.layout).
-    "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}]}]},
+    # The layout guard reads the DMLC_NUM_* entries of live pods (hooks.mxjob.layout); the policy
+    # says whether a termination message may be a log tail (hooks.shared.termination).
+    "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}], "terminationMessagePolicy": str}]},
     # A pod's DisruptionTarget condition says why it ended (preemption, eviction: hooks.shared.termination).
     "status": {"phase": str, "reason": str, "message": str,
                "conditions": [{"type": str, "status": str, "reason": str, "message": str}],

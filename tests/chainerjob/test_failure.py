@@ -86,8 +86,8 @@ def test_the_newest_failed_master_pod_is_the_one_said():
                          terminated={"exitCode": 4, "finishedAt": "2026-11-21T11:00:00Z"}),
     }
     failure = master_failure(pods, "chj", "chainer")
-    assert failure == {"pod": "new", "exitCode": 1, "reason": "Error", "message": "Traceback"}
-    assert failure_words(failure) == "the master pod new ended with exit code 1, reason Error: 'Traceback'"
+    assert failure == {"pod": "new", "exitCode": 1, "reason": "Error", "message": "ValueError"}
+    assert failure_words(failure) == "the master pod new ended with exit code 1, reason Error: 'ValueError'"
     # The same pods in another order give the same answer.
     assert master_failure(dict(reversed(list(pods.items()))), "chj", "chainer") == failure
 
@@ -307,3 +307,51 @@ def test_a_sync_through_the_server_reads_the_related_pods():
     direct = sync_chainerjob(request, now=sim.now)
     failed = next(c for c in reply.get_json()["status"]["conditions"] if c["type"] == "Failed")
     assert failed["message"] == EXPECTED == next(c for c in direct["status"]["conditions"] if c["type"] == "Failed")["message"]
+
+
+# --- which line is quoted (hooks.shared.termination.quoted_line), as MXJob quotes it ----------------
+
+PROGRESS = "".join(f"iteration {n} main/loss {n / 100:.2f} elapsed {n * 3.5:.1f} s\n" for n in range(200))
+
+
+def kubelet_tail(log: str) -> str:
+    """As the kubelet's FallbackToLogsOnError message: the last 80 lines, then the last 2,048 bytes."""
+    return "\n".join(log.splitlines()[-80:]).encode()[-2048:].decode(errors="ignore")
+
+
+@pytest.mark.parametrize(("log", "policy", "words"), [
+    (PROGRESS + "ERROR: checkpoint /data/ckpt is not writable\n", None,
+     "exit code 1, reason Error: 'ERROR: checkpoint /data/ckpt is not writable'"),
+    (PROGRESS + 'Traceback (most recent call last):\n  File "train_mnist.py", line 80, in <module>\n    main()\n'
+     "chainer.backends.cuda.CUDARuntimeError: no CUDA-capable device is detected\n", None,
+     "exit code 1, reason Error: 'chainer.backends.cuda.CUDARuntimeError: no CUDA-capable device is detected'"),
+    (PROGRESS, None, "exit code 1, reason Error, last log line: 'iteration 199 main/loss 1.99 elapsed 696.5 s'"),
+    ("rank 3 gave up\n", "File", "exit code 1, reason Error: 'rank 3 gave up'"),
+], ids=["error-line-after-200-lines", "traceback", "log-only", "file-policy"])
+def test_the_master_pod_is_quoted_by_the_line_that_says_what_went_wrong(log, policy, words):
+    failed = pod("m", terminated={"exitCode": 1, "reason": "Error", "message": kubelet_tail(log)})
+    if policy is not None:
+        failed["spec"]["containers"][1]["terminationMessagePolicy"] = policy
+    failure = master_failure({"m": failed}, "chj", "chainer")
+    assert failure is not None and failure_words(failure) == f"the master pod m ended with {words}"
+    # What the outcome record keeps reads back the same, whether the line is only a log line or not.
+    assert recorded_failure({"masterFailure": failure}) == failure
+
+
+def test_a_log_line_survives_the_pods_and_the_job_being_deleted():
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    sim.sync()
+    sim.all_ready()
+    sim.sync()
+    sim.master_pod("chj-master-aaaaa", phase="Failed", exit_code=137, reason="Error", message=kubelet_tail(PROGRESS))
+    sim.master("chj-master", failed=1, finished=("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"))
+    sim.sync()
+    said = ("Job has reached the specified backoff limit; the master pod chj-master-aaaaa ended with exit code 137, "
+            "killed by SIGKILL, reason Error, last log line: 'iteration 199 main/loss 1.99 elapsed 696.5 s'")
+    assert sim.condition("Failed")["message"] == said  # type: ignore[index]
+    sim.sync()
+    sim.remove("v1", "Pod", "chj-master-aaaaa")
+    sim.delete(JOB_KEY, "chj-master")
+    sim.sync()
+    assert "chj-master" not in sim.children[JOB_KEY]
+    assert sim.condition("Failed")["message"] == said  # type: ignore[index]

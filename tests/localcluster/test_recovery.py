@@ -70,7 +70,8 @@ def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: 
     restarting = condition(done, "Restarting")
     assert restarting["status"] == "False"
     assert restarting["message"].startswith("MXJob default/rec: every pod of attempt 1 is running (the job was restarted "
-                                            f"after pod {victim} was lost (exit code 137, reason Error")
+                                            f"after pod {victim} was lost (exit code 137, killed by SIGKILL, "
+                                            "reason Error")
     for text in logs:
         # Attempt 0 trained from scratch, attempt 1 resumed from worker 0's checkpoint.
         starts = re.findall(r"attempt (\d+): starting at epoch (\d+) of \d+( from checkpoint)?", text)
@@ -99,8 +100,9 @@ def test_a_failed_job_keeps_exit_code_reason_and_message_after_its_pods_are_gone
         outcome = cluster.store.get("v1", "ConfigMap", "default", "why-outcome")
     assert finished(done) == "Failed"
     message = condition(job_now, "Failed")["message"]
+    # The line that says what went wrong, not the first line of the log's tail (issue 40).
     assert message == ("MXJob default/why failed: Worker 0 (pod why-worker-0) failed with exit code 3, reason "
-                       "Error: 'loading shard 3 of 4'; restartPolicy Never does not retry.")
+                       "Error: 'ValueError: bad shard'; restartPolicy Never does not retry.")
     assert message in outcome["data"]["record"]
 
 

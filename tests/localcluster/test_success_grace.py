@@ -47,9 +47,10 @@ def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path:
     assert pods["late-fail-scheduler-0"]["status"]["phase"] == "Succeeded"
     assert finished(done) == "Failed" and condition(done, "Succeeded") is None
     message = condition(done, "Failed")["message"]
-    # The reason, and the first line of its termination message (the log's tail: FallbackToLogsOnError).
+    # The reason, and the last line of the log's tail (FallbackToLogsOnError: ps-lite's goodbye), which
+    # says nothing of an error (the script exits 1 after it), so it is quoted as only that.
     assert message.startswith("MXJob default/late-fail failed: Worker 1 (pod late-fail-worker-1) failed with exit code 1, "
-                              "reason Error: '")
+                              "reason Error, last log line: '")
     assert message.endswith("' after Scheduler 0 succeeded; restartPolicy Never does not retry.")
     terminated = pods["late-fail-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 1

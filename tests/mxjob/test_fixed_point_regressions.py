@@ -39,7 +39,9 @@ def test_a_job_failed_at_its_backoff_limit_by_a_whole_job_restart_keeps_its_rest
     first, again = read_back(sim.request(), sim.now)
 
     failed = next(c for c in first["conditions"] if c["type"] == "Failed")
-    assert failed["message"] == "MXJob ns/mx has reached the specified backoff limit: 1 restarts, backoffLimit 0."
+    # The message names the lost pod and how it ended (issue 40: it once said only the count).
+    assert failed["message"] == ("MXJob ns/mx has reached the specified backoff limit: 1 restarts, backoffLimit 0; "
+                                 "pod mx-worker-0 was lost (no exit code).")
     assert first["restartCount"] == 1
     assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)
 

@@ -14,6 +14,7 @@ from helpers.mcsim import Handoff, Sim, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import LAST_APPLIED
+from hooks.shared.termination import exit_words
 
 
 def new_records(sim: Sim, since: int, kind: str = "-outcome") -> bool:
@@ -144,7 +145,7 @@ def test_a_worker_failing_within_the_success_grace_fails_the_job(code):
     step(sim)
     assert sim.state() == "Failed" and sim.condition("Succeeded") is None
     assert sim.condition("Failed")["message"] == (
-        f"MXJob ns/mx failed: Worker 1 (pod mx-worker-1) failed with exit code {code} after "
+        f"MXJob ns/mx failed: Worker 1 (pod mx-worker-1) failed with {exit_words(code)} after "
         f"Scheduler 0 succeeded; restartPolicy Never does not retry.")
     assert sim.status["replicaStatuses"]["Worker"]["failed"] == 1
 
@@ -231,7 +232,7 @@ def test_retryable_exit_under_exitcode_restarts_the_pod_with_failure_policy_rest
     sim.set_phase("mx-worker-0", "Failed", exit_code=137)
     delete_then_recreate(sim, "mx-worker-0")  # left out (Metacontroller deletes it), then created anew
     assert sim.state() == "Restarting"
-    assert "exited with code 137" in sim.condition("Restarting")["message"]
+    assert "pod mx-worker-0 ended with exit code 137, killed by SIGKILL" in sim.condition("Restarting")["message"]
     assert sim.condition("Running")["status"] == "False"
     sim.run("mx-worker-0")
     step(sim)
@@ -271,7 +272,8 @@ def test_backoff_limit_reached_by_recreations():
             step(sim)
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
-    assert sim.condition("Failed")["message"].endswith("; last exit codes: mx-worker-0 143.")
+    assert sim.condition("Failed")["message"].endswith(
+        "; pod mx-worker-0 was lost (exit code 143, killed by SIGTERM).")
     assert sim.status["restartCount"] == 2
 
 
@@ -305,7 +307,8 @@ def test_in_place_container_restarts_count_toward_backoff_limit():
     step(sim)
     assert sim.state() == "Failed"
     assert "backoff limit" in sim.condition("Failed")["message"]
-    assert sim.condition("Failed")["message"].endswith("backoffLimit 2; last exit codes: mx-worker-0 1.")
+    # The pod restarted in place is the loss named, with its previous run's exit code.
+    assert sim.condition("Failed")["message"].endswith("backoffLimit 2; pod mx-worker-0 was lost (exit code 1).")
     assert pods(sim) == []  # cleanPodPolicy Running frees the running pod
 
 
@@ -317,7 +320,7 @@ def test_evicted_pod_under_onfailure_is_recreated_not_a_failure():
     sim.set_phase("mx-worker-0", "Failed")
     delete_then_recreate(sim, "mx-worker-0")
     assert sim.state() == "Restarting"
-    assert "without an exit code" in sim.condition("Restarting")["message"]
+    assert "pod mx-worker-0 ended with no exit code and is recreated" in sim.condition("Restarting")["message"]
 
 
 def test_deadline_fires_on_time_without_another_event():
@@ -677,7 +680,7 @@ def test_a_lost_worker_restarts_the_whole_distributed_job_then_it_succeeds():
     sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
     restart_whole_job(sim, 1)
     message = sim.condition("Restarting")["message"]
-    assert "attempt 1" in message and "pod mx-worker-1 was lost (exit code 137, reason Error)" in message
+    assert "attempt 1" in message and "pod mx-worker-1 was lost (exit code 137, killed by SIGKILL, reason Error)" in message
     assert sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
     sim.run()
     step(sim)
@@ -696,7 +699,8 @@ def test_any_lost_pod_under_onfailure_restarts_the_whole_job_counted_once(lost):
     # The kubelet restarted the container in place: ps-lite would never admit it again.
     sim.set_phase(lost, "Running", restarts=1, last_exit_code=137, reason="Error")
     restart_whole_job(sim, 1)
-    assert f"pod {lost} was lost (exit code 137, reason Error)" in sim.condition("Restarting")["message"]
+    assert (f"pod {lost} was lost (exit code 137, killed by SIGKILL, reason Error)"
+            in sim.condition("Restarting")["message"])
     sim.run()
     step(sim)
     assert sim.state() == "Running" and sim.status["restartCount"] == 1
@@ -745,7 +749,9 @@ def test_backoff_limit_counts_each_whole_job_restart_once():
     sim.set_phase("mx-scheduler-0", "Failed", exit_code=137)
     step(sim)
     assert sim.state() == "Failed"
-    assert "backoff limit: 2 restarts, backoffLimit 1" in sim.condition("Failed")["message"]
+    assert sim.condition("Failed")["message"] == (
+        "MXJob ns/mx has reached the specified backoff limit: 2 restarts, backoffLimit 1; "
+        "pod mx-scheduler-0 was lost (exit code 137, killed by SIGKILL).")
     assert sim.status["attempt"] == 1
 
 
@@ -759,7 +765,7 @@ def test_max_restarts_is_a_budget_of_its_own():
     assert sim.state() == "Failed"
     assert sim.condition("Failed")["message"] == (
         "MXJob ns/mx has reached failurePolicy.maxRestarts (0): pod mx-worker-1 was lost "
-        "(exit code 137, reason OOMKilled: 'out of memory').")
+        "(exit code 137, killed by SIGKILL, reason OOMKilled: 'out of memory').")
 
 
 def test_rules_pick_the_action_by_replica_type_and_exit_code():
@@ -817,20 +823,18 @@ def test_a_distributed_job_under_restart_pod_says_it_may_be_stalled():
     assert running["message"].startswith("MXJob ns/mx may make no progress: pod mx-server-0 restarted while")
 
 
-@pytest.mark.parametrize("same_sync", [True, False], ids=["same-sync", "record-not-seen-yet"])
-def test_a_peer_that_aborts_beside_the_lost_scheduler_is_part_of_the_same_restart(same_sync):
+def test_a_peer_that_aborts_after_the_restart_was_decided_is_part_of_the_same_restart():
     sim = Sim(dist_job())
     step(sim)
     sim.run()
     step(sim)
     sim.set_phase("mx-scheduler-0", "Failed", exit_code=137)
-    if not same_sync:
-        sim.sync()  # attempt 1 decided (status.attempt 1) ...
-        sim.remove("v1", "ConfigMap", "mx-attempt-1")  # ... and the next sync's children lack its record
+    sim.sync()  # attempt 1 decided (status.attempt 1) ...
+    sim.remove("v1", "ConfigMap", "mx-attempt-1")  # ... and the next sync's children lack its record
     sim.set_phase("mx-worker-0", "Failed", exit_code=134)  # ps-lite's check failed: SIGABRT
     sim.sync()
     assert sim.state() == "Restarting", sim.condition("Failed")
-    assert "pod mx-scheduler-0 was lost (exit code 137)" in sim.condition("Restarting")["message"]
+    assert "pod mx-scheduler-0 was lost (exit code 137, killed by SIGKILL)" in sim.condition("Restarting")["message"]
 
 
 def test_a_pod_level_restart_says_the_reason_and_message_too():
@@ -840,8 +844,8 @@ def test_a_pod_level_restart_says_the_reason_and_message_too():
     step(sim)
     sim.set_phase("mx-worker-0", "Failed", exit_code=137, reason="OOMKilled", message="killed at step 40\nmore")
     delete_then_recreate(sim, "mx-worker-0")
-    assert ("pod mx-worker-0 exited with code 137, reason OOMKilled: 'killed at step 40' and is recreated"
-            in sim.condition("Restarting")["message"])
+    assert ("pod mx-worker-0 ended with exit code 137, killed by SIGKILL, reason OOMKilled: 'killed at step 40' "
+            "and is recreated" in sim.condition("Restarting")["message"])
 
 
 def test_an_evicted_pod_names_its_reason():

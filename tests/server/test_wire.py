@@ -67,7 +67,7 @@ def _no_last_applied() -> Sim:
 
 
 def _in_place_restarts_past_backoff() -> Sim:
-    # The Failed message names each restarted container's last exit code, read from lastState.
+    # The Failed message names the restarted container and its last exit code, read from lastState.
     sim = Sim(mxjob(replicas={"Worker": {"replicas": 2, "restartPolicy": "OnFailure"}}, runPolicy={"backoffLimit": 1}))
     sim.sync()
     sim.run()
@@ -83,7 +83,7 @@ def test_scenario_answers_are_the_same_from_the_selective_decode(scenario):
     full, selective = both_ways(sim.request(), sim.now)
     assert selective == full
     if scenario is _in_place_restarts_past_backoff:
-        assert "last exit codes: mx-worker-0 3" in selective["status"]["conditions"][-1]["message"]
+        assert "pod mx-worker-0 was lost (exit code 3)" in selective["status"]["conditions"][-1]["message"]
 
 
 def test_the_selective_decode_leaves_out_what_the_core_never_reads():
@@ -93,9 +93,10 @@ def test_the_selective_decode_leaves_out_what_the_core_never_reads():
     decoded = DECODER.decode(json.dumps(sim.request()).encode())
     pod = decoded["children"]["Pod.v1"]["mx-worker-0"]
     assert set(pod) == {"apiVersion", "kind", "metadata", "spec", "status"}
-    # Of the pod spec, only the containers' names and plain env values (the layout guard's DMLC_NUM_*).
+    # Of the pod spec, only the containers' names, plain env values (the layout guard's DMLC_NUM_*)
+    # and termination message policies (whether a message may be a log tail).
     container = pod["spec"]["containers"][0]
-    assert set(pod["spec"]) == {"containers"} and set(container) == {"name", "env"}
+    assert set(pod["spec"]) == {"containers"} and set(container) == {"name", "env", "terminationMessagePolicy"}
     assert {"name": "DMLC_NUM_WORKER", "value": "2"} in container["env"]
     assert all(set(e) <= {"name", "value"} for e in container["env"])
     assert decoded["parent"] == sim.parent  # the parent is decoded whole

@@ -70,9 +70,11 @@ def test_without_a_disruption_the_pod_reason_comes_before_the_containers():
 def test_reasons_and_messages_are_bounded_first_lines():
     long = "x" * 1000
     status = pod_status(disruption=("PreemptionByScheduler" + "y" * 100, "\n\n  " + long + "\nnext"))
-    reason, message = end_of(status, {})
+    reason, said = end_of(status, {})
     assert reason is not None and len(reason) == 64 and reason.endswith("…")
-    assert message is not None and len(message) == MAX_MESSAGE and message.startswith("xxx") and message.endswith("…")
+    # A message Kubernetes wrote (the condition's) is quoted by its first line, never as a log line.
+    assert said is not None and not said.log
+    assert len(said.text) == MAX_MESSAGE and said.text.startswith("xxx") and said.text.endswith("…")
     assert first_line("  \n \n", 10) is None and first_line(7, 10) is None
 
 
@@ -105,8 +107,8 @@ def test_an_evicted_worker_names_the_eviction_in_the_restarting_condition():
     sim.write_status("v1", "Pod", "mx-worker-0", status)
     sim.sync()
     message = sim.condition("Restarting")["message"]
-    assert ("pod mx-worker-0 exited with code 143, reason EvictionByEvictionAPI: 'Eviction API: evicting' "
-            "and is recreated") in message, message
+    assert ("pod mx-worker-0 ended with exit code 143, killed by SIGTERM, reason EvictionByEvictionAPI: "
+            "'Eviction API: evicting' and is recreated") in message, message
 
 
 def test_the_servers_decoder_keeps_the_disruption_for_the_view():
