@@ -18,6 +18,7 @@ from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
+from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
@@ -43,14 +44,6 @@ def check_dns_label(field: str, value: object) -> str | None:
                 "digits and '-', starting and ending with a letter or digit (e.g. my-job)")
     return None
 
-# Which condition of each job kind means which end: an MXJob says Succeeded/Failed itself; a
-# ChainerJob mirrors its master Job's conditions, where success is called Complete.
-TERMINAL_CONDITIONS: dict[str, dict[str, str]] = {
-    "MXJob": {"Succeeded": "Succeeded", "Failed": "Failed"},
-    "ChainerJob": {"Complete": "Succeeded", "Failed": "Failed"},
-}
-
-
 def job_state(job: KubeObject | None) -> str | None:
     """The job's current state: the type of its last condition (what the CRD prints as State)."""
     conditions = (job or {}).get("status", {}).get("conditions") or []
@@ -67,13 +60,12 @@ def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
 
 
 def finished(job: KubeObject | None) -> str | None:
-    """'Succeeded' or 'Failed' once a terminal condition of the job's kind is True."""
-    table = TERMINAL_CONDITIONS.get((job or {}).get("kind", ""), TERMINAL_CONDITIONS["MXJob"])
-    for type_, outcome in table.items():
-        cond = condition(job, type_)
-        if cond is not None and cond.get("status") == "True":
-            return outcome
-    return None
+    """'Succeeded' or 'Failed' (a refused spec too) once the job's kind's status reader says it ended;
+    UnknownKind for a kind without a reader."""
+    if not job:
+        return None
+    ending = status_reader_for(job.get("kind", ""))(job).ending
+    return "Succeeded" if ending == "Succeeded" else "Failed" if ending in ("Failed", "Invalid") else None
 
 
 class LocalCluster:
