@@ -20,7 +20,7 @@ from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
-from .kubeletapi import KubeletLogServer
+from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
@@ -163,13 +163,20 @@ class LocalCluster:
         store.start()
         self._wire(store)
 
-    def _log_file(self, namespace: str, name: str, container: str) -> Path | None:
-        """For the log endpoint: the file of a pod's container, None when the pod has no such container."""
+    def _log_file(self, namespace: str, name: str, container: str) -> ContainerLog | None:
+        """For the log endpoint: a pod's container's log and state, None when the pod has no such container."""
         pod = self.store.get("v1", "Pod", namespace, name)
         spec = (pod or {}).get("spec", {})
         if pod is None or container not in [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]:
             return None
-        return self.kubelet.log_path(pod, container)
+        status = pod.get("status", {})
+        statuses = status.get("containerStatuses", []) + status.get("initContainerStatuses", [])
+        mine: dict[str, Any] = next((cs for cs in statuses if cs.get("name") == container), {})
+        state = mine.get("state") or {}
+        # Waiting to start: no instance has run yet (in CrashLoopBackOff the last one has, and is what is served).
+        ran = "running" in state or "terminated" in state or "terminated" in (mine.get("lastState") or {})
+        waiting = None if ran else (state.get("waiting") or {}).get("reason", "ContainerCreating")
+        return ContainerLog(self.kubelet.log_path(pod, container), int(mine.get("restartCount", 0)), waiting)
 
     def _pod_running(self, namespace: str, name: str) -> bool:
         """Whether `kubectl logs -f` should keep following: the pod exists and has not ended."""
