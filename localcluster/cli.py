@@ -372,7 +372,7 @@ def silence_notice(quiet_for: float | None, silent_after: float, noted: bool) ->
 
 
 # How each end of a run maps to the command's exit code (the README lists them).
-EXIT_CODES: Mapping[RunEnd, int] = MappingProxyType({
+END_EXIT_CODES: Mapping[RunEnd, int] = MappingProxyType({
     "Succeeded": EXIT_SUCCEEDED, "Failed": EXIT_FAILED, "Invalid": EXIT_INVALID, "TimedOut": EXIT_TIMEOUT,
     "HotLoop": EXIT_STAND_IN, "Suspended": EXIT_SUSPENDED})
 
@@ -411,7 +411,7 @@ def watch(cluster: LocalCluster, name: str, namespace: str, options: RunOptions,
         lines, message = post_mortem(cluster, name, namespace, message)
         print("\n".join(lines), file=out)
     out.flush()
-    return EXIT_CODES[ended.end], message
+    return END_EXIT_CODES[ended.end], message
 
 
 def _unfollowed(cluster: LocalCluster, kind: str, key: str) -> str | None:

@@ -65,4 +65,4 @@ EXITS = {"Succeeded": 0, "Failed": 1, "Invalid": 2, "TimedOut": 3, "HotLoop": 4,
 
 @pytest.mark.parametrize(("end", "code"), EXITS.items(), ids=EXITS.keys())
 def test_each_end_of_a_run_has_the_exit_code_the_readme_lists(end, code):
-    assert cli.EXIT_CODES[end] == code
+    assert cli.END_EXIT_CODES[end] == code
