@@ -4,6 +4,11 @@ view, and `logs` to read a pod's output.
 Output: the progress view, the final status and a success line go to stdout; every error and the
 line saying why a job did not succeed go to stderr. Exit codes are the EXIT_* constants below
 (the README lists them).
+
+This module is the shell: it reads the options once (`RunOptions`), starts the cluster, and loops.
+What it decides lives in small functions beside it: how a job stands and how the run ends
+(`jobstatus`, one status reader per kind), what is said after a failure (`postmortem`), and the
+live view (`runview`).
 """
 
 from __future__ import annotations
