@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run test image-check bench bench-scale lint clean constraints controlplane
+.PHONY: help setup check-python check-tools run check test image-check bench bench-scale lint clean constraints controlplane
 
 ## Show the targets and what they do.
 help:
@@ -89,7 +89,18 @@ ifeq ($(CONTROLPLANE),skip)
 else
 	@$(MAKE) --no-print-directory controlplane
 endif
-	CONTROLPLANE=$(CONTROLPLANE) $(BIN)/python -m pytest
+	CONTROLPLANE=$(CONTROLPLANE) $(BIN)/python -m pytest $(DURATIONS)
+
+# The tests that start no real process and no control plane (pyproject.toml's markers).
+FAST := not e2e and not mxnet and not chainer and not apiserver
+# The slowest tests, listed at the end of a run: where the time goes.
+DURATIONS := --durations=25
+
+## The contributor's loop (about a minute): lint, then every test that needs no real process or control plane.
+# CONTROLPLANE=skip: the tests that also ask the real API server for its verdict (the `admission`
+# fixture, tests/conftest.py) leave that check to `make test`.
+check: lint
+	CONTROLPLANE=skip $(BIN)/python -m pytest -q -m "$(FAST)" $(DURATIONS)
 
 ## Build both images from their Dockerfiles (buildah, podman; root + apt-get) and run the hooks image as deployed.
 image-check: setup

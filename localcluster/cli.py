@@ -4,6 +4,11 @@ view, and `logs` to read a pod's output.
 Output: the progress view, the final status and a success line go to stdout; every error and the
 line saying why a job did not succeed go to stderr. Exit codes are the EXIT_* constants below
 (the README lists them).
+
+This module is the shell: it reads the options once (`RunOptions`), starts the cluster, and loops.
+What it decides lives in small functions beside it: how a job stands and how the run ends
+(`jobstatus`, one status reader per kind), what is said after a failure (`postmortem`), and the
+live view (`runview`).
 """
 
 from __future__ import annotations
@@ -11,29 +16,31 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import re
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import TextIO, cast
+from types import FrameType, MappingProxyType
+from typing import Any, TextIO, cast
 
 import yaml
 
 from . import clusterup, kubectlyaml
-from .cluster import Backend, LocalCluster, check_dns_label, condition, finished, job_state
+from .cluster import Backend, LocalCluster, check_dns_label
 from .config import PARENT_KINDS
 from .controlplane import bin_dir, missing_binaries
-from .crds import served_kinds
+from .crds import ServedKind, served_kinds
 from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
-from .metacontroller import CLIENT_BURST, CLIENT_QPS
+from .jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
+from .metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
+from .postmortem import diagnosis, job_results, log_files, post_mortem
+from .runview import Progress, duration, last_output, pod_log, pod_row, render
 from .store import StoreError
-from .types import ContainerStatus, KubeObject
+from .types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
 EXIT_SUSPENDED = 5  # the job is suspended: nothing will run until spec.runPolicy.suspend is false
@@ -46,133 +53,13 @@ REFRESH_SECONDS = 0.25
 # After the job has finished, how long `run` waits for its pods to settle (finish on their own within
 # the operator's success grace, or be removed by cleanPodPolicy) before it stops everything.
 SETTLE_SECONDS = 45.0
-FAILED_LOG_LINES = 15
 # --validate, as kubectl spells it: how a field the CRD does not know (which the API server would prune) is met.
 VALIDATE_CHOICES = {"strict": "strict", "true": "strict", "warn": "warn", "ignore": "ignore", "false": "ignore"}
 # While a job runs, how often `run` notes every pod's state and the log lines that look like trouble.
 REPORT_EVERY_SECONDS = 60.0
-TROUBLE_LOG_LINES = 20
-# The live view shows each running pod's last log line, cut to this width, and how long its log has been
-# silent once that is at least SILENT_SHOW_SECONDS; when every running pod has been silent for
-# --silent-after seconds (default SILENT_AFTER_SECONDS), `run` says so once (again after output resumes).
-LAST_LINE_WIDTH = 100
-SILENT_SHOW_SECONDS = 10.0
+# When every running pod has been silent for --silent-after seconds (default SILENT_AFTER_SECONDS),
+# `run` says so once (again after output resumes).
 SILENT_AFTER_SECONDS = 120.0
-# After a failure, the last lines of at most this many failed containers' logs (every one is listed).
-FAILED_LOGS_SHOWN = 4
-# A Python traceback's first line, or a line that says error, fatal or panic (localcluster's own lines excepted).
-_TRACEBACK = "Traceback (most recent call last):"
-# A metric such as `validation-error=0.1` is not an error.
-_ERROR_LINE = re.compile(r"(?<![\w-])(error|fatal|panic)(?![\w=-])|^\w+(Error|Exception):", re.I)
-
-
-def _age(timestamp: str | None) -> str:
-    if not timestamp:
-        return "-"
-    seconds = int((datetime.now(UTC) - datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)).total_seconds())
-    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m{seconds % 60}s"
-
-
-def pod_row(pod: KubeObject) -> tuple[str, str, int, str]:
-    """(name, phase or Terminating, restarts, age) as `kubectl get pods` shows them."""
-    status = pod.get("status", {})
-    phase = "Terminating" if pod["metadata"].get("deletionTimestamp") else status.get("phase", "Pending")
-    if status.get("reason") == "Evicted":
-        phase = "Evicted"
-    restarts = sum(cs.get("restartCount", 0) for cs in status.get("containerStatuses", []))
-    return pod["metadata"]["name"], phase, restarts, _age(pod["metadata"].get("creationTimestamp"))
-
-
-def last_output(path: Path, now: float | None = None) -> tuple[str, float] | None:
-    """A log's last line of the program's own output (not the local cluster's `===` notes) and the
-    seconds since anything was written to it; None when there is no log."""
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - 8192))
-            text = handle.read().decode(errors="replace")
-            written = os.fstat(handle.fileno()).st_mtime
-    except OSError:
-        return None
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("=== localcluster:")]
-    return (lines[-1] if lines else ""), max(0.0, (time.time() if now is None else now) - written)
-
-
-def pod_log(cluster: LocalCluster, name: str, namespace: str, pod: str) -> Path:
-    """The log of a pod's first container (where a pod's own output goes)."""
-    return cluster.job_dir(name, namespace) / f"{pod}.log"
-
-
-def _cut(line: str) -> str:
-    return line if len(line) <= LAST_LINE_WIDTH else line[:LAST_LINE_WIDTH - 3] + "..."
-
-
-def _seconds(value: float) -> str:
-    seconds = int(value)
-    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m{seconds % 60}s"
-
-
-def output_row(found: tuple[str, float] | None) -> str:
-    """The view's line under a running pod: its last output, and how long it has been silent."""
-    if found is None:
-        return "    > (no output yet)"
-    line, silent = found
-    note = f"  [silent {_seconds(silent)}]" if silent >= SILENT_SHOW_SECONDS else ""
-    return f"    > {_cut(line) or '(no output yet)'}{note}"
-
-
-def render(cluster: LocalCluster, name: str, namespace: str = "default") -> list[str]:
-    """The progress view of one job as lines: under each running pod, its last line of output."""
-    job = cluster.get_job(name, namespace) or {}
-    age = _age(job.get("metadata", {}).get("creationTimestamp"))
-    lines = [f"{job.get('kind', 'Job')} {namespace}/{name}   state: {job_state(job) or '-'}   age: {age}"]
-    lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
-    for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name, namespace)):
-        lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
-        if phase == "Running":
-            lines.append(output_row(last_output(pod_log(cluster, name, namespace, pod_name))))
-    conditions = job.get("status", {}).get("conditions") or []
-    lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
-    controller = cluster.controller_for(job) if job else None
-    error = controller.last_error(job["metadata"]["uid"]) if job and controller else None
-    if error:
-        lines.append(f"  sync error (retrying): {error[:150]}")
-    return lines
-
-
-class Progress:
-    """Redraws the view in place on a terminal; prints a line per change otherwise (CI logs)."""
-
-    def __init__(self, out: TextIO):
-        self.out = out
-        self.tty = out.isatty()
-        self._drawn = 0
-        self._last: list[str] = []
-        self.started = time.monotonic()
-
-    def show(self, lines: list[str]) -> None:
-        if self.tty:
-            if self._drawn:
-                self.out.write(f"\x1b[{self._drawn}F\x1b[J")  # back to the view's first line, clear below
-            self.out.write("\n".join(lines) + "\n")
-            self._drawn = len(lines)
-        else:
-            # Ages tick every second, and a training script prints all the time; compare without
-            # either so that only real changes print (the periodic report shows the output).
-            stable = [line.rsplit(" ", 1)[0] if line.startswith("  ") and "conditions" not in line
-                      else line.split("   age:")[0] for line in lines if not line.startswith("    > ")]
-            if stable == self._last:
-                return
-            self._last = stable
-            self.out.write(f"--- {time.monotonic() - self.started:6.1f}s\n" + "\n".join(lines) + "\n")
-        self.out.flush()
-
-    def note(self, lines: list[str]) -> None:
-        """Lines that stay: printed below the view, which is then drawn anew beneath them."""
-        self.out.write("\n".join(lines) + "\n")
-        self.out.flush()
-        self._drawn = 0
-        self._last = []
 
 
 class InputError(ValueError):
@@ -188,9 +75,25 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     (validate="warn"), an InputError ("strict"), or nothing ("ignore"); unless refused, it is
     dropped, as the API server prunes it.
     """
+    job, crd = _the_job(path, _documents(path))
+    version = _served_version(path, job, crd)
+    if warn is not None and (warning := crd.warning_for(version)):
+        warn(f"Warning: {warning}")
+    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
+        raise InputError(f"{path}: {problem}")
+    _check_fields(path, job, validate, warn)
+    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
+    job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
+    if problem := _name_problem(job.get("metadata")):
+        raise InputError(f"{path}: {problem}")
+    return cast(KubeObject, job)
+
+
+def _documents(path: Path) -> list[Any]:
+    """The non-empty YAML documents of a file, as kubectl reads them; InputError naming the file otherwise."""
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
-            documents = [doc for doc in kubectlyaml.load_all(stream) if doc]
+            return [doc for doc in kubectlyaml.load_all(stream) if doc]
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
@@ -199,12 +102,21 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
         raise InputError(f"{path} is not valid YAML: {err}") from err
     except kubectlyaml.ManifestError as err:
         raise InputError(f"{path}: kubectl cannot read this YAML: {err}") from err
+
+
+def _the_job(path: Path, documents: list[Any]) -> tuple[dict[str, Any], ServedKind]:
+    """The one document of a kind a shipped CompositeController follows (nulls dropped, as `kubectl apply`
+    sends it), and that kind's CRD."""
     kinds = {kind: served_kinds()[kind] for kind in PARENT_KINDS.values()}
     jobs = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") in kinds]
     if len(jobs) != 1:
         raise InputError(f"{path} must hold exactly one job ({' or '.join(sorted(kinds))}), found {len(jobs)}")
-    job = kubectlyaml.without_nulls(jobs[0])  # as `kubectl apply` sends it
-    crd = kinds[job["kind"]]
+    job = kubectlyaml.without_nulls(jobs[0])
+    return job, kinds[job["kind"]]
+
+
+def _served_version(path: Path, job: dict[str, Any], crd: ServedKind) -> str:
+    """The job's API version, when its CRD serves it; InputError naming the served ones otherwise."""
     api_version = job.get("apiVersion")
     group, _, version = str(api_version).rpartition("/")
     if group != crd.group or version not in crd.served:
@@ -213,10 +125,11 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
                 if job["kind"] == "MXJob" and api_version == f"{crd.group}/v1alpha1" else "")
         raise InputError(f"{path}: apiVersion {api_version!r} is not served for {job['kind']}; "
                          f"use one of {served}.{hint}")
-    if warn is not None and (warning := crd.warning_for(version)):
-        warn(f"Warning: {warning}")
-    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
-        raise InputError(f"{path}: {problem}")
+    return version
+
+
+def _check_fields(path: Path, job: dict[str, Any], validate: str, warn: Callable[[str], None] | None) -> None:
+    """Fields the CRD does not know: refused under strict, said to `warn` under warn, nothing under ignore."""
     unknown = unknown_fields_of(job) if validate != "ignore" else []
     if unknown and validate == "strict":
         fields = ", ".join(f'unknown field "{field}"' for field in unknown)
@@ -225,17 +138,16 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
     if warn is not None:
         for field in unknown:
             warn(f'Warning: unknown field "{field}"')
-    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
-    job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
-    meta = job.get("metadata")
+
+
+def _name_problem(meta: object) -> str | None:
+    """Why the job's name or namespace cannot name a folder or an object; None when both are valid."""
     if not isinstance(meta, dict):
-        raise InputError(f"{path}: metadata.name is required")
+        return "metadata.name is required"
     problem = check_dns_label("metadata.name", meta.get("name"))
     if problem is None and "namespace" in meta:
         problem = check_dns_label("metadata.namespace", meta["namespace"])
-    if problem:
-        raise InputError(f"{path}: {problem}")
-    return cast(KubeObject, job)
+    return problem
 
 
 class Stopped(BaseException):
@@ -322,161 +234,35 @@ def pods_settled(cluster: LocalCluster, name: str, namespace: str) -> bool:
     return sum(counts.get("active", 0) for counts in replicas.values()) == 0
 
 
-_EXIT_LINE = re.compile(r"^=== localcluster: container \S+ exited with code (\d+) at (\S+)$", re.M)
+@dataclass(frozen=True)
+class RunOptions:
+    """What `localcluster run` was asked to do, read once from the command line."""
 
+    file: Path
+    state_dir: Path
+    timeout: float
+    validate: str = "strict"  # strict, warn or ignore (VALIDATE_CHOICES has kubectl's other spellings)
+    report_every: float = REPORT_EVERY_SECONDS
+    silent_after: float = SILENT_AFTER_SECONDS
+    client_qps: float = CLIENT_QPS
+    client_burst: int = CLIENT_BURST
+    stale_reads: str | None = None
+    control_plane: str = "auto"
 
-def failed_containers(cluster: LocalCluster, name: str, namespace: str) -> list[tuple[str, str, int, str, Path]]:
-    """(pod, container, exit code, when, log) of every container of the job whose last run exited
-    non-zero, in the order they exited. 143 (SIGTERM) is left out: that is the cleanup stopping a pod,
-    not a cause. Read from the logs, so a pod that cleanPodPolicy deleted after it failed is still found."""
-    found = []
-    for (pod, container), path in log_files(cluster.job_dir(name, namespace)).items():
-        exits = _EXIT_LINE.findall(path.read_text(errors="replace"))
-        if exits and int(exits[-1][0]) not in (0, 128 + signal.SIGTERM):
-            found.append((exits[-1][1], pod, container, int(exits[-1][0]), path))
-    return [(pod, container, code, at, path) for at, pod, container, code, path in sorted(found)]
-
-
-def named_in(message: str, pod: str) -> bool:
-    return re.search(rf"(?<![\w-]){re.escape(pod)}(?![\w-])", message) is not None
-
-
-def failing_log(cluster: LocalCluster, name: str, namespace: str, message: str) -> Path | None:
-    """The log that best explains a failure: a pod the message names, else the first non-zero exit."""
-    logs = sorted(cluster.job_dir(name, namespace).glob("*.log"))
-    named = [path for path in logs if re.search(rf"\b{re.escape(path.name.split('.')[0])}\b", message)]
-    if named:
-        return named[0]
-    exits = []
-    for path in logs:
-        for code, at in _EXIT_LINE.findall(path.read_text(errors="replace")):
-            if int(code) not in (0, 128 + signal.SIGTERM):  # 143: stopped by the cleanup, not the cause
-                exits.append((at, path))
-    return min(exits)[1] if exits else None
-
-
-def tail(path: Path, lines: int) -> list[str]:
-    return path.read_text(errors="replace").splitlines()[-lines:]
-
-
-def trouble(lines: list[str], limit: int = TROUBLE_LOG_LINES) -> list[str]:
-    """The part of a log that says what went wrong: its last Python traceback (header, frames and the
-    exception line), else the lines up to its last error line; [] when it holds neither."""
-    own = [not line.startswith("=== localcluster:") for line in lines]
-    headers = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
-    if headers:
-        start = headers[-1]
-        end = start + 1
-        while end < len(lines) and lines[end].startswith(" "):  # the frames are indented
-            end += 1
-        block = lines[start:min(end + 1, len(lines))]  # and the exception line after them
-        return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
-    errors = [i for i, line in enumerate(lines) if own[i] and _ERROR_LINE.search(line)]
-    if not errors:
-        return []
-    last = errors[-1]
-    return lines[max(0, last - limit + 3):last + 3]
-
-
-def container_state(status: ContainerStatus) -> str:
-    """One container's state as `kubectl describe pod` names it: running, waiting (reason), terminated (exit code)."""
-    state = status.get("state") or {}
-    if "running" in state:
-        return f"running since {state['running'].get('startedAt', '-')}"
-    if "terminated" in state:
-        ended = state["terminated"]
-        return f"terminated, exit code {ended.get('exitCode', '-')} ({ended.get('reason', '-')})"
-    if "waiting" in state:
-        return f"waiting ({state['waiting'].get('reason', '-')})"
-    return "not started"
-
-
-def diagnosis(cluster: LocalCluster, name: str, namespace: str) -> list[str]:
-    """Every pod's state, then the trouble in each log that holds a traceback or an error: why a job hangs."""
-    lines = ["pods:"]
-    pods = cluster.pods(name, namespace)
-    for pod in pods:
-        pod_name, phase, restarts, _ = pod_row(pod)
-        containers = "; ".join(f"{cs.get('name')}: {container_state(cs)}"
-                               for cs in pod.get("status", {}).get("containerStatuses", [])) or "no container started"
-        output = last_output(pod_log(cluster, name, namespace, pod_name)) if phase == "Running" else None
-        said = f"  last output {_seconds(output[1])} ago: {_cut(output[0])!r}" if output and output[0] else ""
-        lines.append(f"  {pod_name}  {phase}  restarts {restarts}  {containers}{said}")
-    if not pods:
-        lines.append("  (none)")
-    for path in sorted(cluster.job_dir(name, namespace).glob("*.log")):
-        if path.name == "hooks-server.log":
-            continue
-        found = trouble(path.read_text(errors="replace").splitlines())
-        if found:
-            lines.append(f"last lines of {path} (it holds a traceback or an error):")
-            lines.extend("  " + line for line in found)
-    return lines
-
-
-def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Run one job to the end; the exit code says how it ended."""
-    try:
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
         # Namespaces built by hand (tests, callers) may leave out the newer options: their defaults apply.
-        validate = VALIDATE_CHOICES[getattr(args, "validate", "strict")]
-        warnings: list[str] = []
+        given = vars(args)
+        optional = {name: given[name] for name in ("report_every", "silent_after", "client_qps", "client_burst",
+                                                   "stale_reads") if name in given}
+        return cls(file=Path(args.file), state_dir=Path(args.state_dir).resolve(), timeout=float(args.timeout),
+                   validate=VALIDATE_CHOICES[given.get("validate", "strict")], control_plane=requested_control_plane(args),
+                   **optional)
 
-        def warn(line: str) -> None:
-            warnings.append(line)
-            print(line, file=err)
 
-        job = load_job(Path(args.file), warn=warn, validate=validate)
-    except InputError as error:
-        print(f"error: {error}", file=err)
-        return EXIT_INVALID
-    name = job["metadata"]["name"]
-    namespace = job["metadata"].get("namespace") or "default"
-    state_dir = Path(args.state_dir).resolve()
-    signals = StopSignals(err)
-    with signals.installed():
-        try:
-            with job_lock(state_dir, namespace, name):
-                job_dir = state_dir / namespace / name
-                backend = choose_backend(getattr(args, "control_plane", "memory"), err)
-                cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log",
-                                       client_qps=getattr(args, "client_qps", CLIENT_QPS),
-                                       client_burst=getattr(args, "client_burst", CLIENT_BURST),
-                                       stale=getattr(args, "stale_reads", None),
-                                       backend=backend, control_plane_dir=job_dir / "controlplane")
-                signals.cluster = cluster
-                try:
-                    if backend == "kubernetes":
-                        # The control plane keeps its files in the job's folder: empty it first, submit after.
-                        shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
-                        cluster.start()
-                        cluster.submit(job, clear_logs=False)
-                    else:
-                        cluster.submit(job)  # empties the job's folder: only under the lock
-                        cluster.start()
-                except (RuntimeError, OSError, ValueError, StoreError) as error:  # ValueError: a job folder that escapes
-                    signals.stopping = True
-                    cluster.stop()
-                    print(f"error: the local cluster could not start: {error}", file=err)
-                    return EXIT_CANNOT_START
-                try:
-                    code, reason = watch(cluster, name, namespace, args.timeout, out, err=err,
-                                         report_every=getattr(args, "report_every", REPORT_EVERY_SECONDS),
-                                         silent_after=getattr(args, "silent_after", SILENT_AFTER_SECONDS))
-                finally:
-                    signals.stopping = True  # from here on a signal only hurries the stop along
-                    cluster.stop()
-        except RuntimeError as error:
-            print(f"error: {error}", file=err)
-            return EXIT_CANNOT_START
-        except Stopped as stop:
-            print(f"{job['kind']} {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; "
-                  "every process is stopped", file=err)
-            return 128 + stop.signum
-    if warnings:  # said at the start, long scrolled away by now: once more, next to the outcome
-        print(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''} about {args.file}, as at the start:", file=err)
-        print("\n".join("  " + line for line in warnings), file=err)
-    print(reason, file=out if code == EXIT_SUCCEEDED else err)
-    return code
+def requested_control_plane(args: argparse.Namespace) -> str:
+    """`--control-plane` as given (a Namespace built by hand without it: the in-memory stand-in)."""
+    return str(getattr(args, "control_plane", "memory"))
 
 
 def choose_backend(requested: str, err: TextIO) -> Backend:
@@ -491,6 +277,88 @@ def choose_backend(requested: str, err: TextIO) -> Backend:
     return cast(Backend, requested)
 
 
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run one job to the end; the exit code says how it ended."""
+    options = RunOptions.from_args(args)
+    warnings: list[str] = []
+
+    def warn(line: str) -> None:
+        warnings.append(line)
+        print(line, file=err)
+
+    try:
+        job = load_job(options.file, warn=warn, validate=options.validate)
+    except InputError as error:
+        print(f"error: {error}", file=err)
+        return EXIT_INVALID
+    code, reason, results = _run_locked(job, options, out, err)
+    if reason is None:  # said already: the cluster could not start, or the run was stopped
+        return code
+    if warnings:  # said at the start, long scrolled away by now: once more, next to the outcome
+        print(f"{len(warnings)} warning{'s' if len(warnings) > 1 else ''} about {args.file}, as at the start:", file=err)
+        print("\n".join("  " + line for line in warnings), file=err)
+    if results:
+        print("\n".join(results), file=out)
+    print(reason, file=out if code == EXIT_SUCCEEDED else err)
+    return code
+
+
+def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO) -> tuple[int, str | None, list[str]]:
+    """(exit code, closing message, result lines) of one run, under the job's lock and the stop signals; the
+    message is None when the run ended before the job did (said on `err` already)."""
+    name = job["metadata"]["name"]
+    namespace = job["metadata"].get("namespace") or "default"
+    signals = StopSignals(err)
+    with signals.installed():
+        try:
+            with job_lock(options.state_dir, namespace, name):
+                return _run_cluster(job, options, signals, out, err)
+        except RuntimeError as error:
+            print(f"error: {error}", file=err)
+            return EXIT_CANNOT_START, None, []
+        except Stopped as stop:
+            print(f"{job['kind']} {namespace}/{name}: interrupted by {signal.Signals(stop.signum).name}; "
+                  "every process is stopped", file=err)
+            return 128 + stop.signum, None, []
+
+
+def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out: TextIO,
+                 err: TextIO) -> tuple[int, str | None, list[str]]:
+    name = job["metadata"]["name"]
+    namespace = job["metadata"].get("namespace") or "default"
+    job_dir = options.state_dir / namespace / name
+    backend = choose_backend(options.control_plane, err)
+    cluster = LocalCluster(options.state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=options.client_qps,
+                           client_burst=options.client_burst, stale=cast("Stale | None", options.stale_reads),
+                           backend=backend, control_plane_dir=job_dir / "controlplane")
+    signals.cluster = cluster
+    try:
+        _start(cluster, backend, job)
+    except (RuntimeError, OSError, ValueError, StoreError) as error:  # ValueError: a job folder that escapes
+        signals.stopping = True
+        cluster.stop()
+        print(f"error: the local cluster could not start: {error}", file=err)
+        return EXIT_CANNOT_START, None, []
+    try:
+        code, reason = watch(cluster, name, namespace, options, out, err)
+        return code, reason, job_results(cluster.job_dir(name, namespace)) if code == EXIT_SUCCEEDED else []
+    finally:
+        signals.stopping = True  # from here on a signal only hurries the stop along
+        cluster.stop()
+
+
+def _start(cluster: LocalCluster, backend: Backend, job: KubeObject) -> None:
+    name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or "default"
+    if backend == "kubernetes":
+        # The control plane keeps its files in the job's folder: empty it first, submit after.
+        shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
+        cluster.start()
+        cluster.submit(job, clear_logs=False)
+    else:
+        cluster.submit(job)  # empties the job's folder: only under the lock
+        cluster.start()
+
+
 def silence(cluster: LocalCluster, name: str, namespace: str) -> tuple[list[str], float] | None:
     """The running pods and the shortest time any of them has been silent; None when none runs."""
     running = [pod_row(pod)[0] for pod in cluster.pods(name, namespace) if pod_row(pod)[1] == "Running"]
@@ -500,9 +368,22 @@ def silence(cluster: LocalCluster, name: str, namespace: str) -> tuple[list[str]
     return running, min(quiet)
 
 
-def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out: TextIO, *,
-          err: TextIO | None = None, report_every: float = REPORT_EVERY_SECONDS,
-          silent_after: float = SILENT_AFTER_SECONDS) -> tuple[int, str]:
+def silence_notice(quiet_for: float | None, silent_after: float, noted: bool) -> tuple[bool, bool]:
+    """(say it now, noted from now on): a stretch of silence of every running pod is said once, and
+    again only after some output (or no running pod) ended it."""
+    if quiet_for is not None and quiet_for >= silent_after:
+        return not noted, True
+    return False, False
+
+
+# How each end of a run maps to the command's exit code (the README lists them).
+END_EXIT_CODES: Mapping[RunEnd, int] = MappingProxyType({
+    "Succeeded": EXIT_SUCCEEDED, "Failed": EXIT_FAILED, "Invalid": EXIT_INVALID, "TimedOut": EXIT_TIMEOUT,
+    "HotLoop": EXIT_STAND_IN, "Suspended": EXIT_SUSPENDED})
+
+
+def watch(cluster: LocalCluster, name: str, namespace: str, options: RunOptions, out: TextIO,
+          err: TextIO) -> tuple[int, str]:
     """Show progress until the job ends (or the timeout); then the final view and status.
 
     Every `report_every` seconds while the job runs, and at a timeout (on `err`), every pod's state
@@ -510,64 +391,17 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     exits says why the job hangs. When every running pod has written nothing for `silent_after`
     seconds, that is noted once (and again if it happens again after output resumed).
     """
-    key = f"{namespace}/{name}"
     submitted = cluster.get_job(name, namespace) or {}
-    kind = submitted.get("kind", "MXJob")
-    config = next((c for c in cluster.configs if c.parent_kind == kind), None)
-    if config is None:
-        return EXIT_INVALID, f"{kind} {key}: no CompositeController in metacontroller/ follows {kind}"
-    print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.hooks.log_path if cluster.hooks else '-'})", file=out)
-    print(f"controller: {config.name} from {config.source}", file=out)
-    print(f"pod logs: {cluster.job_dir(name, namespace)}/<pod>.log  (localcluster logs {name} <pod>"
-          f"{'' if namespace == 'default' else f' -n {namespace}'} [--follow])", file=out)
-    uid = submitted["metadata"]["uid"]
+    kind = submitted.get("kind", "")
+    if problem := _unfollowed(cluster, kind, f"{namespace}/{name}"):
+        return EXIT_INVALID, problem
+    _print_header(cluster, name, namespace, kind, out)
     progress = Progress(out)
-    deadline = time.monotonic() + timeout
-    next_report = time.monotonic() + report_every
-    outcome: tuple[int, str] | None = None
-    silent_noted = False
-    while outcome is None:
-        progress.show(render(cluster, name, namespace))
-        quiet = silence(cluster, name, namespace)
-        if quiet and quiet[1] >= silent_after and not silent_noted:
-            silent_noted = True
-            progress.note([f"silent: no running pod of {kind} {key} has written to its log for {_seconds(quiet[1])} "
-                           f"({', '.join(quiet[0])}). A worker whose program ended (sys.exit, an uncaught exception) "
-                           "can stay Running while ps-lite's threads keep its process alive; its log's last lines "
-                           "say whether it did."])
-        elif quiet is None or quiet[1] < silent_after:
-            silent_noted = False
-        if time.monotonic() >= next_report:
-            next_report = time.monotonic() + report_every
-            progress.note([f"still waiting after {time.monotonic() - progress.started:.0f}s;",
-                           *diagnosis(cluster, name, namespace)])
-        current = cluster.get_job(name, namespace)
-        controller = cluster.controller_for(current) if current else None
-        hot = controller.hot_loop(uid) if controller else None
-        if hot:
-            outcome = (EXIT_STAND_IN, f"stand-in error: {kind} {key}: {hot}")
-        elif finished(current) == "Succeeded":
-            outcome = (EXIT_SUCCEEDED, f"{kind} {key} {job_state(current)}")
-        elif finished(current) == "Failed":
-            failed = condition(current, "Failed") or {}
-            message = failed.get("message", "")
-            # Each kind's hook names its validation failure <Kind>FailedValidation.
-            if str(failed.get("reason", "")).endswith("FailedValidation"):
-                outcome = (EXIT_INVALID, message or f"{kind} {key} has an invalid spec")
-            else:
-                outcome = (EXIT_FAILED, f"{kind} {key} Failed: {failed.get('reason', '')}: {message}")
-        elif (condition(current, "Suspended") or {}).get("status") == "True":
-            outcome = (EXIT_SUSPENDED, f"{kind} {key} is suspended (spec.runPolicy.suspend: true), so nothing runs; "
-                                       "set it to false to run the job")
-        elif time.monotonic() >= deadline:
-            outcome = (EXIT_TIMEOUT, f"{kind} {key} timed out after {timeout:g}s in state {job_state(current) or '-'}"
-                                     " (pods and log errors above)")
-        else:
-            time.sleep(REFRESH_SECONDS)
+    ended = _until_outcome(cluster, submitted, options, progress)
     # Workers leave a moment after the scheduler, and cleanPodPolicy deletes what still runs: wait
     # for that, so the final view is how the job really ended and no process is cut short.
     settle_until = time.monotonic() + SETTLE_SECONDS
-    while outcome[0] in (EXIT_SUCCEEDED, EXIT_FAILED) and not pods_settled(cluster, name, namespace) \
+    while ended.end in ("Succeeded", "Failed") and not pods_settled(cluster, name, namespace) \
             and time.monotonic() < settle_until:
         progress.show(render(cluster, name, namespace))
         time.sleep(REFRESH_SECONDS)
@@ -575,45 +409,67 @@ def watch(cluster: LocalCluster, name: str, namespace: str, timeout: float, out:
     final = cluster.get_job(name, namespace) or {}
     print("final status:", file=out)
     print(yaml.safe_dump({"status": final.get("status", {})}, sort_keys=False).rstrip(), file=out)
-    if outcome[0] == EXIT_TIMEOUT:
-        print("\n".join(diagnosis(cluster, name, namespace)), file=err or out)
-    if outcome[0] == EXIT_FAILED:
-        failures = failed_containers(cluster, name, namespace)
-        message = outcome[1]
-        # The pod the Failed condition names first, then every other that failed, in the order they exited.
-        shown = sorted(failures, key=lambda f: not named_in(message, f[0]))
-        paths = [path for *_, path in shown] or [p for p in [failing_log(cluster, name, namespace, message)] if p]
-        for path in paths[:FAILED_LOGS_SHOWN]:
-            print(f"last lines of {path}:", file=out)
-            print("\n".join("  " + line for line in tail(path, FAILED_LOG_LINES)), file=out)
-        if failures:
-            print(f"failed containers ({len(failures)}):", file=out)
-            for pod, container, code, at, path in failures:
-                print(f"  {pod} (container {container}): exit code {code} at {at}  {path}", file=out)
-        later = [f"{pod} (exit code {code})" for pod, _, code, _, _ in failures if not named_in(message, pod)]
-        if later and len(later) < len(failures):  # the job failed on a pod (not a deadline or the backoff limit)
-            # The condition and status.replicaStatuses were written when the job failed and stay as they
-            # were (frozen at the end, docs/lifecycle.md); a pod that failed a moment after is told here.
-            outcome = (outcome[0], f"{message} Also failed, after the job had failed (so not in its status, which "
-                                   f"is frozen at the end): {', '.join(later)}.")
+    message = ended.message
+    if ended.end == "TimedOut":
+        print("\n".join(diagnosis(cluster, name, namespace)), file=err)
+    if ended.end == "Failed":
+        lines, message = post_mortem(cluster, name, namespace, message)
+        print("\n".join(lines), file=out)
     out.flush()
-    return outcome
+    return END_EXIT_CODES[ended.end], message
 
 
-def log_files(job_dir: Path) -> dict[tuple[str, str], Path]:
-    """(pod, container) -> log file. `<pod>.log` is the pod's first container, named in its first line."""
-    found: dict[tuple[str, str], Path] = {}
-    for path in sorted(job_dir.glob("*.log")) if job_dir.is_dir() else []:
-        pod, _, rest = path.name[:-len(".log")].partition(".")
-        if rest:
-            found[(pod, rest)] = path
-            continue
-        with path.open(errors="replace") as handle:
-            head = "".join(handle.readline() for _ in range(5))  # the kubelet may note volumes before the start line
-        match = re.search(r" container (\S+) start ", head)
-        if match:
-            found[(pod, match.group(1))] = path
-    return found
+def _unfollowed(cluster: LocalCluster, kind: str, key: str) -> str | None:
+    """Why `run` cannot follow a job of this kind; None when it can."""
+    if next((c for c in cluster.configs if c.parent_kind == kind), None) is None:
+        return f"{kind} {key}: no CompositeController in metacontroller/ follows {kind}"
+    try:
+        status_reader_for(kind)
+    except UnknownKind as error:
+        return f"{kind} {key}: {error}"
+    return None
+
+
+def _print_header(cluster: LocalCluster, name: str, namespace: str, kind: str, out: TextIO) -> None:
+    config = next(c for c in cluster.configs if c.parent_kind == kind)
+    print(f"hooks server: {cluster.hooks.url if cluster.hooks else '-'} (log {cluster.hooks.log_path if cluster.hooks else '-'})", file=out)
+    print(f"controller: {config.name} from {config.source}", file=out)
+    print(f"pod logs: {cluster.job_dir(name, namespace)}/<pod>.log  (localcluster logs {name} <pod>"
+          f"{'' if namespace == 'default' else f' -n {namespace}'} [--follow])", file=out)
+
+
+def _until_outcome(cluster: LocalCluster, submitted: KubeObject, options: RunOptions, progress: Progress) -> Outcome:
+    """Redraw the view, and note silence and the periodic report, until `outcome` says the run ends."""
+    kind, meta = submitted["kind"], submitted["metadata"]
+    name, namespace = meta["name"], meta.get("namespace") or "default"
+    deadline = time.monotonic() + options.timeout
+    next_report = time.monotonic() + options.report_every
+    silent_noted = False
+    while True:
+        progress.show(render(cluster, name, namespace))
+        quiet = silence(cluster, name, namespace)
+        say, silent_noted = silence_notice(quiet[1] if quiet else None, options.silent_after, silent_noted)
+        if say and quiet:
+            progress.note([f"silent: no running pod of {kind} {namespace}/{name} has written to its log for "
+                           f"{duration(quiet[1])} ({', '.join(quiet[0])}). A worker whose program ended (sys.exit, "
+                           "an uncaught exception) can stay Running while ps-lite's threads keep its process alive; "
+                           "its log's last lines say whether it did."])
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + options.report_every
+            progress.note([f"still waiting after {time.monotonic() - progress.started:.0f}s;",
+                           *diagnosis(cluster, name, namespace)])
+        ended = outcome(_snapshot(cluster, submitted), time.monotonic(), deadline=deadline, timeout=options.timeout)
+        if ended is not None:
+            return ended
+        time.sleep(REFRESH_SECONDS)
+
+
+def _snapshot(cluster: LocalCluster, submitted: KubeObject) -> Snapshot:
+    meta = submitted["metadata"]
+    current = cluster.get_job(meta["name"], meta.get("namespace") or "default")
+    controller = cluster.controller_for(current) if current else None
+    return Snapshot(kind=submitted["kind"], key=f"{meta.get('namespace') or 'default'}/{meta['name']}", job=current,
+                    hot_loop=controller.hot_loop(meta["uid"]) if controller else None)
 
 
 def logs(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:

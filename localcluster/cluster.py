@@ -18,8 +18,9 @@ from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobcontroller import JobController
+from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
-from .kubeletapi import KubeletLogServer
+from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .statefulset import StatefulSetController
@@ -43,14 +44,6 @@ def check_dns_label(field: str, value: object) -> str | None:
                 "digits and '-', starting and ending with a letter or digit (e.g. my-job)")
     return None
 
-# Which condition of each job kind means which end: an MXJob says Succeeded/Failed itself; a
-# ChainerJob mirrors its master Job's conditions, where success is called Complete.
-TERMINAL_CONDITIONS: dict[str, dict[str, str]] = {
-    "MXJob": {"Succeeded": "Succeeded", "Failed": "Failed"},
-    "ChainerJob": {"Complete": "Succeeded", "Failed": "Failed"},
-}
-
-
 def job_state(job: KubeObject | None) -> str | None:
     """The job's current state: the type of its last condition (what the CRD prints as State)."""
     conditions = (job or {}).get("status", {}).get("conditions") or []
@@ -67,13 +60,12 @@ def condition(job: KubeObject | None, type_: str) -> dict[str, Any] | None:
 
 
 def finished(job: KubeObject | None) -> str | None:
-    """'Succeeded' or 'Failed' once a terminal condition of the job's kind is True."""
-    table = TERMINAL_CONDITIONS.get((job or {}).get("kind", ""), TERMINAL_CONDITIONS["MXJob"])
-    for type_, outcome in table.items():
-        cond = condition(job, type_)
-        if cond is not None and cond.get("status") == "True":
-            return outcome
-    return None
+    """'Succeeded' or 'Failed' (a refused spec too) once the job's kind's status reader says it ended;
+    UnknownKind for a kind without a reader."""
+    if not job:
+        return None
+    ending = status_reader_for(job.get("kind", ""))(job).ending
+    return "Succeeded" if ending == "Succeeded" else "Failed" if ending in ("Failed", "Invalid") else None
 
 
 class LocalCluster:
@@ -171,13 +163,20 @@ class LocalCluster:
         store.start()
         self._wire(store)
 
-    def _log_file(self, namespace: str, name: str, container: str) -> Path | None:
-        """For the log endpoint: the file of a pod's container, None when the pod has no such container."""
+    def _log_file(self, namespace: str, name: str, container: str) -> ContainerLog | None:
+        """For the log endpoint: a pod's container's log and state, None when the pod has no such container."""
         pod = self.store.get("v1", "Pod", namespace, name)
         spec = (pod or {}).get("spec", {})
         if pod is None or container not in [c["name"] for c in spec.get("containers", []) + spec.get("initContainers", [])]:
             return None
-        return self.kubelet.log_path(pod, container)
+        status = pod.get("status", {})
+        statuses = status.get("containerStatuses", []) + status.get("initContainerStatuses", [])
+        mine: dict[str, Any] = next((cs for cs in statuses if cs.get("name") == container), {})
+        state = mine.get("state") or {}
+        # Waiting to start: no instance has run yet (in CrashLoopBackOff the last one has, and is what is served).
+        ran = "running" in state or "terminated" in state or "terminated" in (mine.get("lastState") or {})
+        waiting = None if ran else (state.get("waiting") or {}).get("reason", "ContainerCreating")
+        return ContainerLog(self.kubelet.log_path(pod, container), int(mine.get("restartCount", 0)), waiting)
 
     def _pod_running(self, namespace: str, name: str) -> bool:
         """Whether `kubectl logs -f` should keep following: the pod exists and has not ended."""

@@ -154,7 +154,7 @@ def _unknown_paths(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> tuple[l
     return meta_paths, rest, [path for _, paths in embedded for path in paths]
 
 
-def _prune(value: Any, schema: Mapping[str, Any] | None, path: FieldPath, embedded: Embedded, *,
+def _prune(value: Any, schema: Mapping[str, Any] | None, path: FieldPath, embedded: Embedded, *,  # noqa: C901 (15)
            root: bool = False) -> Iterator[FieldPath]:
     """algorithm.go's prune(): the paths it deletes from value under schema (None: no schema at all);
     the unknown paths of embedded resources' metadata go to `embedded`."""
@@ -232,7 +232,7 @@ def _meta_paths(value: Any, kind: Any, path: FieldPath) -> Iterator[FieldPath]:
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
-def _meta_error(value: Any, kind: Any, path: FieldPath) -> str | None:
+def _meta_error(value: Any, kind: Any, path: FieldPath) -> str | None:  # noqa: C901 (14)
     if value is None:  # JSON null decodes into anything as the zero value
         return None
     found = _JSON_TYPES.get(type(value), type(value).__name__)

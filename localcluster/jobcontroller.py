@@ -75,7 +75,7 @@ class JobController(Reconciler):
         self._counted.pop(obj["metadata"]["uid"], None)
         self._last_failure.pop(obj["metadata"]["uid"], None)
 
-    def reconcile(self, key: Key) -> float | None:
+    def reconcile(self, key: Key) -> float | None:  # noqa: C901 (23)
         job = self.store.get(self.api_version, self.kind, *key)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None

@@ -173,22 +173,36 @@ def main(argv: list[str]) -> int:
         print(f"kubectl (local cluster): only `kubectl exec` and `kubectl get pod` are emulated, "
               f"not {' '.join(args[:1]) or 'nothing'}\n{USAGE}", file=sys.stderr)
         return 1
-    opts, command = parse(args[1:])
+    return exec_in(pods_dir, default_ns, args[1:])
+
+
+def published_container(pod_dir: Path, container: str | None) -> Path | None:
+    """The file the kubelet publishes while a container runs: the one named, else the pod's first."""
+    published = sorted(pod_dir.glob("exec-*.json"))
+    if container is not None:
+        return next((p for p in published if p.name == f"exec-{container}.json"), None)
+    return next((p for p in published if json.loads(p.read_text()).get("first")), None)
+
+
+def exec_in(pods_dir: Path, default_ns: str, argv: list[str]) -> int:
+    """`kubectl exec`: the command as a local process in the container's environment; its exit code."""
+    opts, command = parse(argv)
     if not command:
         print(f"error: you must specify at least one command for the container\n{USAGE}", file=sys.stderr)
         return 1
     namespace = opts.get("n", default_ns)
     pod_dir = pods_dir / namespace / opts["pod"]
-    published = sorted(pod_dir.glob("exec-*.json"))
-    if "c" in opts:
-        published = [p for p in published if p.name == f"exec-{opts['c']}.json"]
-    else:
-        published = [p for p in published if json.loads(p.read_text()).get("first")]
-    if not published:
+    published = published_container(pod_dir, opts.get("c"))
+    if published is None:
         target = f"container {opts['c']} of pod {opts['pod']}" if "c" in opts else f"pod {opts['pod']}"
         print(f"error: unable to upgrade connection: {target} in namespace {namespace} is not running", file=sys.stderr)
         return 1
-    info = json.loads(published[0].read_text())
+    return run_in(pod_dir, published, command)
+
+
+def run_in(pod_dir: Path, published: Path, command: list[str]) -> int:
+    """Run `command` where the published container runs, registered so that it dies with the container."""
+    info = json.loads(published.read_text())
     mapping = PathMap({path: Path(directory) for path, directory in info["mounts"].items()})
     argv_exec = [mapping.rewrite(part) for part in command]
     if os.sep not in argv_exec[0]:
@@ -202,7 +216,7 @@ def main(argv: list[str]) -> int:
     registry.mkdir(parents=True, exist_ok=True)
     marker = registry / str(child.pid)
     marker.write_text(info["uid"])
-    if not published[0].exists():  # the container stopped while we started: go down with it
+    if not published.exists():  # the container stopped while we started: go down with it
         os.killpg(child.pid, signal.SIGKILL)
 
     def forward(signum: int, _frame: object) -> None:

@@ -127,14 +127,8 @@ def hooks_container(deployment: dict) -> tuple[dict, dict]:
     return pod, container
 
 
-def run_args(deployment: dict, *, volumes: dict[str, Path], port: int) -> list[str]:
-    """podman run flags for the hooks container exactly as the Deployment describes it.
-
-    `volumes` maps each emptyDir volume name to the host directory standing in for it. Whatever the
-    Deployment says that this cannot reproduce is an error, not silently dropped.
-    """
-    pod, container = hooks_container(deployment)
-    pod_sc, sc = pod.get("securityContext", {}), container.get("securityContext", {})
+def security_args(pod_sc: dict, sc: dict) -> list[str]:
+    """podman run flags for the container's securityContext (the pod's where the container says nothing)."""
     uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
     gid = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
     args = []
@@ -152,6 +146,17 @@ def run_args(deployment: dict, *, volumes: dict[str, Path], port: int) -> list[s
     seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
     if seccomp not in (None, "RuntimeDefault"):
         raise CheckFailed(f"seccompProfile {seccomp} is not reproduced here (podman applies its RuntimeDefault)")
+    return args
+
+
+def run_args(deployment: dict, *, volumes: dict[str, Path], port: int) -> list[str]:
+    """podman run flags for the hooks container exactly as the Deployment describes it.
+
+    `volumes` maps each emptyDir volume name to the host directory standing in for it. Whatever the
+    Deployment says that this cannot reproduce is an error, not silently dropped.
+    """
+    pod, container = hooks_container(deployment)
+    args = security_args(pod.get("securityContext", {}), container.get("securityContext", {}))
     limits = container.get("resources", {}).get("limits", {})
     if "memory" in limits:
         args += ["--memory", str(quantity_bytes(str(limits["memory"])))]
@@ -447,7 +452,7 @@ def ok_syncs(metrics: bytes) -> float | None:
     return sum(float(c) for c in counts) if counts else None
 
 
-def check_running_hooks(env: dict[str, str], deployment: dict, report: Report | None = None, *, name: str) -> None:
+def check_running_hooks(env: dict[str, str], deployment: dict, report: Report | None = None, *, name: str) -> None:  # noqa: C901 (24)
     """Run the hooks image as `deployment` says and check what it answers; remove the container after."""
     import hooks.kinds
 

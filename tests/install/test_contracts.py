@@ -103,34 +103,41 @@ def in_package(name: str, package: str) -> bool:
 def core_problems(source: str, module: str, *, known_kinds: frozenset[str], is_package: bool = False) -> list[str]:
     """Why a module of hooks.shared or of a kind is not pure, or breaks the kind contracts; [] if it is fine."""
     own = module.split(".")[1]
-    allowed_hooks = {"hooks.shared", f"hooks.{own}"}
     problems = []
     reported: set[int] = set()  # one problem per import statement (`from a import b` yields a and a.b)
     for imported in imports_of(source, module, is_package=is_package):
-        name = imported.module
-        where = f"{module}:{imported.line} imports {name}"
         if imported.line in reported:
             continue
-        before = len(problems)
-        if top(name) == "hooks":
-            if name == "hooks" or any(in_package(name, p) for p in allowed_hooks):
-                continue
-            other = name.split(".")[1]
-            if own == SHARED and other in known_kinds:
-                problems.append(f"{where}: hooks.shared imports no kind")
-            elif other in known_kinds:
-                problems.append(f"{where}: kinds never import each other")
-            else:
-                problems.append(f"{where}: the core imports only hooks.shared and its own kind, never a shell "
-                                "or the kinds table")
-        elif name == "__future__":
-            continue
-        elif top(name) not in sys.stdlib_module_names:
-            problems.append(f"{where}: the core imports only the standard library")
-        elif top(name) in IMPURE_STDLIB:
-            problems.append(f"{where}: not pure ({IMPURE_STDLIB[top(name)]})")
-        if len(problems) > before:
+        problem = core_import_problem(imported.module, own, known_kinds)
+        if problem:
+            problems.append(f"{module}:{imported.line} imports {imported.module}: {problem}")
             reported.add(imported.line)
+    return problems + core_call_problems(source, module)
+
+
+def core_import_problem(name: str, own: str, known_kinds: frozenset[str]) -> str | None:
+    """Why the core of `own` (a kind, or shared) may not import `name`; None when it may."""
+    if top(name) == "hooks":
+        if name == "hooks" or any(in_package(name, p) for p in ("hooks.shared", f"hooks.{own}")):
+            return None
+        other = name.split(".")[1]
+        if own == SHARED and other in known_kinds:
+            return "hooks.shared imports no kind"
+        if other in known_kinds:
+            return "kinds never import each other"
+        return "the core imports only hooks.shared and its own kind, never a shell or the kinds table"
+    if name == "__future__":
+        return None
+    if top(name) not in sys.stdlib_module_names:
+        return "the core imports only the standard library"
+    if top(name) in IMPURE_STDLIB:
+        return f"not pure ({IMPURE_STDLIB[top(name)]})"
+    return None
+
+
+def core_call_problems(source: str, module: str) -> list[str]:
+    """The calls in a core module that do I/O or read the clock."""
+    problems = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in IMPURE_BUILTINS:

@@ -53,6 +53,9 @@ def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path)
                             cwd=REPO, capture_output=True, text=True, timeout=360)
     assert result.returncode == 0, result.stdout[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "ChainerJob default/chainer-mn-digits Complete"
+    # The line before says what the model achieved, from the master's log.
+    assert re.fullmatch(r"result: chainer-mn-digits-master-\S+: final test accuracy 0\.\d+ over 3 ranks.*",
+                        result.stdout.strip().splitlines()[-2]), result.stdout[-1000:]
     logs = "".join(p.read_text() for p in (state / "default" / "chainer-mn-digits").glob("chainer-mn-digits-master-*.log"))
     accuracy = ACCURACY.search(logs)
     assert accuracy is not None, logs[-2000:]

@@ -133,6 +133,21 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend:
 
 
 @pytest.mark.mxnet
+@pytest.mark.apiserver
+def test_make_run_ends_with_the_trained_models_accuracy(tmp_path: Path):
+    """`make run` is `localcluster run` on the example: its last lines say what the model achieved."""
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"), "run", str(EXAMPLE),
+                             "--control-plane", "kubernetes"], cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    *_, first, second, last = result.stdout.strip().splitlines()
+    assert last == "MXJob default/dist-train-digits Succeeded"
+    for line, worker in ((first, 0), (second, 1)):
+        # ps-lite ranks the workers in the order they join, not by pod name.
+        found = re.fullmatch(rf"result: dist-train-digits-worker-{worker}: \[worker [01]\] final validation-accuracy=(0\.\d+)", line)
+        assert found is not None and float(found.group(1)) >= 0.9, line
+
+
+@pytest.mark.mxnet
 def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path):
     base = yaml.safe_load(EXAMPLE.read_text())
     with LocalCluster(tmp_path / "state") as cluster:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli
+from localcluster import cli, postmortem
 
 REPO = Path(__file__).resolve().parents[2]
 # The worker raises, prints the traceback as an uncaught exception would, and then hangs.
@@ -54,22 +54,22 @@ def test_trouble_is_the_last_traceback_with_its_exception_line():
            "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "    f()", "ValueError: old",
            "epoch 2", "Traceback (most recent call last):", '  File "b.py", line 2, in <module>', "    g()",
            "KeyError: 'x'", "still running"]
-    assert cli.trouble(log) == ["Traceback (most recent call last):", '  File "b.py", line 2, in <module>', "    g()",
+    assert postmortem.trouble(log) == ["Traceback (most recent call last):", '  File "b.py", line 2, in <module>', "    g()",
                                 "KeyError: 'x'"]
 
 
 def test_a_long_traceback_keeps_its_head_and_its_end():
     frames = [f'  File "f.py", line {i}, in f' for i in range(50)]
-    found = cli.trouble(["Traceback (most recent call last):", *frames, "RecursionError: too deep"], limit=6)
+    found = postmortem.trouble(["Traceback (most recent call last):", *frames, "RecursionError: too deep"], limit=6)
     assert found == ["Traceback (most recent call last):", "  ...", *frames[-3:], "RecursionError: too deep"]
 
 
 def test_an_error_line_without_a_traceback_is_shown_with_what_led_to_it():
     log = [f"step {i}" for i in range(30)] + ["[12:00:01] src/van.cc:310: Check failed: error connecting", "waiting"]
-    found = cli.trouble(log, limit=5)
+    found = postmortem.trouble(log, limit=5)
     assert found == ["step 28", "step 29", "[12:00:01] src/van.cc:310: Check failed: error connecting", "waiting"]
 
 
 def test_a_clean_log_and_the_local_clusters_own_lines_are_no_trouble():
-    assert cli.trouble(["=== localcluster: container mxnet exited with code 1 at T", "epoch 1 accuracy=0.9",
+    assert postmortem.trouble(["=== localcluster: container mxnet exited with code 1 at T", "epoch 1 accuracy=0.9",
                         "validation-error=0.1 stderr ok"]) == []

@@ -214,6 +214,52 @@ def test_a_settled_mxjob_costs_zero_writes_per_resync(cluster: LocalCluster):
     assert writes(delta(cluster.control_plane.request_counts(), settled)) == {}
 
 
+def test_kubectl_logs_shows_the_current_pod_and_container_instance_and_previous_the_one_before(
+        cluster: LocalCluster, tmp_path: Path):
+    """A pod's log file holds every pod of its name (`run` reads why an earlier one failed from it); through
+    the API server, `kubectl logs` serves what a real kubelet would: this pod's current container."""
+    assert cluster.control_plane is not None
+    kubectl = [str(bin_dir() / "kubectl"), f"--kubeconfig={cluster.control_plane.kubeconfig}"]
+
+    def logs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*kubectl, "logs", *args], capture_output=True, text=True, timeout=60)
+
+    def output(result: subprocess.CompletedProcess[str]) -> list[str]:
+        """The program's lines, without the kubelet's notes (which quote the command)."""
+        return [line for line in result.stdout.splitlines() if not line.startswith("=== localcluster:")]
+
+    def pod(script: str, policy: str) -> KubeObject:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"restartPolicy": policy, "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script]}]}}
+
+    def phase() -> str | None:
+        return (cluster.pod("p") or {}).get("status", {}).get("phase")
+
+    cluster.store.create(pod("echo earlier-pod", "Never"))
+    cluster.wait_for(lambda: phase() == "Succeeded", 30, what="the earlier pod p to succeed")
+    assert output(logs("p")) == ["earlier-pod"]
+    cluster.delete_pod("p")
+    cluster.wait_for(lambda: cluster.pod("p") is None, 30, what="the earlier pod p to be gone")
+    marker = tmp_path / "ran-once"
+    cluster.store.create(pod(f"if [ -e {marker} ]; then echo second-run; else touch {marker}; echo first-run; exit 1; fi",
+                             "OnFailure"))
+    cluster.wait_for(lambda: phase() == "Succeeded", 60, what="the new pod p to fail once, restart and succeed")
+    current, previous = logs("p"), logs("p", "--previous")
+    assert current.returncode == 0 and previous.returncode == 0, (current.stderr, previous.stderr)
+    assert (output(current), output(previous)) == (["second-run"], ["first-run"])
+    # The file on disk still holds all three runs, for `localcluster run` and `localcluster logs`.
+    assert all(word in cluster.log_path("p").read_text() for word in ("earlier-pod", "first-run", "second-run"))
+    tailed = logs("p", "-c", "main", "--previous", "--tail=1")
+    assert tailed.returncode == 0 and tailed.stdout.count("\n") == 1, tailed
+    cluster.delete_pod("p")
+    cluster.wait_for(lambda: cluster.pod("p") is None, 30, what="pod p to be gone")
+    cluster.store.create(pod("echo only-run", "Never"))
+    cluster.wait_for(lambda: phase() == "Succeeded", 30, what="a third pod p to succeed")
+    first = logs("p", "--previous")
+    assert first.returncode != 0 and 'previous terminated container "main" in pod "p" not found' in first.stderr, first
+
+
 @pytest.mark.mxnet
 def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path):
     """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli
+from localcluster import cli, postmortem, runview
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ def test_failed_containers_come_from_the_logs_in_exit_order_without_the_cleanups
         def job_dir(self, name: str, namespace: str) -> Path:
             return tmp_path / namespace / name
 
-    found = cli.failed_containers(Cluster(), "j", "default")  # type: ignore[arg-type]
+    found = postmortem.failed_containers(Cluster(), "j", "default")  # type: ignore[arg-type]
     assert [(pod, code) for pod, _, code, _, _ in found] == [("j-worker-1", 1), ("j-server-0", 137), ("j-worker-0", 1)]
 
 
@@ -176,17 +176,17 @@ def test_the_view_shows_each_running_pods_last_line_and_how_long_it_has_been_sil
                    "=== localcluster: volume note\n")
     now = time.time()
     os.utime(log, (now - 42, now - 42))
-    assert cli.last_output(log, now=now) == ("epoch 2 acc=0.7", pytest.approx(42, abs=1))
-    assert cli.output_row(cli.last_output(log, now=now)) == "    > epoch 2 acc=0.7  [silent 42s]"
-    assert cli.output_row(("epoch 3", 1.0)) == "    > epoch 3"
-    assert cli.output_row(("x" * 500, 600.0)) == f"    > {'x' * 97}...  [silent 10m0s]"
-    assert cli.output_row(None) == "    > (no output yet)"
-    assert cli.last_output(tmp_path / "none.log") is None
+    assert runview.last_output(log, now=now) == ("epoch 2 acc=0.7", pytest.approx(42, abs=1))
+    assert runview.output_row(runview.last_output(log, now=now)) == "    > epoch 2 acc=0.7  [silent 42s]"
+    assert runview.output_row(("epoch 3", 1.0)) == "    > epoch 3"
+    assert runview.output_row(("x" * 500, 600.0)) == f"    > {'x' * 97}...  [silent 10m0s]"
+    assert runview.output_row(None) == "    > (no output yet)"
+    assert runview.last_output(tmp_path / "none.log") is None
 
 
 def test_in_a_ci_log_output_lines_alone_do_not_redraw_the_view():
     out = io.StringIO()
-    progress = cli.Progress(out)
+    progress = runview.Progress(out)
     view = ["MXJob default/j   state: Running   age: 1s", "  POD", "  j-worker-0  Running  0  1s"]
     progress.show([*view, "    > step 1"])
     progress.show([*view, "    > step 2"])
