@@ -26,11 +26,9 @@ from typing import TextIO, cast
 import yaml
 
 from . import clusterup, kubectlyaml
-from .cluster import Backend, LocalCluster, check_dns_label, condition, finished, job_state
+from .cluster import LocalCluster, check_dns_label, condition, finished, job_state
 from .config import PARENT_KINDS
-from .controlplane import bin_dir, missing_binaries
 from .crds import served_kinds
-from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
 from .metacontroller import CLIENT_BURST, CLIENT_QPS
 from .store import StoreError
 from .types import ContainerStatus, KubeObject
@@ -47,8 +45,9 @@ REFRESH_SECONDS = 0.25
 # the operator's success grace, or be removed by cleanPodPolicy) before it stops everything.
 SETTLE_SECONDS = 45.0
 FAILED_LOG_LINES = 15
-# --validate, as kubectl spells it: how a field the CRD does not know (which the API server would prune) is met.
-VALIDATE_CHOICES = {"strict": "strict", "true": "strict", "warn": "warn", "ignore": "ignore", "false": "ignore"}
+# --validate, as kubectl spells it: how the API server meets a field the CRD does not know (its fieldValidation).
+VALIDATE_CHOICES = {"strict": "Strict", "true": "Strict", "warn": "Warn", "ignore": "Ignore", "false": "Ignore"}
+STRICT_HINT = " (fix the spelling, or remove the field; --validate=warn runs the job without it)"
 # While a job runs, how often `run` notes every pod's state and the log lines that look like trouble.
 REPORT_EVERY_SECONDS = 60.0
 TROUBLE_LOG_LINES = 20
@@ -179,14 +178,12 @@ class InputError(ValueError):
     """The job file cannot be used; the message names the file and what is wrong."""
 
 
-def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate: str = "warn") -> KubeObject:
+def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObject:
     """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise.
 
     Any version the CRD serves is accepted and stored under the storage version, as the API server
-    does with `conversion: None`; a deprecated version's warning goes to `warn`. A field the CRD's
-    schema does not know is, as server-side field validation has it, a warning to `warn`
-    (validate="warn"), an InputError ("strict"), or nothing ("ignore"); unless refused, it is
-    dropped, as the API server prunes it.
+    does with `conversion: None`; a deprecated version's warning goes to `warn`. The fields the CRD
+    does not know are the API server's to name, when the job is submitted (`--validate`).
     """
     try:
         with path.open() as stream:  # a stream, so YAML errors name the file
@@ -215,17 +212,8 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate:
                          f"use one of {served}.{hint}")
     if warn is not None and (warning := crd.warning_for(version)):
         warn(f"Warning: {warning}")
-    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
+    if problem := kubectlyaml.metadata_error(job):  # kubectl cannot decode it, whatever --validate says
         raise InputError(f"{path}: {problem}")
-    unknown = unknown_fields_of(job) if validate != "ignore" else []
-    if unknown and validate == "strict":
-        fields = ", ".join(f'unknown field "{field}"' for field in unknown)
-        raise InputError(f"{path}: strict decoding error: {fields} (fix the spelling, or remove the field; "
-                         "--validate=warn runs the job without it)")
-    if warn is not None:
-        for field in unknown:
-            warn(f'Warning: unknown field "{field}"')
-    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
     job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     meta = job.get("metadata")
     if not isinstance(meta, dict):
@@ -425,7 +413,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
             warnings.append(line)
             print(line, file=err)
 
-        job = load_job(Path(args.file), warn=warn, validate=validate)
+        job = load_job(Path(args.file), warn=warn)
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
@@ -437,23 +425,26 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         try:
             with job_lock(state_dir, namespace, name):
                 job_dir = state_dir / namespace / name
-                backend = choose_backend(getattr(args, "control_plane", "memory"), err)
                 cluster = LocalCluster(state_dir, hooks_log=job_dir / "hooks-server.log",
                                        client_qps=getattr(args, "client_qps", CLIENT_QPS),
                                        client_burst=getattr(args, "client_burst", CLIENT_BURST),
-                                       stale=getattr(args, "stale_reads", None),
-                                       backend=backend, control_plane_dir=job_dir / "controlplane")
+                                       stale=getattr(args, "stale_reads", None), control_plane_dir=job_dir / "controlplane")
                 signals.cluster = cluster
                 try:
-                    if backend == "kubernetes":
-                        # The control plane keeps its files in the job's folder: empty it first, submit after.
-                        shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
-                        cluster.start()
-                        cluster.submit(job, clear_logs=False)
-                    else:
-                        cluster.submit(job)  # empties the job's folder: only under the lock
-                        cluster.start()
-                except (RuntimeError, OSError, ValueError, StoreError) as error:  # ValueError: a job folder that escapes
+                    # The control plane keeps its files in the job's folder: empty it first (only under the lock), submit after.
+                    shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
+                    cluster.start()
+                    cluster.submit(job, clear_logs=False, field_validation=validate, warn=warn)
+                except StoreError as error:
+                    signals.stopping = True
+                    cluster.stop()
+                    if error.code not in (400, 422):  # the server refused the job itself (strict decoding, the CRD's rules)
+                        print(f"error: the local cluster could not start: {error}", file=err)
+                        return EXIT_CANNOT_START
+                    hint = STRICT_HINT if "strict decoding error" in error.message else ""
+                    print(f"error: {args.file}: {error.message}{hint}", file=err)
+                    return EXIT_INVALID
+                except (RuntimeError, OSError, ValueError) as error:  # ValueError: a job folder that escapes
                     signals.stopping = True
                     cluster.stop()
                     print(f"error: the local cluster could not start: {error}", file=err)
@@ -477,18 +468,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         print("\n".join("  " + line for line in warnings), file=err)
     print(reason, file=out if code == EXIT_SUCCEEDED else err)
     return code
-
-
-def choose_backend(requested: str, err: TextIO) -> Backend:
-    """`--control-plane`: auto takes the real control plane when `make controlplane` has built it."""
-    if requested == "auto":
-        missing = missing_binaries()
-        if missing:
-            print(f"localcluster: no real control plane built ({', '.join(missing)} missing in {bin_dir()}; `make controlplane` "
-                  "builds it): running on the in-memory stand-in", file=err)
-            return "memory"
-        return "kubernetes"
-    return cast(Backend, requested)
 
 
 def silence(cluster: LocalCluster, name: str, namespace: str) -> tuple[list[str], float] | None:
@@ -671,9 +650,6 @@ def parser() -> argparse.ArgumentParser:
                             help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
     run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,
                             help=f"requests allowed at once before the rate applies (its --client-go-burst; default {CLIENT_BURST})")
-    run_parser.add_argument("--control-plane", choices=("auto", "kubernetes", "memory"), default="auto",
-                            help="kubernetes: real etcd, kube-apiserver and kube-controller-manager (make controlplane builds them); "
-                                 "memory: the in-memory stand-in; auto (default): kubernetes when built, else memory")
     run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
                             help="serve the sync hook a parent one status write behind its children, or the reverse, "
                                  "as Metacontroller's informer caches can (default: fresh reads)")

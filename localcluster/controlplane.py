@@ -52,6 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+GO_VERSION = "1.26"  # what controlplane/*/go.mod ask for
 
 # The controllers the children need (Job, StatefulSet), the ones that clean up after them (garbage
 # collector, namespace, TTL after finished), and the ones admission relies on (a `default`
@@ -179,7 +180,8 @@ class ControlPlane:
         missing = missing_binaries(self.binaries)
         if missing:
             raise ControlPlaneError(
-                f"missing in {self.binaries}: {', '.join(missing)}; run `make controlplane` (needs Go, see docs/real-apiserver.md)"
+                f"no real control plane built: {', '.join(missing)} missing in {self.binaries}; `make controlplane` "
+                f"builds it (needs Go {GO_VERSION} or later on PATH, see docs/real-apiserver.md)"
             )
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))

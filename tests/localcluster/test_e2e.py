@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.apiserver import BACKENDS
 from helpers.cluster import events_for
 
 from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits.yaml"
@@ -73,9 +73,9 @@ def worker_job(name: str, commands: list[list[str]], *, restart: str = "Never", 
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
     """A local cluster with the real hooks server behind a fault proxy; every process ends with the test."""
-    with LocalCluster(tmp_path / "state", fault_proxy=True, restart_backoff=(0.2, 1.0)) as c:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, fault_proxy=True, restart_backoff=(0.2, 1.0)) as c:
         yield c
 
 
@@ -101,10 +101,9 @@ def phase_of(cluster: LocalCluster, pod: str) -> str | None:
 
 
 @pytest.mark.mxnet
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend: str):
+def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later.
@@ -133,9 +132,9 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend:
 
 
 @pytest.mark.mxnet
-def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path):
+def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path, cluster_plane: ControlPlane):
     base = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         for name in ("digits-a", "digits-b"):
             job = copy.deepcopy(base)
             job["metadata"]["name"] = name
@@ -342,9 +341,9 @@ def fake(tmp_path: Path) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]
     """Factory: a local cluster whose stand-in calls a FakeHook; all torn down after the test."""
     opened: list[tuple[LocalCluster, FakeHook]] = []
 
-    def make(answer: Callable[[dict], tuple[int, Any]]) -> LocalCluster:
+    def make(answer: Callable[[dict], tuple[int, Any]], cluster_plane: ControlPlane) -> LocalCluster:
         hook = FakeHook(answer)
-        cluster = LocalCluster(tmp_path / "state", hook_url=hook.url, hot_loop_syncs=25)
+        cluster = LocalCluster(tmp_path / "state", control_plane=cluster_plane, hook_url=hook.url, hot_loop_syncs=25)
         opened.append((cluster, hook))
         cluster.hook = hook  # type: ignore[attr-defined]
         return cluster.start()

@@ -19,8 +19,9 @@ import pytest
 from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
 
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPLICAS = 3
 # Each worker prints when its process started, then works for a moment.
@@ -41,9 +42,9 @@ def gang_job(name: str, policy: dict) -> dict:
 
 
 @contextmanager
-def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
+def gang_cluster(tmp_path: Path, component: str, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", configs=[config]) as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster:
         yield cluster
 
 
