@@ -42,10 +42,11 @@ check-tools:
 
 # Chainer 7.8.1 builds from source against the venv's setuptools<70 and wheel (requirements-chainer-build.txt),
 # without build isolation; so does this project's editable install.
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt $(CONSTRAINTS) pyproject.toml | check-python
+$(STAMP): requirements.txt requirements-localcluster.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt $(CONSTRAINTS) pyproject.toml | check-python
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --upgrade pip
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt -r requirements-chainer-build.txt
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-localcluster.txt -r requirements-dev.txt -r requirements-mxnet.txt \
+		-r requirements-chainer-build.txt
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-build-isolation -r requirements-chainer.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@

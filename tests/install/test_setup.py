@@ -92,7 +92,8 @@ def test_every_installed_package_is_pinned_in_the_constraints_file():
         "file, run `make setup` then `make constraints`, and commit constraints.txt")
 
 
-@pytest.mark.parametrize("requirements", ["requirements.txt", "requirements-dev.txt", "requirements-mxnet.txt"])
+@pytest.mark.parametrize("requirements", [
+    "requirements.txt", "requirements-localcluster.txt", "requirements-dev.txt", "requirements-mxnet.txt"])
 def test_requirement_pins_agree_with_the_constraints(requirements: str):
     constraints = pins(ROOT / "constraints.txt")
     for name, version in pins(ROOT / requirements).items():
