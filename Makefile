@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/local/dist-train-digits.yaml
 # `make test CONTROLPLANE=skip` runs everything but the tests against the real API server (for a machine
-# without Go); it says so loudly, and those tests are skipped, not passed. `make run CONTROLPLANE=skip`
-# runs the example on the in-memory stand-in.
+# without Go); it says so loudly, and those tests are skipped, not passed. The local cluster itself
+# (`make run`) runs on the real control plane only: without Go, make says what to install.
 CONTROLPLANE ?= run
 # Every installed package pinned, dependencies of dependencies included (see `make constraints`).
 CONSTRAINTS := constraints.txt
@@ -55,15 +55,9 @@ $(STAMP): requirements.txt requirements-localcluster.txt requirements-dev.txt re
 setup: check-python
 	@$(MAKE) --no-print-directory $(STAMP)
 
-## Run the example MXJob to Succeeded on the local cluster (the real control plane, built first; no Go: in memory).
-run: setup
-ifeq ($(CONTROLPLANE),skip)
-	$(BIN)/localcluster run $(EXAMPLE) --control-plane memory
-else
-	@if command -v go >/dev/null; then $(MAKE) --no-print-directory controlplane; \
-	else echo "*** no Go on PATH: the job runs on the in-memory stand-in (Go 1.26+ builds the real control plane) ***"; fi
+## Run the example MXJob to Succeeded on the local cluster (on the real control plane, built first: needs Go).
+run: setup controlplane
 	$(BIN)/localcluster run $(EXAMPLE)
-endif
 
 # The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl),
 # built from source at the versions controlplane/*/go.mod pin; the Go caches stay outside the checkout.

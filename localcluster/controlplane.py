@@ -52,7 +52,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
-GO_VERSION = "1.26"  # what controlplane/*/go.mod ask for
 
 # The controllers the children need (Job, StatefulSet), the ones that clean up after them (garbage
 # collector, namespace, TTL after finished), and the ones admission relies on (a `default`
@@ -86,6 +85,12 @@ class ControlPlaneError(RuntimeError):
 
 def bin_dir() -> Path:
     return Path(os.environ.get("CONTROLPLANE_BIN", DEFAULT_BIN_DIR))
+
+
+def go_version() -> str:
+    """The Go version the pinned control plane's go.mod asks for (controlplane/kubernetes/go.mod)."""
+    found = re.search(r"^go (\S+)$", (REPO_ROOT / "controlplane" / "kubernetes" / "go.mod").read_text(), re.M)
+    return found.group(1) if found else "(see controlplane/kubernetes/go.mod)"
 
 
 def missing_binaries(directory: Path | None = None) -> list[str]:
@@ -181,7 +186,7 @@ class ControlPlane:
         if missing:
             raise ControlPlaneError(
                 f"no real control plane built: {', '.join(missing)} missing in {self.binaries}; `make controlplane` "
-                f"builds it (needs Go {GO_VERSION} or later on PATH, see docs/real-apiserver.md)"
+                f"builds it (needs Go {go_version()} or newer on PATH, see docs/real-apiserver.md)"
             )
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))
