@@ -3,7 +3,7 @@
 kubectl turns YAML into JSON with sigs.k8s.io/yaml, which parses YAML 1.1 with go-yaml v2, and its
 apply then leaves out every field whose value is null. PyYAML parses YAML 1.1 too, but resolves
 plain scalars otherwise; this module uses PyYAML's parser with go-yaml v2's resolution (`resolve.go`)
-and sigs.k8s.io/yaml's conversion to JSON. tests/localcluster/test_apiserver_stand_ins.py compares the outcome
+and sigs.k8s.io/yaml's conversion to JSON. tests/localcluster/test_validate.py compares the outcome
 with what kubectl sends to a real API server. What differs from `yaml.safe_load`:
 
 - a timestamp (`2001-01-01`) stays the string as written (PyYAML: a date object, which is not JSON);
