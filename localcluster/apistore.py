@@ -52,7 +52,10 @@ def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
 
 
 def warning_text(header: str) -> str:
-    """The text of one `Warning` header (RFC 7234: `299 - "text"`, quotes and backslashes escaped)."""
+    """The text of one `Warning` header (RFC 7234: `299 - "text"`, quotes and backslashes escaped).
+    The server writes it in UTF-8, which Python's HTTP client has read as Latin-1."""
+    with contextlib.suppress(UnicodeError):
+        header = header.encode("latin-1").decode("utf-8")
     match = re.fullmatch(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"(?: .*)?', header.strip())
     return re.sub(r"\\(.)", r"\1", match.group(1)) if match else header
 

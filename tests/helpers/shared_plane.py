@@ -26,18 +26,25 @@ KEPT = {("v1", "Service", "default", "kubernetes"), ("v1", "ConfigMap", "default
 NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "propagationPolicy": "Background"}
 
 
-def _leftovers(api: ApiStore) -> list[tuple[str, str, str, str, bool]]:
+def _items(api: ApiStore, api_version: str, kind: str, namespace: str | None, deadline: float) -> list[dict]:
+    while True:
+        try:
+            return list(api.request("GET", collection_path(api_version, kind, namespace)).get("items") or [])
+        except StoreError as err:
+            if err.code == 404:  # a kind whose CRD no cluster has installed yet
+                return []
+            # 429 "storage is (re)initializing": a CRD just installed, its watch cache not ready yet
+            if err.code != 429 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _leftovers(api: ApiStore, deadline: float) -> list[tuple[str, str, str, str, bool]]:
     """(apiVersion, kind, namespace, name, has finalizers) of everything to remove."""
     found = []
     for kinds, namespace in ((EVERY_NAMESPACE, None), (IN_DEFAULT, "default")):
         for api_version, kind in kinds:
-            try:
-                items = api.request("GET", collection_path(api_version, kind, namespace)).get("items") or []
-            except StoreError as err:
-                if err.code == 404:  # a kind whose CRD no cluster has installed yet
-                    continue
-                raise
-            for item in items:
+            for item in _items(api, api_version, kind, namespace, deadline):
                 meta = item["metadata"]
                 key = (api_version, kind, meta["namespace"], meta["name"])
                 if key not in KEPT and not meta["namespace"].startswith("kube-"):
@@ -49,7 +56,7 @@ def clear_local_clusters(cp: ControlPlane, timeout: float = 60.0) -> None:
     """Remove what earlier local clusters left on `cp` (see the module's docstring); wait until it is gone."""
     api = ApiStore(cp.kubeconfig, [])
     deadline = time.monotonic() + timeout
-    while leftovers := _leftovers(api):
+    while leftovers := _leftovers(api, deadline):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the shared control plane still holds {leftovers[:5]} after {timeout:g} s")
         for api_version, kind, namespace, name, finalizers in leftovers:
@@ -61,6 +68,6 @@ def clear_local_clusters(cp: ControlPlane, timeout: float = 60.0) -> None:
                     api.request("PUT", path, current)
                 api.request("DELETE", path + "?" + urlencode({"gracePeriodSeconds": 0}), NOW)
             except StoreError as err:
-                if err.code not in (404, 409):
+                if err.code not in (404, 409, 429):  # gone, changed meanwhile, or not ready: the next round sees
                     raise
         time.sleep(0.2)

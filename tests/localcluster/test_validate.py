@@ -58,10 +58,10 @@ def strict_fields(message: str) -> list[str]:
 def submit(cp: ControlPlane, namespace: str, path: Path, validation: str) -> tuple[list[str], Any, str]:
     """What `run` gets for a job file, as it submits it (LocalCluster.submit): the server's warnings,
     the stored object (None when refused) and the refusal's message. The job is deleted after."""
-    job = load_job(path)
+    warnings: list[str] = []
+    job = load_job(path, warn=warnings.append)  # a deprecated version's warning comes first, as the server's does
     job["metadata"]["namespace"] = namespace
     store = ApiStore(cp.kubeconfig, [])
-    warnings: list[str] = []
     try:
         stored = store.create(job, field_validation=validation, warn=warnings.append)
     except StoreError as err:
