@@ -337,11 +337,11 @@ class FakeHook:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]], LocalCluster]]:
+def fake(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]], LocalCluster]]:
     """Factory: a local cluster whose stand-in calls a FakeHook; all torn down after the test."""
     opened: list[tuple[LocalCluster, FakeHook]] = []
 
-    def make(answer: Callable[[dict], tuple[int, Any]], cluster_plane: ControlPlane) -> LocalCluster:
+    def make(answer: Callable[[dict], tuple[int, Any]]) -> LocalCluster:
         hook = FakeHook(answer)
         cluster = LocalCluster(tmp_path / "state", control_plane=cluster_plane, hook_url=hook.url, hot_loop_syncs=25)
         opened.append((cluster, hook))
@@ -355,7 +355,10 @@ def fake(tmp_path: Path) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]
 
 
 def parent_job(name: str = "fake") -> dict:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name}, "spec": {"mxReplicaSpecs": {}}}
+    """A valid MXJob (the fake hook ignores its spec). The fake hook's status uses fields the CRD
+    declares (restartCount, specError): the server prunes any other."""
+    worker = {"replicas": 1, "template": {"spec": {"containers": [{"name": "mxnet", "image": "x", "command": ["true"]}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name}, "spec": {"mxReplicaSpecs": {"Worker": worker}}}
 
 
 def sleeper_pod(name: str, labels: dict | None = None) -> dict:
@@ -368,11 +371,11 @@ def sleeper_pod(name: str, labels: dict | None = None) -> dict:
 
 
 def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
-    cluster = fake(lambda req: (200, {"status": {"seen": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("p")]}))
+    cluster = fake(lambda req: (200, {"status": {"restartCount": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("p")]}))
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
     cluster.wait_for(lambda: phase_of(cluster, "p") == "Running", 20, what="pod running")
-    cluster.wait_for(lambda: cluster.get_job("fake")["status"].get("seen") == 1, 10, what="status from a sync that saw the pod")
+    cluster.wait_for(lambda: cluster.get_job("fake")["status"].get("restartCount") == 1, 10, what="status from a sync that saw the pod")
     request = next(r for r in reversed(cluster.hook.requests) if r["children"]["Pod.v1"])
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
@@ -391,7 +394,7 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     expected["metadata"]["namespace"] = "default"
     assert applied == expected
     assert pod["status"]["phase"] == "Running" and pod["metadata"]["creationTimestamp"] and pod["metadata"]["uid"]
-    assert cluster.get_job("fake")["status"] == {"seen": 1, "observedGeneration": 1}
+    assert cluster.get_job("fake")["status"] == {"restartCount": 1, "observedGeneration": 1}
 
 
 def test_an_empty_200_answer_deletes_every_child_and_wipes_status(fake):
@@ -399,7 +402,7 @@ def test_an_empty_200_answer_deletes_every_child_and_wipes_status(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         if answers["mode"] == "full":
-            return 200, {"status": {"phase": "busy"}, "children": [sleeper_pod("a"), sleeper_pod("b")]}
+            return 200, {"status": {"specError": "busy"}, "children": [sleeper_pod("a"), sleeper_pod("b")]}
         return 200, {}
 
     cluster = fake(answer)
@@ -417,7 +420,7 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         if answers["mode"] == "full":
-            return 200, {"status": {"ok": True}, "children": [sleeper_pod("a")]}
+            return 200, {"status": {"specError": "ok"}, "children": [sleeper_pod("a")]}
         return (500, {"error": "boom"}) if answers["mode"] == "500" else (200, b"not json")
 
     cluster = fake(answer)
@@ -429,7 +432,7 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
         cluster.controllers["MXJob"].enqueue(job["metadata"]["uid"])
         cluster.wait_for(lambda calls=calls: len(cluster.hook.requests) >= calls + 3, 10, what="retries with backoff")
         assert cluster.pod("a")["metadata"].get("deletionTimestamp") is None
-        assert cluster.get_job("fake")["status"] == {"ok": True, "observedGeneration": 1}
+        assert cluster.get_job("fake")["status"] == {"specError": "ok", "observedGeneration": 1}
         assert cluster.controllers["MXJob"].last_error(job["metadata"]["uid"])
 
 
@@ -438,7 +441,7 @@ def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         counter["n"] += 1
-        return 200, {"status": {"syncedAt": counter["n"]}, "children": []}
+        return 200, {"status": {"restartCount": counter["n"]}, "children": []}
 
     cluster = fake(answer)
     job = cluster.submit(parent_job())
@@ -453,7 +456,7 @@ def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
 
 
 def test_a_fixed_point_hook_settles_and_is_not_a_hot_loop(fake):
-    cluster = fake(lambda req: (200, {"status": {"n": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("a")]}))
+    cluster = fake(lambda req: (200, {"status": {"restartCount": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("a")]}))
     job = cluster.submit(parent_job())
     cluster.wait_for(lambda: phase_of(cluster, "a") == "Running", 20, what="pod running")
     time.sleep(0.5)
@@ -464,7 +467,8 @@ def test_a_fixed_point_hook_settles_and_is_not_a_hot_loop(fake):
 
 
 def test_a_child_whose_labels_do_not_match_the_selector_fails_the_sync(fake):
-    cluster = fake(lambda req: (200, {"status": {"x": 1}, "children": [sleeper_pod("stray", {"controller-uid": "someone-else"})]}))
+    stray = sleeper_pod("stray", {"controller-uid": "someone-else"})
+    cluster = fake(lambda req: (200, {"status": {"restartCount": 1}, "children": [stray]}))
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
     error = cluster.wait_for(lambda: cluster.controllers["MXJob"].last_error(uid), 10, what="sync error")
