@@ -62,8 +62,8 @@ def start_times(cluster: LocalCluster, job: str) -> dict[str, float]:
     return times
 
 
-def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path):
-    with gang_cluster(tmp_path, "volcano") as cluster:
+def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path, cluster_plane):
+    with gang_cluster(tmp_path, "volcano", cluster_plane) as cluster:
         refusing = refuse_creating(cluster, "gang-worker-2")
         cluster.submit(gang_job("gang", {}))
 
@@ -97,8 +97,8 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path)
     assert max(times.values()) - min(times.values()) < 1.0, times
 
 
-def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path):
-    with gang_cluster(tmp_path, "scheduler-plugins") as cluster:
+def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path, cluster_plane):
+    with gang_cluster(tmp_path, "scheduler-plugins", cluster_plane) as cluster:
         refusing = refuse_creating(cluster, "part-worker-2")
         cluster.submit(gang_job("part", {"minAvailable": 2}))
 
