@@ -26,6 +26,10 @@ EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
 ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "the quota stand-in (helpers/localcluster_gang.refuse_creating) refuses only the local cluster's own "
+    "creates; on the real control plane a ChainerJob's pods come from kube-controller-manager's Job and "
+    "StatefulSet controllers, so no worker is held back: this needs a refusal by the server itself (issue 35)"))
 def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = "cgang"
