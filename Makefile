@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLE ?= examples/local/dist-train-digits.yaml
 # `make test CONTROLPLANE=skip` runs everything but the tests against the real API server (for a machine
-# without Go); it says so loudly, and those tests are skipped, not passed. `make run CONTROLPLANE=skip`
-# runs the example on the in-memory stand-in.
+# without Go); it says so loudly, and those tests are skipped, not passed. The local cluster itself
+# (`make run`) runs on the real control plane only: without Go, make says what to install.
 CONTROLPLANE ?= run
 # Every installed package pinned, dependencies of dependencies included (see `make constraints`).
 CONSTRAINTS := constraints.txt
@@ -42,10 +42,12 @@ check-tools:
 
 # Chainer 7.8.1 builds from source against the venv's setuptools<70 and wheel (requirements-chainer-build.txt),
 # without build isolation; so does this project's editable install.
-$(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt requirements-chainer.txt $(CONSTRAINTS) pyproject.toml VERSION | check-python
+$(STAMP): requirements.txt requirements-localcluster.txt requirements-dev.txt requirements-mxnet.txt requirements-chainer-build.txt \
+		requirements-chainer.txt $(CONSTRAINTS) pyproject.toml VERSION | check-python
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --upgrade pip
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-dev.txt -r requirements-mxnet.txt -r requirements-chainer-build.txt
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -r requirements-localcluster.txt -r requirements-dev.txt -r requirements-mxnet.txt \
+		-r requirements-chainer-build.txt
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) --no-build-isolation -r requirements-chainer.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
@@ -54,15 +56,9 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-mxnet.txt requireme
 setup: check-python
 	@$(MAKE) --no-print-directory $(STAMP)
 
-## Run the example MXJob to Succeeded on the local cluster (the real control plane, built first; no Go: in memory).
-run: setup
-ifeq ($(CONTROLPLANE),skip)
-	$(BIN)/localcluster run $(EXAMPLE) --control-plane memory
-else
-	@if command -v go >/dev/null; then $(MAKE) --no-print-directory controlplane; \
-	else echo "*** no Go on PATH: the job runs on the in-memory stand-in (Go 1.26+ builds the real control plane) ***"; fi
+## Run the example MXJob to Succeeded on the local cluster (on the real control plane, built first: needs Go).
+run: setup controlplane
 	$(BIN)/localcluster run $(EXAMPLE)
-endif
 
 # The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl),
 # built from source at the versions controlplane/*/go.mod pin; the Go caches stay outside the checkout.
@@ -77,17 +73,18 @@ controlplane:
 # installed: image-check needs root and apt-get); it says so loudly. Anything else runs it.
 IMAGE_CHECK ?= run
 
-## Lint, image check (IMAGE_CHECK=skip: none), build the control plane (CONTROLPLANE=skip: none), then all the tests.
+## Lint, build the control plane (CONTROLPLANE=skip: none), image check (IMAGE_CHECK=skip: none), then all the tests.
+# The control plane first: without Go, that is said before minutes of image builds.
 test: lint check-tools
-ifeq ($(IMAGE_CHECK),skip)
-	@echo "*** IMAGE_CHECK=skip: the images were NOT built or run (make image-check does that) ***"
-else
-	@$(MAKE) --no-print-directory image-check
-endif
 ifeq ($(CONTROLPLANE),skip)
 	@echo "*** CONTROLPLANE=skip: nothing was checked against a real API server (make controlplane builds one) ***"
 else
 	@$(MAKE) --no-print-directory controlplane
+endif
+ifeq ($(IMAGE_CHECK),skip)
+	@echo "*** IMAGE_CHECK=skip: the images were NOT built or run (make image-check does that) ***"
+else
+	@$(MAKE) --no-print-directory image-check
 endif
 	CONTROLPLANE=$(CONTROLPLANE) $(BIN)/python -m pytest $(DURATIONS)
 

@@ -172,7 +172,7 @@ def resync_round(cluster: LocalCluster, uids: set[str]) -> None:
 def run_scenario(label: str, jobs: list[dict[str, Any]], pods_expected: int, *, qps: float, resyncs: int,
                  timeout: float, workdir: pathlib.Path) -> dict[str, Any]:
     row: dict[str, Any] = {"scenario": label, "qps": qps, "jobs": len(jobs), "pods": pods_expected}
-    with LocalCluster(workdir, backend="kubernetes", kubelet_mode="noprocess", client_qps=qps,
+    with LocalCluster(workdir, kubelet_mode="noprocess", client_qps=qps,
                       client_burst=CLIENT_BURST) as cluster:
         assert cluster.control_plane is not None
         counting = CountingThrottle(cluster.throttle)

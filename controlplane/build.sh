@@ -16,7 +16,8 @@ out=$(cd "$out" && pwd)
 
 if ! command -v go >/dev/null; then
 	echo "error: 'go' is not on PATH. The control plane is built from source with Go $(sed -n 's/^go //p' "$here/kubernetes/go.mod") or newer: https://go.dev/dl/" >&2
-	echo "  (or run the tests without it: make test CONTROLPLANE=skip)" >&2
+	echo "  then: make controlplane. (make test CONTROLPLANE=skip runs the tests that need no control plane;" >&2
+	echo "  the local cluster, make run, needs it.)" >&2
 	exit 1
 fi
 

@@ -1,10 +1,9 @@
 """The store interface (store.py) over a real Kubernetes API server: the local cluster on the real control plane.
 
 The Metacontroller emulation, the process kubelet and the DNS stand-in talk to a store; with this
-one they are ordinary API clients, and everything the in-memory store only imitates is the API
-server's own: validation, defaulting, resourceVersions and conflicts, graceful Pod deletion,
-immutable fields, and (in kube-controller-manager) garbage collection and the Job and StatefulSet
-controllers.
+one they are ordinary API clients, and every rule of an API server is the real one's: validation,
+defaulting, resourceVersions and conflicts, graceful Pod deletion, immutable fields, and (in
+kube-controller-manager) garbage collection and the Job and StatefulSet controllers.
 
 Reads, as a controller makes them:
 - `list` answers from an informer cache (one list-then-watch per kind, across namespaces), so what
@@ -18,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -49,6 +49,15 @@ def collection_path(api_version: str, kind: str, namespace: str | None) -> str:
         raise StoreError(404, "NotFound", f"the local cluster does not know {kind}.{api_version}")
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{base}/namespaces/{quote(namespace)}/{plural}" if namespace else f"{base}/{plural}"
+
+
+def warning_text(header: str) -> str:
+    """The text of one `Warning` header (RFC 7234: `299 - "text"`, quotes and backslashes escaped).
+    The server writes it in UTF-8, which Python's HTTP client has read as Latin-1."""
+    with contextlib.suppress(UnicodeError):
+        header = header.encode("latin-1").decode("utf-8")
+    match = re.fullmatch(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"(?: .*)?', header.strip())
+    return re.sub(r"\\(.)", r"\1", match.group(1)) if match else header
 
 
 class _Informer(threading.Thread):
@@ -178,11 +187,6 @@ class ApiStore:
             except Exception:  # a broken watcher must not stop the informer
                 traceback.print_exc()
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """The in-memory store groups notifications; a real server's watch events come as they come."""
-        yield
-
     # --- HTTP ------------------------------------------------------------------------------------
 
     def raw(self, method: str, path: str, *, body: Any = None, client: kubernetes.client.ApiClient | None = None,
@@ -198,14 +202,19 @@ class ApiStore:
         )
         return response
 
-    def request(self, method: str, path: str, body: Any = None, *, client: kubernetes.client.ApiClient | None = None) -> Any:
-        """One API call; StoreError with the server's code and reason when it refuses."""
+    def request(self, method: str, path: str, body: Any = None, *, client: kubernetes.client.ApiClient | None = None,
+                warn: Callable[[str], None] | None = None) -> Any:
+        """One API call; StoreError with the server's code and reason when it refuses. The server's
+        warnings go to `warn`, each as kubectl prints it (`Warning: unknown field "spec.x"`)."""
         try:
             response = self.raw(method, path, body=body, client=client)
             data = response.read()
             response.release_conn()
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise StoreError(503, "ServiceUnavailable", f"{method} {path}: {err}") from err
+        if warn is not None:
+            for header in response.headers.getlist("Warning"):
+                warn(f"Warning: {warning_text(header)}")
         answer = json.loads(data) if data else {}
         if response.status >= 400:
             raise StoreError(response.status, answer.get("reason", "Unknown"), answer.get("message", data.decode(errors="replace")))
@@ -243,19 +252,23 @@ class ApiStore:
         return sorted(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), int(o["metadata"].get("resourceVersion") or 0)))
 
     def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]:
-        """Copies from the informer caches, in creation order (as the in-memory store lists)."""
+        """Copies from the informer caches, in creation order."""
         return [json_copy(obj) for obj in self.list_shared(api_version, kind, namespace)]
 
     # --- writes ----------------------------------------------------------------------------------
 
-    def create(self, obj: KubeObject, *, restore: bool = False) -> KubeObject:
-        if restore:
-            raise StoreError(400, "BadRequest", "a real API server assigns uid and creationTimestamp itself (restore is in-memory only)")
+    def create(self, obj: KubeObject, *, field_validation: str = "", warn: Callable[[str], None] | None = None) -> KubeObject:
+        """POST one object. `field_validation` (Strict, Warn, Ignore: the server's default when empty)
+        is how the server meets a field the schema does not know; its warnings go to `warn`."""
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace", "default")
         body = copy.deepcopy(obj)
         body.setdefault("metadata", {})["namespace"] = namespace
-        return self._object("POST", collection_path(obj["apiVersion"], obj["kind"], namespace), body)
+        path = collection_path(obj["apiVersion"], obj["kind"], namespace)
+        if field_validation:
+            path += "?" + urlencode({"fieldValidation": field_validation})
+        created: KubeObject = self.request("POST", path, body, warn=warn)
+        return created
 
     def update(self, obj: KubeObject) -> KubeObject:
         meta = obj["metadata"]

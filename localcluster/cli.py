@@ -30,11 +30,9 @@ from typing import Any, TextIO, cast
 import yaml
 
 from . import clusterup, kubectlyaml
-from .cluster import Backend, LocalCluster, check_dns_label
+from .cluster import LocalCluster, check_dns_label
 from .config import PARENT_KINDS
-from .controlplane import bin_dir, missing_binaries
 from .crds import ServedKind, served_kinds
-from .fieldvalidation import metadata_error, stored_job, unknown_fields_of
 from .jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
 from .postmortem import diagnosis, job_results, log_files, post_mortem
@@ -53,8 +51,9 @@ REFRESH_SECONDS = 0.25
 # After the job has finished, how long `run` waits for its pods to settle (finish on their own within
 # the operator's success grace, or be removed by cleanPodPolicy) before it stops everything.
 SETTLE_SECONDS = 45.0
-# --validate, as kubectl spells it: how a field the CRD does not know (which the API server would prune) is met.
-VALIDATE_CHOICES = {"strict": "strict", "true": "strict", "warn": "warn", "ignore": "ignore", "false": "ignore"}
+# --validate, as kubectl spells it: how the API server meets a field the CRD does not know (its fieldValidation).
+VALIDATE_CHOICES = {"strict": "Strict", "true": "Strict", "warn": "Warn", "ignore": "Ignore", "false": "Ignore"}
+STRICT_HINT = " (fix the spelling, or remove the field; --validate=warn runs the job without it)"
 # While a job runs, how often `run` notes every pod's state and the log lines that look like trouble.
 REPORT_EVERY_SECONDS = 60.0
 # When every running pod has been silent for --silent-after seconds (default SILENT_AFTER_SECONDS),
@@ -66,23 +65,19 @@ class InputError(ValueError):
     """The job file cannot be used; the message names the file and what is wrong."""
 
 
-def load_job(path: Path, warn: Callable[[str], None] | None = None, *, validate: str = "warn") -> KubeObject:
+def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObject:
     """The single job (MXJob or ChainerJob) in a YAML file, with a valid name and namespace; InputError otherwise.
 
     Any version the CRD serves is accepted and stored under the storage version, as the API server
-    does with `conversion: None`; a deprecated version's warning goes to `warn`. A field the CRD's
-    schema does not know is, as server-side field validation has it, a warning to `warn`
-    (validate="warn"), an InputError ("strict"), or nothing ("ignore"); unless refused, it is
-    dropped, as the API server prunes it.
+    does with `conversion: None`; a deprecated version's warning goes to `warn`. The fields the CRD
+    does not know are the API server's to name, when the job is submitted (`--validate`).
     """
     job, crd = _the_job(path, _documents(path))
     version = _served_version(path, job, crd)
     if warn is not None and (warning := crd.warning_for(version)):
         warn(f"Warning: {warning}")
-    if problem := metadata_error(job):  # kubectl cannot decode it, whatever --validate says
+    if problem := kubectlyaml.metadata_error(job):  # kubectl cannot decode it, whatever --validate says
         raise InputError(f"{path}: {problem}")
-    _check_fields(path, job, validate, warn)
-    job = stored_job(job)  # what the API server stores (pruned, defaulted), and so all that Metacontroller and the hooks see
     job = {**job, "apiVersion": f"{crd.group}/{crd.storage}"}
     if problem := _name_problem(job.get("metadata")):
         raise InputError(f"{path}: {problem}")
@@ -126,18 +121,6 @@ def _served_version(path: Path, job: dict[str, Any], crd: ServedKind) -> str:
         raise InputError(f"{path}: apiVersion {api_version!r} is not served for {job['kind']}; "
                          f"use one of {served}.{hint}")
     return version
-
-
-def _check_fields(path: Path, job: dict[str, Any], validate: str, warn: Callable[[str], None] | None) -> None:
-    """Fields the CRD does not know: refused under strict, said to `warn` under warn, nothing under ignore."""
-    unknown = unknown_fields_of(job) if validate != "ignore" else []
-    if unknown and validate == "strict":
-        fields = ", ".join(f'unknown field "{field}"' for field in unknown)
-        raise InputError(f"{path}: strict decoding error: {fields} (fix the spelling, or remove the field; "
-                         "--validate=warn runs the job without it)")
-    if warn is not None:
-        for field in unknown:
-            warn(f'Warning: unknown field "{field}"')
 
 
 def _name_problem(meta: object) -> str | None:
@@ -241,13 +224,12 @@ class RunOptions:
     file: Path
     state_dir: Path
     timeout: float
-    validate: str = "strict"  # strict, warn or ignore (VALIDATE_CHOICES has kubectl's other spellings)
+    validate: str = "Strict"  # the API server's fieldValidation: Strict, Warn or Ignore (VALIDATE_CHOICES maps kubectl's spellings)
     report_every: float = REPORT_EVERY_SECONDS
     silent_after: float = SILENT_AFTER_SECONDS
     client_qps: float = CLIENT_QPS
     client_burst: int = CLIENT_BURST
     stale_reads: str | None = None
-    control_plane: str = "auto"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
@@ -256,25 +238,7 @@ class RunOptions:
         optional = {name: given[name] for name in ("report_every", "silent_after", "client_qps", "client_burst",
                                                    "stale_reads") if name in given}
         return cls(file=Path(args.file), state_dir=Path(args.state_dir).resolve(), timeout=float(args.timeout),
-                   validate=VALIDATE_CHOICES[given.get("validate", "strict")], control_plane=requested_control_plane(args),
-                   **optional)
-
-
-def requested_control_plane(args: argparse.Namespace) -> str:
-    """`--control-plane` as given (a Namespace built by hand without it: the in-memory stand-in)."""
-    return str(getattr(args, "control_plane", "memory"))
-
-
-def choose_backend(requested: str, err: TextIO) -> Backend:
-    """`--control-plane`: auto takes the real control plane when `make controlplane` has built it."""
-    if requested == "auto":
-        missing = missing_binaries()
-        if missing:
-            print(f"localcluster: no real control plane built ({', '.join(missing)} missing in {bin_dir()}; `make controlplane` "
-                  "builds it): running on the in-memory stand-in", file=err)
-            return "memory"
-        return "kubernetes"
-    return cast(Backend, requested)
+                   validate=VALIDATE_CHOICES[given.get("validate", "strict")], **optional)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -287,7 +251,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         print(line, file=err)
 
     try:
-        job = load_job(options.file, warn=warn, validate=options.validate)
+        job = load_job(options.file, warn=warn)
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
@@ -312,7 +276,7 @@ def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO) 
     with signals.installed():
         try:
             with job_lock(options.state_dir, namespace, name):
-                return _run_cluster(job, options, signals, out, err)
+                return _run_cluster(job, options, signals, out, err, warn)
         except RuntimeError as error:
             print(f"error: {error}", file=err)
             return EXIT_CANNOT_START, None, []
@@ -323,18 +287,26 @@ def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO) 
 
 
 def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out: TextIO,
-                 err: TextIO) -> tuple[int, str | None, list[str]]:
+                 err: TextIO, warn: Callable[[str], None]) -> tuple[int, str | None, list[str]]:
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     job_dir = options.state_dir / namespace / name
-    backend = choose_backend(options.control_plane, err)
     cluster = LocalCluster(options.state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=options.client_qps,
                            client_burst=options.client_burst, stale=cast("Stale | None", options.stale_reads),
-                           backend=backend, control_plane_dir=job_dir / "controlplane")
+                           control_plane_dir=job_dir / "controlplane")
     signals.cluster = cluster
     try:
-        _start(cluster, backend, job)
-    except (RuntimeError, OSError, ValueError, StoreError) as error:  # ValueError: a job folder that escapes
+        _start(cluster, job, options.validate, warn)
+    except StoreError as error:
+        signals.stopping = True
+        cluster.stop()
+        if error.code not in (400, 422):  # the server refused the job itself (strict decoding, the CRD's rules)
+            print(f"error: the local cluster could not start: {error}", file=err)
+            return EXIT_CANNOT_START, None, []
+        hint = STRICT_HINT if "strict decoding error" in error.message else ""
+        print(f"error: {options.file}: {error.message}{hint}", file=err)
+        return EXIT_INVALID, None, []
+    except (RuntimeError, OSError, ValueError) as error:  # ValueError: a job folder that escapes
         signals.stopping = True
         cluster.stop()
         print(f"error: the local cluster could not start: {error}", file=err)
@@ -347,16 +319,12 @@ def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out
         cluster.stop()
 
 
-def _start(cluster: LocalCluster, backend: Backend, job: KubeObject) -> None:
+def _start(cluster: LocalCluster, job: KubeObject, validate: str, warn: Callable[[str], None]) -> None:
     name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or "default"
-    if backend == "kubernetes":
-        # The control plane keeps its files in the job's folder: empty it first, submit after.
-        shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
-        cluster.start()
-        cluster.submit(job, clear_logs=False)
-    else:
-        cluster.submit(job)  # empties the job's folder: only under the lock
-        cluster.start()
+    # The control plane keeps its files in the job's folder: empty it first (only under the lock), submit after.
+    shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
+    cluster.start()
+    cluster.submit(job, clear_logs=False, field_validation=validate, warn=warn)
 
 
 def silence(cluster: LocalCluster, name: str, namespace: str) -> tuple[list[str], float] | None:
@@ -527,9 +495,6 @@ def parser() -> argparse.ArgumentParser:
                             help=f"Metacontroller's API client rate, writes/s (its --client-go-qps; default {CLIENT_QPS:g})")
     run_parser.add_argument("--client-burst", type=_positive_int, default=CLIENT_BURST,
                             help=f"requests allowed at once before the rate applies (its --client-go-burst; default {CLIENT_BURST})")
-    run_parser.add_argument("--control-plane", choices=("auto", "kubernetes", "memory"), default="auto",
-                            help="kubernetes: real etcd, kube-apiserver and kube-controller-manager (make controlplane builds them); "
-                                 "memory: the in-memory stand-in; auto (default): kubernetes when built, else memory")
     run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
                             help="serve the sync hook a parent one status write behind its children, or the reverse, "
                                  "as Metacontroller's informer caches can (default: fresh reads)")

@@ -1,4 +1,4 @@
-"""LocalCluster: the store, the Metacontroller stand-in, the process kubelet and the hooks server, wired."""
+"""LocalCluster: the real control plane, the Metacontroller stand-in, the process kubelet and the hooks server, wired."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from .apistore import ApiStore
 from .config import ControllerConfig, load_controller_configs
@@ -17,18 +17,15 @@ from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
 from .dns import ClusterDNS
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
-from .jobcontroller import JobController
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
-from .statefulset import StatefulSetController
-from .store import ObjectStore, Store, StoreError, controller_uid, json_copy
+from .store import StoreError, controller_uid, json_copy
 from .types import KubeObject
 
 T = TypeVar("T")
-Backend = Literal["memory", "kubernetes"]
 # Kubernetes' rule for namespaces and for the names of objects that become DNS labels; it also
 # keeps a name from being a path ("..", "/etc", "a/b") when it names a folder under the state dir.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -72,7 +69,8 @@ class LocalCluster:
     """Everything needed to run jobs on this machine; use as a context manager so processes end.
 
     One Metacontroller stand-in per CompositeController (per job kind), all calling the same hooks
-    server on their own routes; the Job and StatefulSet controllers for the children that need them.
+    server on their own routes; the real control plane's kube-controller-manager runs the Job and
+    StatefulSet controllers and the garbage collector.
     """
 
     def __init__(
@@ -90,36 +88,25 @@ class LocalCluster:
         strict_dns: bool = True,
         hot_loop_syncs: int = 25,
         hooks_log: Path | None = None,
-        backend: Backend = "memory",
         control_plane: ControlPlane | None = None,
         control_plane_dir: Path | None = None,
         gpus: int = 0,
         metacontroller: bool = True,
         kubelet_mode: str = "process",
     ):
-        """`backend` "kubernetes" runs it all on the real control plane (`control_plane`, or one started
-        here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster);
-        "memory" on the in-memory store. `metacontroller=False` starts no stand-in: a real Metacontroller
+        """It runs on the real control plane `control_plane` (a test session's, say), or on one started
+        here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
+        `metacontroller=False` starts no stand-in: a real Metacontroller
         pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
-        self.backend = backend
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
         self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
         self._kubelet_mode = kubelet_mode
         self.run_metacontroller = metacontroller
         self.log_server: KubeletLogServer | None = None
-        self.jobs: JobController | None = None
-        self.statefulsets: StatefulSetController | None = None
-        if backend == "memory":
-            self._wire(Store())
-            # No API server here: the Job and StatefulSet controllers are ours (kube-controller-manager's otherwise).
-            self.jobs = JobController(self.store)  # type: ignore[arg-type]
-            self.statefulsets = StatefulSetController(self.store)  # type: ignore[arg-type]
-        elif backend != "kubernetes":
-            raise ValueError(f"backend must be 'memory' or 'kubernetes', not {backend!r}")
         self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
@@ -130,7 +117,7 @@ class LocalCluster:
         self.controllers: dict[str, MetacontrollerStandIn] = {}
         self._backend = ""
 
-    def _wire(self, store: ObjectStore) -> None:
+    def _wire(self, store: ApiStore) -> None:
         """The store and what reads it: DNS, the kubelet and its gang gate."""
         self.store = store
         self.dns = ClusterDNS(self.store, strict=self._strict_dns)
@@ -193,8 +180,7 @@ class LocalCluster:
         """Start the hooks server (unless an external hook URL was given), the controller and the kubelet."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if self.backend == "kubernetes":
-                self._start_kubernetes()
+            self._start_kubernetes()
             if self.hooks is not None:
                 self.hooks.start()
             backend = self._hook_url or self.hooks.url  # type: ignore[union-attr]
@@ -207,9 +193,6 @@ class LocalCluster:
                 self.controllers[config.parent_kind] = self._stand_in(config)
             for controller in self.controllers.values():
                 controller.start()
-            for python_controller in (self.jobs, self.statefulsets):
-                if python_controller is not None:
-                    python_controller.start()
             self.kubelet.start()
         except BaseException:
             self.stop()
@@ -236,13 +219,12 @@ class LocalCluster:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
         steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
-        steps += [c.stop for c in (self.jobs, self.statefulsets) if c is not None]
         if hasattr(self, "kubelet"):
             steps.append(self.kubelet.stop)
         if self.log_server is not None:
             steps.append(self.log_server.stop)
         store = getattr(self, "store", None)
-        if isinstance(store, ApiStore):
+        if store is not None:
             steps.append(store.stop)
         if self._own_control_plane and self.control_plane is not None:
             steps.append(self.control_plane.stop)
@@ -274,9 +256,12 @@ class LocalCluster:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def submit(self, job: KubeObject, *, clear_logs: bool = True) -> KubeObject:
-        """Create a job (the server assigns uid, generation 1, creationTimestamp); clears its old logs
-        unless told not to (the caller did it before starting a cluster that keeps files there)."""
+    def submit(self, job: KubeObject, *, clear_logs: bool = True, field_validation: str = "Strict",
+               warn: Callable[[str], None] | None = None) -> KubeObject:
+        """Create a job (the server assigns uid, generation 1, creationTimestamp, the CRD's defaults);
+        clears its old logs unless told not to (the caller did it before starting a cluster that keeps
+        files there). A field the CRD does not know is met as `field_validation` says (Strict: a 400
+        StoreError; Warn: pruned, and named to `warn`; Ignore: pruned), as `kubectl apply --validate` does."""
         job = copy.deepcopy(job)
         meta = job.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
@@ -287,7 +272,7 @@ class LocalCluster:
             shutil.rmtree(folder, ignore_errors=True)
         if self.control_plane is not None:
             ensure_namespace(self.control_plane, meta["namespace"])
-        return self.store.create(job)
+        return self.store.create(job, field_validation=field_validation, warn=warn)
 
     def job_dir(self, name: object, namespace: object = "default") -> Path:
         """Where the logs of a job's pods go: `<state dir>/<namespace>/<name>`; ValueError for a bad name."""

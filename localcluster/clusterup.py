@@ -68,7 +68,7 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         stop["signum"] = signum
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    cluster = LocalCluster(state_dir, backend="kubernetes", control_plane_dir=state_dir / "cluster",
+    cluster = LocalCluster(state_dir, control_plane_dir=state_dir / "cluster",
                            hooks_log=state_dir / "hooks-server.log", gpus=args.gpus,
                            metacontroller=args.metacontroller == "emulation")
     try:

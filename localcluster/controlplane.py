@@ -87,6 +87,12 @@ def bin_dir() -> Path:
     return Path(os.environ.get("CONTROLPLANE_BIN", DEFAULT_BIN_DIR))
 
 
+def go_version() -> str:
+    """The Go version the pinned control plane's go.mod asks for (controlplane/kubernetes/go.mod)."""
+    found = re.search(r"^go (\S+)$", (REPO_ROOT / "controlplane" / "kubernetes" / "go.mod").read_text(), re.M)
+    return found.group(1) if found else "(see controlplane/kubernetes/go.mod)"
+
+
 def missing_binaries(directory: Path | None = None) -> list[str]:
     directory = directory or bin_dir()
     return [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
@@ -179,7 +185,8 @@ class ControlPlane:
         missing = missing_binaries(self.binaries)
         if missing:
             raise ControlPlaneError(
-                f"missing in {self.binaries}: {', '.join(missing)}; run `make controlplane` (needs Go, see docs/real-apiserver.md)"
+                f"no real control plane built: {', '.join(missing)} missing in {self.binaries}; `make controlplane` "
+                f"builds it (needs Go {go_version()} or newer on PATH, see docs/real-apiserver.md)"
             )
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="controlplane-"))

@@ -1,4 +1,4 @@
-"""The one work queue of the local cluster's controllers: client-go's delaying workqueue, in small.
+"""The work queue of the Metacontroller stand-in: client-go's delaying workqueue, in small.
 
 A key is handed to one worker at a time; adding a key that is waiting keeps the earlier due time;
 adding a key that is being processed marks it dirty, so it is processed once more right after.

@@ -3,7 +3,7 @@
 kubectl turns YAML into JSON with sigs.k8s.io/yaml, which parses YAML 1.1 with go-yaml v2, and its
 apply then leaves out every field whose value is null. PyYAML parses YAML 1.1 too, but resolves
 plain scalars otherwise; this module uses PyYAML's parser with go-yaml v2's resolution (`resolve.go`)
-and sigs.k8s.io/yaml's conversion to JSON. tests/localcluster/test_apiserver_stand_ins.py compares the outcome
+and sigs.k8s.io/yaml's conversion to JSON. tests/localcluster/test_validate.py compares the outcome
 with what kubectl sends to a real API server. What differs from `yaml.safe_load`:
 
 - a timestamp (`2001-01-01`) stays the string as written (PyYAML: a date object, which is not JSON);
@@ -17,6 +17,11 @@ with what kubectl sends to a real API server. What differs from `yaml.safe_load`
 - `kubectl apply` drops every map entry whose value is null, at any depth (list items stay).
 
 `!!str` and quotes keep a scalar a string, as in both parsers; duplicate keys keep the last value.
+
+kubectl also decodes every manifest's metadata as ObjectMeta before it sends anything
+(`metadata_error`): a field of the wrong type is refused there, and the server is never asked.
+Everything else about the fields of a job (unknown fields, the CRD's defaults) is the API server's
+to say, and `run` asks it (`--validate`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Mapping
+from datetime import datetime
 from typing import IO, Any
 
 import yaml
@@ -194,3 +201,104 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [without_nulls(item) for item in value]
     return value
+
+
+# --- ObjectMeta, as kubectl decodes it ----------------------------------------------------------
+
+# metav1.ObjectMeta and the structs in it, as Go's JSON decoder reads them: field -> type, where a
+# type is "string", "integer", "boolean", "time" (a metav1.Time: an RFC 3339 string), "any" (raw
+# JSON), ("map", type), ("list", type) or a struct (a dict like these).
+OWNER_REFERENCE: dict[str, Any] = {
+    "apiVersion": "string", "kind": "string", "name": "string", "uid": "string",
+    "controller": "boolean", "blockOwnerDeletion": "boolean",
+}
+MANAGED_FIELDS_ENTRY: dict[str, Any] = {
+    "manager": "string", "operation": "string", "apiVersion": "string", "time": "time",
+    "fieldsType": "string", "fieldsV1": "any", "subresource": "string",
+}
+OBJECT_META: dict[str, Any] = {
+    "name": "string", "generateName": "string", "namespace": "string", "selfLink": "string", "uid": "string",
+    "resourceVersion": "string", "generation": "integer", "creationTimestamp": "time", "deletionTimestamp": "time",
+    "deletionGracePeriodSeconds": "integer", "labels": ("map", "string"), "annotations": ("map", "string"),
+    "ownerReferences": ("list", OWNER_REFERENCE), "finalizers": ("list", "string"),
+    "managedFields": ("list", MANAGED_FIELDS_ENTRY),
+}
+# Go's time.RFC3339 as metav1.Time parses it (fractional seconds allowed).
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+INT64 = (-(2**63), 2**63 - 1)
+
+FieldPath = tuple[str | int, ...]  # keys and list indexes from the resource's root
+
+
+def show(path: FieldPath) -> str:
+    """A path as the API server writes it in a warning: keys joined by '.', list indexes in brackets."""
+    text = ""
+    for step in path:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))
+    return text
+
+
+def metadata_error(obj: Mapping[str, Any]) -> str | None:
+    """Why obj's metadata cannot be decoded as ObjectMeta (a field of the wrong type), or None.
+
+    kubectl decodes every manifest's metadata before it sends anything, and refuses one that does
+    not decode ("unable to decode ... cannot unmarshal"), whatever --validate says; like Go's
+    decoder, this names the first such field in sorted-key order.
+    """
+    if "metadata" not in obj:
+        return None
+    return _meta_error(obj["metadata"], OBJECT_META, ("metadata",))
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def _meta_error(value: Any, kind: Any, path: FieldPath) -> str | None:
+    if value is None:  # JSON null decodes into anything as the zero value
+        return None
+    if isinstance(kind, dict) or (isinstance(kind, tuple) and kind[0] == "map"):
+        return _object_error(value, kind, path)
+    if isinstance(kind, tuple):  # a list
+        if not isinstance(value, list):
+            return f"{show(path)} must be an array, not {_json_type(value)}"
+        return next(filter(None, (_meta_error(item, kind[1], (*path, index)) for index, item in enumerate(value))), None)
+    return _scalar_error(value, kind, path)
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _object_error(value: Any, kind: Any, path: FieldPath) -> str | None:
+    """A struct (kind a dict of fields) or a map (kind ("map", type)): the first field, by sorted key, that does not decode."""
+    if not isinstance(value, Mapping):
+        return f"{show(path)} must be an object, not {_json_type(value)}"
+    for key in sorted(value):
+        sub = kind.get(key) if isinstance(kind, dict) else kind[1]
+        if sub is not None and (problem := _meta_error(value[key], sub, (*path, key))):
+            return problem
+    return None
+
+
+def _scalar_error(value: Any, kind: str, path: FieldPath) -> str | None:
+    where, found = show(path), _json_type(value)
+    if kind == "string" and not isinstance(value, str):
+        return f"{where} must be a string, not {found}"
+    if kind == "boolean" and not isinstance(value, bool):
+        return f"{where} must be a boolean, not {found}"
+    if kind == "integer" and not (isinstance(value, int | float) and not isinstance(value, bool)
+                                  and float(value).is_integer() and INT64[0] <= value <= INT64[1]):
+        return f"{where} must be an integer, not {found if not isinstance(value, int | float) else value!r}"
+    if kind == "time" and not (isinstance(value, str) and _is_rfc3339(value)):
+        return f"{where} must be an RFC 3339 time (2006-01-02T15:04:05Z), not {value!r}"
+    return None
+
+
+def _is_rfc3339(text: str) -> bool:
+    if not RFC3339.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True

@@ -1,8 +1,9 @@
 """Fixtures every test folder shares: the real control plane, started once per session.
 
 Tests marked `apiserver` use it. Each isolates itself in a namespace of its own (`namespace`), so
-they can share one etcd. `make test CONTROLPLANE=skip` skips them (make says so loudly); anything
-else makes a missing build a failure, not a skip, so a green run always means the server saw them.
+they can share one etcd; a test's local cluster runs on it too (`cluster_plane`). `make test
+CONTROLPLANE=skip` skips them (make says so loudly); anything else makes a missing build a
+failure, not a skip, so a green run always means the server saw them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers.metacontroller_writes import Admission, install, new_namespace
+from helpers.shared_plane import clear_local_clusters
 
 from localcluster.controlplane import ControlPlane, ControlPlaneError
 
@@ -40,6 +42,16 @@ def control_plane() -> Iterator[ControlPlane]:
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture
+def cluster_plane(control_plane: ControlPlane) -> ControlPlane:
+    """The session's control plane for one test's LocalCluster (`LocalCluster(control_plane=...)`),
+    cleared of what earlier local clusters left on it (helpers/shared_plane.py). The install comes
+    first, so every test meets the CRDs as the install leaves them, whatever ran before."""
+    install(control_plane)
+    clear_local_clusters(control_plane)
+    return control_plane
 
 
 @pytest.fixture

@@ -24,14 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import pytest
 
 from localcluster.controlplane import ControlPlane
 from localcluster.thirdparty import third_party_crds
 
 ROOT = Path(__file__).resolve().parents[2]
-# The local cluster's two backends, for tests that must hold on both; the real one needs the control plane.
-BACKENDS = ["memory", pytest.param("kubernetes", marks=pytest.mark.apiserver)]
 
 
 def fixture_crds() -> list[dict]:

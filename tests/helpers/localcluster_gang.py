@@ -23,10 +23,10 @@ def refuse_creating(cluster: LocalCluster, pod_name: str) -> list[bool]:
     refusing = [True]
     create = cluster.store.create
 
-    def quota_create(obj):
+    def quota_create(obj, **options):
         if refusing[0] and obj.get("kind") == "Pod" and obj["metadata"]["name"] == pod_name:
             raise StoreError(403, "Forbidden", f"pods {pod_name!r} is forbidden: exceeded quota")
-        return create(obj)
+        return create(obj, **options)
 
     cluster.store.create = quota_create  # type: ignore[method-assign]
     return refusing

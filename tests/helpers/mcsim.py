@@ -1,7 +1,7 @@
 """Scenario tests of the pure sync, stepped by hand over the local cluster's Metacontroller emulation.
 
 There is one Metacontroller in this project (`localcluster.metacontroller.Emulation`); this module
-only steps it: `Stepped` holds an in-memory API store and the emulation of the shipped
+only steps it: `Stepped` holds a plain object store (objectstore.py) and the emulation of the shipped
 CompositeController (or one a test gives), calls the hook in-process with an explicit clock, and
 lets a test play kubelet and users (pod phases, edits, deletions). `Sim` is the MXJob scene;
 tests/helpers/chainersim.py the ChainerJob one. What differs from a real cluster is the emulation's, listed
@@ -21,12 +21,13 @@ from typing import Any
 
 import yaml
 
+from helpers.objectstore import ObjectBag
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.conditions import rfc3339
 from hooks.shared.memory import ATTEMPT_INFIX, OUTCOME_SUFFIX, RESTART_INFIX
 from localcluster.config import parse_composite_controller
 from localcluster.metacontroller import Emulation, Stale
-from localcluster.store import ADDED, DELETED, Store
+from localcluster.store import ADDED, DELETED
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 MANIFESTS = Path(__file__).resolve().parents[2] / "metacontroller"
@@ -119,7 +120,7 @@ class Stepped:
         self.controller = raw
         self.config = parse_composite_controller(raw, "scenario")
         uids = itertools.count(1)
-        self.store = Store(new_uid=lambda: f"u{next(uids)}", now=lambda: rfc3339(self.now))
+        self.store = ObjectBag(new_uid=lambda: f"u{next(uids)}", now=lambda: rfc3339(self.now))
         self.now: datetime = now
         self.last: dict = {}
         self.settings = settings

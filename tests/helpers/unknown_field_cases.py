@@ -1,6 +1,6 @@
 """Manifests with unknown, misspelled or mistyped fields, for the differential test of field validation
-(tests/localcluster/test_apiserver_stand_ins.py): each is applied with kubectl to the real API server and read by
-`localcluster run`'s own loader, and the two must report the same fields in the same order.
+(tests/localcluster/test_validate.py): each is applied with kubectl to the real API server and
+submitted as `localcluster run` submits it, and the two must report the same fields in the same order.
 
 A case is the text of one manifest (YAML, as a user writes it: some cases are about YAML itself),
 `refused` when kubectl cannot even send it (it refuses before the server sees it, whatever

@@ -1,17 +1,14 @@
-"""The stand-ins of the API server's rules, checked against the real server on one corpus of children.
+"""The stand-in of the API server's rules, checked against the real server on one corpus of children.
 
-Two stand-ins remain, each judged differentially here (the third, tests/apiserver_rules.py, is
-gone: every test that used it asks the server through the `admission` fixture):
+One stand-in remains, judged differentially here (the others, tests/apiserver_rules.py and the local
+cluster's in-memory API server, are gone: their tests ask the real server):
 
 - the hooks' own template checks (hooks/shared/podtemplate.py and the kinds' spec checks): the
   hook refuses a template (a spec problem with its field path) where the server would refuse the
   pod it makes, so a user sees why instead of a job whose pods never appear. For each case of the
   corpus the verdict of each hook on a job with that template must equal the server's verdict on
   the template as a Pod; where a hook refuses on purpose what the server admits (Metacontroller's
-  merge would break the child, see BY_DESIGN), the test asserts that difference;
-- the local cluster's in-memory store (localcluster/store.py `_validate`), which refuses duplicate
-  Service ports and port names as the server does: on every Service of the corpus it must never
-  refuse what the server admits, and must refuse the duplicates the server refuses.
+  merge would break the child, see BY_DESIGN), the test asserts that difference.
 """
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ from helpers.mcsim import mxjob
 from hooks.chainerjob.spec import parse_chainerjob
 from hooks.mxjob.spec import parse_mxjob
 from hooks.shared.errors import SpecError
-from localcluster.store import Store, StoreError
 
 
 def main(**fields) -> dict:
@@ -143,47 +139,3 @@ def test_a_hook_refuses_a_template_exactly_when_the_server_refuses_its_pod(kind,
         assert hook_refuses(kind, case) and not refused_by_server, BY_DESIGN[(kind, case)]
     else:
         assert hook_refuses(kind, case) == refused_by_server
-
-
-# --- the local cluster's Service check ------------------------------------------------------------
-
-
-def service(*ports: dict) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "corpus", "namespace": "ns"},
-            "spec": {"clusterIP": "None", "selector": {"app": "corpus"}, "ports": list(ports)}}
-
-
-SERVICES: dict[str, tuple[dict, bool]] = {
-    "one-unnamed-port": (service({"port": 1}), False),
-    "two-named-ports": (service({"name": "a", "port": 1}, {"name": "b", "port": 2}), False),
-    "one-number-on-tcp-and-udp": (service({"name": "a", "port": 53}, {"name": "b", "port": 53, "protocol": "UDP"}), False),
-    "one-number-twice": (service({"name": "a", "port": 1}, {"name": "b", "port": 1}), True),
-    "one-number-twice-on-udp": (service({"name": "a", "port": 53, "protocol": "UDP"},
-                                        {"name": "b", "port": 53, "protocol": "UDP"}), True),
-    "one-name-twice": (service({"name": "a", "port": 1}, {"name": "a", "port": 2}), True),
-    "one-of-two-ports-unnamed": (service({"name": "a", "port": 1}, {"port": 2}), True),
-    "port-name-upper-case": (service({"name": "A", "port": 1}), True),
-    "port-zero": (service({"name": "a", "port": 0}), True),
-    "no-ports": (service(), False),
-}
-# What the store checks: the rest of the server's Service validation it leaves to the server.
-STORE_CHECKS = {"one-number-twice", "one-number-twice-on-udp", "one-name-twice"}
-
-
-def store_refuses(obj: dict) -> bool:
-    try:
-        Store().create(copy.deepcopy(obj))
-    except StoreError as err:
-        assert err.code == 422
-        return True
-    return False
-
-
-@pytest.mark.apiserver
-@pytest.mark.parametrize("case", sorted(SERVICES))
-def test_the_local_store_refuses_a_service_only_as_the_server_does(control_plane, namespace, case):
-    obj, refused = SERVICES[case]
-    verdict = apiserver.create(control_plane, obj, namespace, dry_run=True)
-    assert verdict.accepted is not refused, verdict.message
-    assert store_refuses(obj) == (case in STORE_CHECKS)
-    assert not store_refuses(obj) or refused  # never stricter than the server

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.store import StoreError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
@@ -41,8 +42,8 @@ def worker_sets(cluster: LocalCluster, name: str) -> list[dict]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "state") as c:
+def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as c:
         yield c
 
 
@@ -192,10 +193,10 @@ def test_kubectl_get_pod_reads_the_stores_copy_with_jsonpath_json_and_name(clust
 
 
 @pytest.fixture
-def real_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def real_cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
     """The local cluster over the real control plane (etcd, kube-apiserver, kube-controller-manager):
     the master Job and its pods are the real Job controller's."""
-    with LocalCluster(tmp_path / "state", backend="kubernetes", restart_backoff=(0.2, 1.0)) as c:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, restart_backoff=(0.2, 1.0)) as c:
         yield c
 
 

@@ -17,19 +17,24 @@ import yaml
 from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
 
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chainer]
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.chainer]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
 ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 
 
-def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_path):
+@pytest.mark.xfail(strict=True, reason=(
+    "the quota stand-in (helpers/localcluster_gang.refuse_creating) refuses only the local cluster's own "
+    "creates; on the real control plane a ChainerJob's pods come from kube-controller-manager's Job and "
+    "StatefulSet controllers, so no worker is held back: this needs a refusal by the server itself (issue 35)"))
+def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = "cgang"
     config = gang_controller(tmp_path, "volcano", "chainerjob-controller")
-    with LocalCluster(tmp_path / "state", configs=[config]) as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster:
         refusing = refuse_creating(cluster, "cgang-workerset-ws0-1")
         cluster.submit(job)
 

@@ -1,7 +1,6 @@
 """Issue 18 on the local cluster: a ChainerJob edited mid-run, and one whose controller gains a gang
-component mid-run, finish with no worker restarted, under the StatefulSet controller's
-RollingUpdate emulation (localcluster/statefulset.py), the hooks server and the Metacontroller
-stand-in. The master and the workers run small shell commands, so each test takes seconds: what
+component mid-run, finish with no worker restarted, under the real StatefulSet controller, the
+hooks server and the Metacontroller stand-in. The master and the workers run small shell commands, so each test takes seconds: what
 is under test is what happens to the worker pods, not ChainerMN.
 """
 
@@ -11,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.apiserver import BACKENDS
 from helpers.localcluster_gang import gang_controller
 
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.store import ADDED, DELETED
 from localcluster.types import KubeObject
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 WORKER = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"]
 
@@ -73,9 +72,8 @@ def assert_workers_kept(cluster: LocalCluster, events: WorkerEvents, name: str, 
     cluster.wait_for(lambda: worker_set(cluster, name)["spec"]["replicas"] == 0, 15, what="workers scaled to 0")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path: Path, backend: str):
-    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path: Path, cluster_plane: ControlPlane):
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         events = WorkerEvents(cluster, "edited")
         cluster.submit(shell_chainerjob("edited", master_seconds=6))
         before = cluster.wait_for(lambda: running_workers(cluster, "edited"), 20, what="workers and master running")
@@ -101,10 +99,10 @@ def test_a_chainerjob_edited_mid_run_finishes_with_no_worker_restarted(tmp_path:
         assert_workers_kept(cluster, events, "edited", before)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_chainerjob_whose_controller_gains_a_gang_component_finishes_with_no_worker_restarted(tmp_path: Path, backend: str):
+def test_a_chainerjob_whose_controller_gains_a_gang_component_finishes_with_no_worker_restarted(
+        tmp_path: Path, cluster_plane: ControlPlane):
     gang = gang_controller(tmp_path, "volcano", "chainerjob-controller")
-    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         events = WorkerEvents(cluster, "ganged")
         cluster.submit(shell_chainerjob("ganged", master_seconds=6))
         before = cluster.wait_for(lambda: running_workers(cluster, "ganged"), 20, what="workers and master running")

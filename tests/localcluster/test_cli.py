@@ -169,6 +169,7 @@ def test_a_second_run_of_the_same_job_is_refused_while_the_first_holds_it(tmp_pa
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_job_in_another_namespace_runs_and_its_logs_are_found(tmp_path: Path):
     path = write(tmp_path, job("nsjob", ["python", "-c", "print('hello from team-a')"], namespace="team-a"))
     result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
@@ -184,6 +185,7 @@ def test_a_job_in_another_namespace_runs_and_its_logs_are_found(tmp_path: Path):
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_logs_of_an_unknown_container_lists_pods_and_containers(tmp_path: Path):
     path = write(tmp_path, job("lsjob", ["true"]))
     assert cli.run(run_args(tmp_path, path, timeout=40), out=io.StringIO(), err=io.StringIO()) == cli.EXIT_SUCCEEDED
@@ -194,6 +196,7 @@ def test_logs_of_an_unknown_container_lists_pods_and_containers(tmp_path: Path):
     assert "available: lsjob-worker-0 -c mxnet" in err.getvalue()
 
 
+@pytest.mark.apiserver
 def test_logs_follow_prints_what_is_written_while_the_run_goes_on_and_stops_with_it(tmp_path: Path):
     import threading
 
@@ -230,6 +233,7 @@ def test_logs_follow_prints_what_is_written_while_the_run_goes_on_and_stops_with
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_suspended_job_is_reported_at_once_with_its_own_exit_code(tmp_path: Path):
     err = io.StringIO()
     path = write(tmp_path, job("napping", ["true"], run_policy={"suspend": True}))
@@ -239,6 +243,7 @@ def test_a_suspended_job_is_reported_at_once_with_its_own_exit_code(tmp_path: Pa
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_no_metrics_directory_or_pod_folder_is_left_behind(tmp_path: Path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -254,6 +259,7 @@ def test_no_metrics_directory_or_pod_folder_is_left_behind(tmp_path: Path):
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 @pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGHUP,), (signal.SIGINT,), (signal.SIGINT, signal.SIGINT)],
                          ids=["sigterm", "sighup", "ctrl-c", "ctrl-c-twice"])
 def test_a_stop_signal_stops_every_process(tmp_path: Path, signals: tuple[int, ...]):
@@ -283,6 +289,7 @@ def test_a_stop_signal_stops_every_process(tmp_path: Path, signals: tuple[int, .
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_closed_pipe_ends_the_run_quietly_and_stops_everything(tmp_path: Path):
     marker = f"marker-{uuid.uuid4().hex}"
     path = write(tmp_path, job("piped", ["python", "-c", "import time; time.sleep(120)", marker]))
@@ -300,6 +307,7 @@ def test_a_closed_pipe_ends_the_run_quietly_and_stops_everything(tmp_path: Path)
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_hooks_server_that_cannot_start_is_a_start_up_failure_not_a_failed_job(tmp_path: Path):
     path = write(tmp_path, job("nostart", ["true"]))
     result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
@@ -311,6 +319,7 @@ def test_a_hooks_server_that_cannot_start_is_a_start_up_failure_not_a_failed_job
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_run_waits_for_workers_that_leave_after_the_scheduler(tmp_path: Path):
     # ps-lite in small: the scheduler (which decides success) exits first, the server and workers a moment later.
     def replica(command: list[str], replicas: int = 1) -> dict:

@@ -6,20 +6,21 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.objectstore import ObjectBag
 
 from localcluster.cluster import LocalCluster
+from localcluster.controlplane import ControlPlane
 from localcluster.dns import ClusterDNS
 from localcluster.kubelet import ProcessKubelet
-from localcluster.store import Store
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 MISSING = "/nonexistent/mxjob-test-binary"
 
 
 def watch_pod(tmp_path: Path, policy: str, seconds: float) -> tuple[list[str], dict]:
     """Run a pod whose command does not exist; the phases it reported, and its last status."""
-    store = Store()
+    store = ObjectBag()
     kubelet = ProcessKubelet(store, ClusterDNS(store, strict=False), tmp_path, restart_backoff=(0.1, 0.4))
     phases: list[str] = []
     store.watch(lambda event, obj: phases.append(obj.get("status", {}).get("phase", "")) if obj.get("kind") == "Pod" else None)
@@ -52,11 +53,11 @@ def test_under_never_a_container_that_cannot_start_fails_the_pod(tmp_path: Path)
     assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "StartError"
 
 
-def test_the_operator_keeps_the_crash_looping_pod_instead_of_recreating_it(tmp_path: Path):
+def test_the_operator_keeps_the_crash_looping_pod_instead_of_recreating_it(tmp_path: Path, cluster_plane: ControlPlane):
     job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "loopy"},
            "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {
                "containers": [{"name": "mxnet", "image": "busybox:1.36", "command": [MISSING]}]}}}}}}
-    with LocalCluster(tmp_path / "state", restart_backoff=(0.1, 0.4)) as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, restart_backoff=(0.1, 0.4)) as cluster:
         cluster.submit(job)
         first = cluster.wait_for(lambda: cluster.pod("loopy-worker-0"), 30, what="the pod")
         time.sleep(2.5)

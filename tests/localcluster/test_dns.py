@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from helpers.objectstore import ObjectBag
 
 from localcluster import dns as dns_module
 from localcluster.cluster import LocalCluster
 from localcluster.dns import ClusterDNS, strict_dns_unavailable
-from localcluster.store import Store
 from localcluster.types import KubeObject
 
 needs_strict = pytest.mark.skipif(strict_dns_unavailable() is not None,
@@ -34,7 +34,7 @@ def _pod(name: str, labels: dict[str, str], **spec: Any) -> KubeObject:
 
 @needs_strict
 def test_a_service_name_resolves_once_the_service_exists_and_its_pod_runs(tmp_path: Path):
-    store = Store()
+    store = ObjectBag()
     dns = ClusterDNS(store)
     hosts = dns.register("default", "me", "me", tmp_path / "hosts")
     names = lambda: {line.split()[1] for line in hosts.read_text().splitlines() if line.startswith("127.0.0.1 ")}  # noqa: E731
@@ -50,7 +50,7 @@ def test_a_service_name_resolves_once_the_service_exists_and_its_pod_runs(tmp_pa
 
 @needs_strict
 def test_a_statefulset_pods_hostname_resolves_under_its_governing_service(tmp_path: Path):
-    store = Store()
+    store = ObjectBag()
     dns = ClusterDNS(store)
     store.create(_service("w", {"app": "w"}))
     store.create(_pod("w-0", {"app": "w"}, hostname="w-0", subdomain="w"))
@@ -60,7 +60,7 @@ def test_a_statefulset_pods_hostname_resolves_under_its_governing_service(tmp_pa
 
 @needs_strict
 def test_a_running_process_sees_a_late_name_at_its_next_lookup(tmp_path: Path):
-    store = Store()
+    store = ObjectBag()
     dns = ClusterDNS(store)
     hosts = dns.register("default", "me", "me", tmp_path / "hosts")
     probe = ("import socket, time\n"
@@ -94,7 +94,7 @@ def test_a_refresh_that_read_the_cluster_before_a_change_never_writes_after_the_
     last, the file would lack the name for good (nothing changes again): the ps-lite start-up stall, a
     server that never found its scheduler."""
     monkeypatch.setattr(dns_module, "strict_dns_unavailable", lambda: None)  # files only: no mount namespace here
-    store = Store()
+    store = ObjectBag()
     dns = ClusterDNS(store)
     hosts = dns.register("default", "server-0", "server-0", tmp_path / "hosts")
     store.create(_pod("scheduler-0", {"app": "s"}))
@@ -126,7 +126,7 @@ def test_a_refresh_that_read_the_cluster_before_a_change_never_writes_after_the_
 
 
 def test_strict_names_keep_the_name_and_remap_the_port():
-    store = Store()
+    store = ObjectBag()
     store.create(_service("job-scheduler-0", {"a": "b"}))
     dns = ClusterDNS(store, strict=False)
     dns.strict = True  # the env rule alone; no hosts file is involved
@@ -137,10 +137,11 @@ def test_strict_names_keep_the_name_and_remap_the_port():
     assert env["MX_CONFIG"] == f'{{"url":"job-scheduler-0:{port}"}}'
 
 
-def test_where_strict_names_cannot_run_the_cluster_says_so_and_rewrites_names(monkeypatch, tmp_path, capsys):
+@pytest.mark.apiserver
+def test_where_strict_names_cannot_run_the_cluster_says_so_and_rewrites_names(monkeypatch, tmp_path, capsys, cluster_plane):
     monkeypatch.setattr(dns_module, "strict_dns_unavailable", lambda: "it needs root (test)")
-    cluster = LocalCluster(tmp_path / "state")  # not started: no process
-    assert not cluster.dns.strict
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+        assert not cluster.dns.strict
     err = capsys.readouterr().err
     assert "it needs root (test)" in err and "rewritten to 127.0.0.1" in err
 
@@ -148,7 +149,7 @@ def test_where_strict_names_cannot_run_the_cluster_says_so_and_rewrites_names(mo
 
 def test_a_peer_named_before_its_service_exists_gets_its_port_mapped_and_a_role_stays_a_role():
     """Metacontroller creates Pods before their Services: the env is read while the name is still unknown."""
-    dns = ClusterDNS(Store(), strict=False)
+    dns = ClusterDNS(ObjectBag(), strict=False)
     env = dns.rewrite_env("default", {"DMLC_PS_ROOT_URI": "job-scheduler-0", "DMLC_PS_ROOT_PORT": "9091",
                                       "DMLC_ROLE": "worker", "OTHER_HOST": "example.com", "MX_CONFIG": '{"url": "job-server-0"}'})
     assert env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
@@ -163,7 +164,7 @@ def test_a_pod_under_a_job_service_resolves_in_every_form_a_pod_would_look_up(tm
     subdomain. A process looks up `<pod>.<job>` (its search path adds `<ns>.svc.cluster.local`) or a
     longer form; each resolves once the Service exists and that pod runs, and only for pods that set
     both fields."""
-    store = Store()
+    store = ObjectBag()
     dns = ClusterDNS(store)
     hosts = dns.register("default", "mx-worker-0", "mx-worker-0", tmp_path / "hosts", subdomain="mx")
     names = lambda: {n for line in hosts.read_text().splitlines() if line.startswith("127.0.0.1 ")  # noqa: E731
@@ -193,7 +194,7 @@ def test_each_pod_under_a_job_service_gets_its_own_ports_whatever_form_names_it(
     """Every process shares 127.0.0.1, so two pods under one Service must not share a port; the same
     pod named in a longer form is the same endpoint. Read before the Service exists (Metacontroller
     writes Pods first): the starting pod's own subdomain says `<pod>.<job>` is a peer, not a domain."""
-    dns = ClusterDNS(Store(), strict=False)
+    dns = ClusterDNS(ObjectBag(), strict=False)
     dns.strict = True  # the env rule alone; no hosts file is involved
     mx_config = json.dumps({"cluster": {"scheduler": [{"port": 9091, "url": "mx-scheduler-0.mx"}],
                                         "worker": [{"port": 9091, "url": "mx-worker-0.mx"},

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.apiserver import BACKENDS
 from helpers.cluster import events_for
 
 from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits.yaml"
@@ -73,9 +73,9 @@ def worker_job(name: str, commands: list[list[str]], *, restart: str = "Never", 
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
     """A local cluster with the real hooks server behind a fault proxy; every process ends with the test."""
-    with LocalCluster(tmp_path / "state", fault_proxy=True, restart_backoff=(0.2, 1.0)) as c:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, fault_proxy=True, restart_backoff=(0.2, 1.0)) as c:
         yield c
 
 
@@ -101,10 +101,9 @@ def phase_of(cluster: LocalCluster, pod: str) -> str | None:
 
 
 @pytest.mark.mxnet
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend: str):
+def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later.
@@ -136,8 +135,8 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, backend:
 @pytest.mark.apiserver
 def test_make_run_ends_with_the_trained_models_accuracy(tmp_path: Path):
     """`make run` is `localcluster run` on the example: its last lines say what the model achieved."""
-    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"), "run", str(EXAMPLE),
-                             "--control-plane", "kubernetes"], cwd=REPO, capture_output=True, text=True, timeout=400)
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"), "run", str(EXAMPLE)],
+                            cwd=REPO, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     *_, first, second, last = result.stdout.strip().splitlines()
     assert last == "MXJob default/dist-train-digits Succeeded"
@@ -148,9 +147,9 @@ def test_make_run_ends_with_the_trained_models_accuracy(tmp_path: Path):
 
 
 @pytest.mark.mxnet
-def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path):
+def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path, cluster_plane: ControlPlane):
     base = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         for name in ("digits-a", "digits-b"):
             job = copy.deepcopy(base)
             job["metadata"]["name"] = name
@@ -353,13 +352,13 @@ class FakeHook:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]], LocalCluster]]:
+def fake(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]], LocalCluster]]:
     """Factory: a local cluster whose stand-in calls a FakeHook; all torn down after the test."""
     opened: list[tuple[LocalCluster, FakeHook]] = []
 
     def make(answer: Callable[[dict], tuple[int, Any]]) -> LocalCluster:
         hook = FakeHook(answer)
-        cluster = LocalCluster(tmp_path / "state", hook_url=hook.url, hot_loop_syncs=25)
+        cluster = LocalCluster(tmp_path / "state", control_plane=cluster_plane, hook_url=hook.url, hot_loop_syncs=25)
         opened.append((cluster, hook))
         cluster.hook = hook  # type: ignore[attr-defined]
         return cluster.start()
@@ -371,7 +370,10 @@ def fake(tmp_path: Path) -> Iterator[Callable[[Callable[[dict], tuple[int, Any]]
 
 
 def parent_job(name: str = "fake") -> dict:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name}, "spec": {"mxReplicaSpecs": {}}}
+    """A valid MXJob (the fake hook ignores its spec). The fake hook's status uses fields the CRD
+    declares (restartCount, specError): the server prunes any other."""
+    worker = {"replicas": 1, "template": {"spec": {"containers": [{"name": "mxnet", "image": "x", "command": ["true"]}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name}, "spec": {"mxReplicaSpecs": {"Worker": worker}}}
 
 
 def sleeper_pod(name: str, labels: dict | None = None) -> dict:
@@ -384,11 +386,11 @@ def sleeper_pod(name: str, labels: dict | None = None) -> dict:
 
 
 def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
-    cluster = fake(lambda req: (200, {"status": {"seen": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("p")]}))
+    cluster = fake(lambda req: (200, {"status": {"restartCount": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("p")]}))
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
     cluster.wait_for(lambda: phase_of(cluster, "p") == "Running", 20, what="pod running")
-    cluster.wait_for(lambda: cluster.get_job("fake")["status"].get("seen") == 1, 10, what="status from a sync that saw the pod")
+    cluster.wait_for(lambda: cluster.get_job("fake")["status"].get("restartCount") == 1, 10, what="status from a sync that saw the pod")
     request = next(r for r in reversed(cluster.hook.requests) if r["children"]["Pod.v1"])
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
@@ -407,7 +409,7 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     expected["metadata"]["namespace"] = "default"
     assert applied == expected
     assert pod["status"]["phase"] == "Running" and pod["metadata"]["creationTimestamp"] and pod["metadata"]["uid"]
-    assert cluster.get_job("fake")["status"] == {"seen": 1, "observedGeneration": 1}
+    assert cluster.get_job("fake")["status"] == {"restartCount": 1, "observedGeneration": 1}
 
 
 def test_an_empty_200_answer_deletes_every_child_and_wipes_status(fake):
@@ -415,7 +417,7 @@ def test_an_empty_200_answer_deletes_every_child_and_wipes_status(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         if answers["mode"] == "full":
-            return 200, {"status": {"phase": "busy"}, "children": [sleeper_pod("a"), sleeper_pod("b")]}
+            return 200, {"status": {"specError": "busy"}, "children": [sleeper_pod("a"), sleeper_pod("b")]}
         return 200, {}
 
     cluster = fake(answer)
@@ -433,7 +435,7 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         if answers["mode"] == "full":
-            return 200, {"status": {"ok": True}, "children": [sleeper_pod("a")]}
+            return 200, {"status": {"specError": "ok"}, "children": [sleeper_pod("a")]}
         return (500, {"error": "boom"}) if answers["mode"] == "500" else (200, b"not json")
 
     cluster = fake(answer)
@@ -445,7 +447,7 @@ def test_a_500_or_malformed_answer_changes_nothing(fake):
         cluster.controllers["MXJob"].enqueue(job["metadata"]["uid"])
         cluster.wait_for(lambda calls=calls: len(cluster.hook.requests) >= calls + 3, 10, what="retries with backoff")
         assert cluster.pod("a")["metadata"].get("deletionTimestamp") is None
-        assert cluster.get_job("fake")["status"] == {"ok": True, "observedGeneration": 1}
+        assert cluster.get_job("fake")["status"] == {"specError": "ok", "observedGeneration": 1}
         assert cluster.controllers["MXJob"].last_error(job["metadata"]["uid"])
 
 
@@ -454,7 +456,7 @@ def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
 
     def answer(req: dict) -> tuple[int, Any]:
         counter["n"] += 1
-        return 200, {"status": {"syncedAt": counter["n"]}, "children": []}
+        return 200, {"status": {"restartCount": counter["n"]}, "children": []}
 
     cluster = fake(answer)
     job = cluster.submit(parent_job())
@@ -469,7 +471,7 @@ def test_a_status_that_changes_on_every_sync_is_caught_as_a_hot_loop(fake):
 
 
 def test_a_fixed_point_hook_settles_and_is_not_a_hot_loop(fake):
-    cluster = fake(lambda req: (200, {"status": {"n": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("a")]}))
+    cluster = fake(lambda req: (200, {"status": {"restartCount": len(req["children"]["Pod.v1"])}, "children": [sleeper_pod("a")]}))
     job = cluster.submit(parent_job())
     cluster.wait_for(lambda: phase_of(cluster, "a") == "Running", 20, what="pod running")
     time.sleep(0.5)
@@ -480,7 +482,8 @@ def test_a_fixed_point_hook_settles_and_is_not_a_hot_loop(fake):
 
 
 def test_a_child_whose_labels_do_not_match_the_selector_fails_the_sync(fake):
-    cluster = fake(lambda req: (200, {"status": {"x": 1}, "children": [sleeper_pod("stray", {"controller-uid": "someone-else"})]}))
+    stray = sleeper_pod("stray", {"controller-uid": "someone-else"})
+    cluster = fake(lambda req: (200, {"status": {"restartCount": 1}, "children": [stray]}))
     job = cluster.submit(parent_job())
     uid = job["metadata"]["uid"]
     error = cluster.wait_for(lambda: cluster.controllers["MXJob"].last_error(uid), 10, what="sync error")

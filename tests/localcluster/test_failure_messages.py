@@ -37,8 +37,8 @@ MEMORY_LIMIT = "64Mi"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, control_plane: ControlPlane) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "state", backend="kubernetes", control_plane=control_plane,
+def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane,
                       restart_backoff=(0.2, 1.0)) as c:
         yield c
 

@@ -19,8 +19,9 @@ import pytest
 from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
 
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPLICAS = 3
 # Each worker prints when its process started, then works for a moment.
@@ -41,9 +42,9 @@ def gang_job(name: str, policy: dict) -> dict:
 
 
 @contextmanager
-def gang_cluster(tmp_path: Path, component: str) -> Iterator[LocalCluster]:
+def gang_cluster(tmp_path: Path, component: str, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", configs=[config]) as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster:
         yield cluster
 
 
@@ -61,8 +62,8 @@ def start_times(cluster: LocalCluster, job: str) -> dict[str, float]:
     return times
 
 
-def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path):
-    with gang_cluster(tmp_path, "volcano") as cluster:
+def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path, cluster_plane):
+    with gang_cluster(tmp_path, "volcano", cluster_plane) as cluster:
         refusing = refuse_creating(cluster, "gang-worker-2")
         cluster.submit(gang_job("gang", {}))
 
@@ -96,8 +97,8 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path)
     assert max(times.values()) - min(times.values()) < 1.0, times
 
 
-def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path):
-    with gang_cluster(tmp_path, "scheduler-plugins") as cluster:
+def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path, cluster_plane):
+    with gang_cluster(tmp_path, "scheduler-plugins", cluster_plane) as cluster:
         refusing = refuse_creating(cluster, "part-worker-2")
         cluster.submit(gang_job("part", {"minAvailable": 2}))
 

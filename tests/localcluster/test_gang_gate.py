@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers.objectstore import ObjectBag
 
 from localcluster.gang import GangGate
-from localcluster.store import Store
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
@@ -30,7 +30,7 @@ def podgroup(api_version: str, name: str, min_member: int) -> dict:
     pytest.param({"coscheduling": "g"}, COSCHEDULING, id="scheduler-plugins"),
 ])
 def test_gang_waits_for_its_podgroup_then_for_min_member_pods(marks, api_version):
-    store = Store()
+    store = ObjectBag()
     gate = GangGate(store)
     first = store.create(pod("a", **marks))
     assert gate(first) == "pod group g: waiting for the PodGroup to be created"
@@ -43,10 +43,10 @@ def test_gang_waits_for_its_podgroup_then_for_min_member_pods(marks, api_version
 
 
 def test_pods_outside_a_gang_are_never_held():
-    assert GangGate(Store())(pod("solo")) is None
+    assert GangGate(ObjectBag())(pod("solo")) is None
 
 
 def test_a_podgroup_of_the_other_api_does_not_open_the_gate():
-    store = Store()
+    store = ObjectBag()
     store.create(podgroup(COSCHEDULING, "g", 1))
     assert GangGate(store)(store.create(pod("a", volcano="g"))) is not None

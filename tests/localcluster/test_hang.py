@@ -29,6 +29,7 @@ def hanging_job() -> dict:
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_hung_job_shows_its_traceback_and_pod_states_while_waiting_and_at_the_timeout(tmp_path: Path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(hanging_job()))

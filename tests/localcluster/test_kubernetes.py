@@ -36,7 +36,7 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "state", backend="kubernetes", restart_backoff=(0.2, 1.0)) as c:
+    with LocalCluster(tmp_path / "state", restart_backoff=(0.2, 1.0)) as c:
         yield c
 
 

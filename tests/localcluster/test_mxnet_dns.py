@@ -18,15 +18,15 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from helpers.apiserver import BACKENDS
 
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.dns import strict_dns_unavailable
 from localcluster.hooks_server import HooksServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local" / "dist-train-digits.yaml"
-pytestmark = [pytest.mark.e2e, pytest.mark.mxnet,
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.mxnet,
               pytest.mark.skipif(strict_dns_unavailable() is not None,
                                  reason=f"strict DNS cannot run here: {strict_dns_unavailable()}")]
 
@@ -68,8 +68,8 @@ def hooks_without(variable: str, log: Path) -> Iterator[str]:
         hooks.stop()
 
 
-def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(tmp_path: Path):
-    with LocalCluster(tmp_path / "state") as cluster:
+def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(tmp_path: Path, cluster_plane: ControlPlane):
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         assert cluster.dns.strict
         assert cluster.throttle.qps == 5.0  # Metacontroller's client rate
         cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
@@ -79,13 +79,12 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
     assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, backend: str):
+def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, cluster_plane: ControlPlane):
     """The per-job opt-in: one headless Service, every peer named `<pod>.<job>` (MX_CONFIG's urls,
     DMLC_PS_ROOT_URI), resolvable only once that Service exists and that pod runs, as in a cluster."""
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["annotations"] = {SERVICE_ANNOTATION: PER_JOB}
-    with LocalCluster(tmp_path / "state", backend=backend) as cluster:  # type: ignore[arg-type]
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         assert cluster.dns.strict
         cluster.submit(job)
         cluster.wait_for(lambda: len(cluster.pods("dist-train-digits")) == 4
@@ -103,9 +102,9 @@ def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, ba
     assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
 
 
-def test_without_dmlc_use_kubernetes_the_scheduler_cannot_bind_its_late_name_and_the_job_fails(tmp_path: Path):
+def test_without_dmlc_use_kubernetes_the_scheduler_cannot_bind_its_late_name_and_the_job_fails(tmp_path: Path, cluster_plane: ControlPlane):
     with hooks_without("DMLC_USE_KUBERNETES", tmp_path / "hooks.log") as url, \
-            LocalCluster(tmp_path / "state", hook_url=url) as cluster:
+            LocalCluster(tmp_path / "state", control_plane=cluster_plane, hook_url=url) as cluster:
         cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
         done = cluster.wait_finished("dist-train-digits", timeout=120)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()

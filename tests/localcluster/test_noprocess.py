@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import ControlPlane
 from localcluster.noprocess import EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION, KUBELET_ANNOTATION, WRITERS
 from localcluster.types import KubeObject
+
+pytestmark = pytest.mark.apiserver
 
 
 def mxjob(name: str, workers: int, *, annotations: dict[str, str] | None = None, policy: str = "Never") -> KubeObject:
@@ -32,8 +35,8 @@ def running(cluster: LocalCluster, name: str, count: int) -> bool:
     return len(pods) == count and all(p.get("status", {}).get("phase") == "Running" and ready(p) for p in pods)
 
 
-def test_a_noprocess_cluster_runs_pods_without_processes_and_without_a_thread_each(tmp_path: Path):
-    with LocalCluster(tmp_path, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
+def test_a_noprocess_cluster_runs_pods_without_processes_and_without_a_thread_each(tmp_path: Path, cluster_plane: ControlPlane):
+    with LocalCluster(tmp_path, control_plane=cluster_plane, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
         threads = threading.active_count()
         cluster.submit(mxjob("many", 60))
         cluster.wait_for(lambda: running(cluster, "many", 62), 60, what="62 pods Running")
@@ -47,9 +50,9 @@ def test_a_noprocess_cluster_runs_pods_without_processes_and_without_a_thread_ea
 
 
 @pytest.mark.parametrize(("code", "outcome"), [(0, "Succeeded"), (3, "Failed")])
-def test_annotations_end_a_pod_with_an_exit_code_after_a_time(tmp_path: Path, code: int, outcome: str):
+def test_annotations_end_a_pod_with_an_exit_code_after_a_time(tmp_path: Path, code: int, outcome: str, cluster_plane: ControlPlane):
     annotations = {KUBELET_ANNOTATION: "noprocess", EXIT_AFTER_ANNOTATION: "0.5", EXIT_CODE_ANNOTATION: str(code)}
-    with LocalCluster(tmp_path, client_qps=1000, client_burst=1000) as cluster:  # a process kubelet: per pod
+    with LocalCluster(tmp_path, control_plane=cluster_plane, client_qps=1000, client_burst=1000) as cluster:  # a process kubelet: per pod
         cluster.submit(mxjob("ends", 2, annotations=annotations))
         job = cluster.wait_finished("ends", 60)
         assert finished(job) == outcome
@@ -58,13 +61,13 @@ def test_annotations_end_a_pod_with_an_exit_code_after_a_time(tmp_path: Path, co
         assert code in exits
 
 
-def test_under_always_an_exit_restarts_the_container_and_the_pod_stays_running(tmp_path: Path):
+def test_under_always_an_exit_restarts_the_container_and_the_pod_stays_running(tmp_path: Path, cluster_plane: ControlPlane):
     # A Worker-only job: the operator leaves its restarts to the kubelet (a distributed job with a
     # Scheduler is restarted whole instead: docs/lifecycle.md, "Restarts").
     annotations = {EXIT_AFTER_ANNOTATION: "0.3", EXIT_CODE_ANNOTATION: "1"}
     job = mxjob("loops", 2, annotations=annotations, policy="Always")
     job["spec"]["mxReplicaSpecs"] = {"Worker": job["spec"]["mxReplicaSpecs"]["Worker"]}
-    with LocalCluster(tmp_path, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
+    with LocalCluster(tmp_path, control_plane=cluster_plane, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
         cluster.submit(job)
         cluster.wait_for(lambda: all(p.get("status", {}).get("containerStatuses", [{}])[0].get("restartCount", 0) >= 2
                                      for p in cluster.pods("loops")) and len(cluster.pods("loops")) == 2, 30,
@@ -75,17 +78,16 @@ def test_under_always_an_exit_restarts_the_container_and_the_pod_stays_running(t
 
 
 @pytest.mark.e2e
-@pytest.mark.apiserver
-def test_on_the_real_api_server_a_noprocess_job_runs_and_settles(tmp_path: Path):
-    with LocalCluster(tmp_path / "state", backend="kubernetes", kubelet_mode="noprocess",
+def test_on_the_real_api_server_a_noprocess_job_runs_and_settles(tmp_path: Path, cluster_plane: ControlPlane):
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, kubelet_mode="noprocess",
                       client_qps=200, client_burst=200) as cluster:
         cluster.submit(mxjob("real", 20))
         cluster.wait_for(lambda: running(cluster, "real", 22), 120, what="22 pods Running")
 
 
-def test_the_gang_gate_holds_noprocess_pods_until_their_podgroup_exists(tmp_path: Path):
+def test_the_gang_gate_holds_noprocess_pods_until_their_podgroup_exists(tmp_path: Path, cluster_plane: ControlPlane):
     """The gate holds no-process pods Pending (Unschedulable) as it holds process pods."""
-    with LocalCluster(tmp_path, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
+    with LocalCluster(tmp_path, control_plane=cluster_plane, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "held", "namespace": "default", "annotations": {"scheduling.k8s.io/group-name": "g"}},
                "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}

@@ -43,7 +43,7 @@ def run(tmp_path: Path, manifest: dict, *extra: str, timeout: float = 60) -> tup
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
     args = cli.parser().parse_args(["--state-dir", str(tmp_path / "state"), "run", str(path), "--timeout", str(timeout),
-                                    "--control-plane", "memory", *extra])
+                                    *extra])
     out, err = io.StringIO(), io.StringIO()
     code = cli.run(args, out=out, err=err)
     return code, out.getvalue(), err.getvalue()
@@ -53,6 +53,7 @@ def run(tmp_path: Path, manifest: dict, *extra: str, timeout: float = 60) -> tup
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 @pytest.mark.parametrize("delay", [0.0, 1.5], ids=["same-moment", "second-after-the-job-failed"])
 def test_two_workers_failing_at_once_are_both_reported(tmp_path: Path, delay: float):
     marks = tmp_path / "marks"
@@ -111,16 +112,19 @@ def typo_job() -> dict:
     return job
 
 
+@pytest.mark.e2e
+@pytest.mark.apiserver
 def test_by_default_a_misspelled_field_refuses_the_file_as_kubectl_apply_does(tmp_path: Path):
     code, out, err = run(tmp_path, typo_job())
     assert code == cli.EXIT_INVALID
     assert 'unknown field "spec.mxReplicaSpecs.Worker.replica"' in err
     assert 'unknown field "spec.runPolicy.activeDeadlineSecond"' in err
     assert "--validate=warn runs the job without it" in err
-    assert out == "" and not (tmp_path / "state").exists()
+    assert out == "" and not list((tmp_path / "state").rglob("dist-train-digits-*.log"))  # no pod ran
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_under_validate_warn_the_warnings_are_repeated_next_to_the_outcome(tmp_path: Path):
     job = workers_job("typo", ["python", "-c", "print('trained')"], replicas=1, grace=1)
     job["spec"]["mxReplicaSpecs"]["Worker"]["replica"] = 2
@@ -152,6 +156,7 @@ SILENT = ("import os, sys, threading, time\n"
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_silent_worker_is_told_from_a_working_one_and_an_all_silent_job_is_noted(tmp_path: Path):
     job = workers_job("quiet", ["python", "-c", SILENT], grace=1)
     code, out, err = run(tmp_path, job, "--report-every", "2", "--silent-after", "2.5", timeout=10)

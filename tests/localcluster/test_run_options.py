@@ -13,15 +13,15 @@ from localcluster import cli
 from localcluster.cli import RunOptions, silence_notice
 
 PARSED = {
-    "defaults": ([], {"validate": "strict", "report_every": cli.REPORT_EVERY_SECONDS, "timeout": 600.0,
-                      "silent_after": cli.SILENT_AFTER_SECONDS, "stale_reads": None, "control_plane": "auto"}),
-    "kubectl-spelling-true": (["--validate=true"], {"validate": "strict"}),
-    "kubectl-spelling-false": (["--validate=False"], {"validate": "ignore"}),
-    "warn": (["--validate", "warn"], {"validate": "warn"}),
+    "defaults": ([], {"validate": "Strict", "report_every": cli.REPORT_EVERY_SECONDS, "timeout": 600.0,
+                      "silent_after": cli.SILENT_AFTER_SECONDS, "stale_reads": None}),
+    "kubectl-spelling-true": (["--validate=true"], {"validate": "Strict"}),
+    "kubectl-spelling-false": (["--validate=False"], {"validate": "Ignore"}),
+    "warn": (["--validate", "warn"], {"validate": "Warn"}),
     "every-option": (["--timeout", "5", "--report-every", "7", "--silent-after", "9", "--client-qps", "50",
-                      "--client-burst", "20", "--stale-reads", "children", "--control-plane", "memory"],
+                      "--client-burst", "20", "--stale-reads", "children"],
                      {"timeout": 5.0, "report_every": 7.0, "silent_after": 9.0, "client_qps": 50.0, "client_burst": 20,
-                      "stale_reads": "children", "control_plane": "memory"}),
+                      "stale_reads": "children"}),
 }
 
 
@@ -32,11 +32,11 @@ def test_the_options_are_read_from_the_command_line(argv, expected):
     assert {name: getattr(options, name) for name in expected} == expected
 
 
-def test_a_namespace_built_by_hand_gets_the_defaults_and_the_in_memory_stand_in():
+def test_a_namespace_built_by_hand_gets_the_defaults():
     options = RunOptions.from_args(argparse.Namespace(file="j.yaml", state_dir="s", timeout=3))
     assert (options.validate, options.report_every, options.silent_after, options.client_qps, options.client_burst,
-            options.stale_reads, options.control_plane) == ("strict", cli.REPORT_EVERY_SECONDS, cli.SILENT_AFTER_SECONDS,
-                                                            cli.CLIENT_QPS, cli.CLIENT_BURST, None, "memory")
+            options.stale_reads) == ("Strict", cli.REPORT_EVERY_SECONDS, cli.SILENT_AFTER_SECONDS,
+                                     cli.CLIENT_QPS, cli.CLIENT_BURST, None)
 
 
 def test_the_options_cannot_be_changed_once_read():

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import ControlPlane
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "dist-train-digits.yaml"
@@ -25,7 +26,7 @@ def py(code: str) -> list[str]:
 
 
 @pytest.mark.mxnet
-def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path: Path):
+def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path: Path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = "late-fail"
     worker = job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
@@ -34,7 +35,7 @@ def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path:
     train = " ".join([*worker["command"], *worker["args"]])
     worker["command"] = ["sh", "-c", f'{train} && if [ "$DMLC_WORKER_ID" = 1 ]; then sleep 3; exit 1; fi']
     del worker["args"]
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("late-fail", timeout=180)
         pods = {p["metadata"]["name"]: p for p in cluster.pods("late-fail")}
@@ -58,7 +59,7 @@ def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path:
     assert outcome is not None and outcome["immutable"] is True
 
 
-def test_a_pod_still_running_after_the_grace_is_stopped_and_the_job_succeeds(tmp_path: Path):
+def test_a_pod_still_running_after_the_grace_is_stopped_and_the_job_succeeds(tmp_path: Path, cluster_plane: ControlPlane):
     job = {
         "apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "slow-server"},
         "spec": {"jobMode": "MXTrain", "mxReplicaSpecs": {
@@ -70,7 +71,7 @@ def test_a_pod_still_running_after_the_grace_is_stopped_and_the_job_succeeds(tmp
                 {"name": "mxnet", "image": "busybox:1.36", "command": py("import time; time.sleep(4)")}]}}},
         }},
     }
-    with LocalCluster(tmp_path / "state") as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(copy.deepcopy(job))
         waiting = cluster.wait_for(
             lambda: (j := cluster.get_job("slow-server")) and "waiting up to 30 s"

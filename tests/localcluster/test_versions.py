@@ -84,6 +84,7 @@ def test_run_refuses_v1alpha1_with_exit_2(tmp_path: Path):
 
 
 @pytest.mark.e2e
+@pytest.mark.apiserver
 def test_a_v1alpha2_job_runs_to_success_with_the_warning_on_stderr(tmp_path: Path):
     path = write(tmp_path, mxjob("kubeflow.org/v1alpha2", name="legacy"))
     result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(tmp_path / "state"),
