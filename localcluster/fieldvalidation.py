@@ -26,8 +26,8 @@ tests/localcluster/test_apiserver_stand_ins.py compares it, case by case, with w
   unknown paths come last (the server coerces embedded metadata after pruning), and a metadata
   field of the wrong type there is the server's error, not kubectl's (neither CRD has one).
 
-So nothing inside a pod template, which both CRDs mark preserve-unknown-fields, is ever reported:
-the API server keeps it as written (the pod itself is validated only when a controller creates it).
+Both CRDs' pod templates declare Kubernetes' PodTemplateSpec (scripts/gen_crd_pod_schema.py), so a
+typo inside a template (`containers[0].arg`) is reported like one at the spec's level.
 
 The server also fills in the schema's `default`s (`stored`), so the job Metacontroller sees has
 them; the MXJob CRD has two (`spec.jobMode`, `spec.runPolicy`).

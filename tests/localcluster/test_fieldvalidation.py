@@ -86,12 +86,13 @@ def test_the_shipped_manifests_have_no_unknown_fields(manifest: Path):
             assert unknown_fields_of(doc) == [], manifest
 
 
-def test_typos_in_an_mxjob_are_found_in_the_crd_and_nothing_inside_the_pod_template():
+def test_typos_in_an_mxjob_are_found_in_the_crd_and_inside_the_pod_template():
     job = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
     job["spec"]["cleanPodPolcy"] = "All"
     job["spec"]["mxReplicaSpecs"]["Worker"]["replica"] = 2
     job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
-    assert unknown_fields_of(job) == ["spec.cleanPodPolcy", "spec.mxReplicaSpecs.Worker.replica"]
+    assert unknown_fields_of(job) == ["spec.cleanPodPolcy", "spec.mxReplicaSpecs.Worker.replica",
+                                      "spec.mxReplicaSpecs.Worker.template.spec.containers[0].imagePullPolcy"]
 
 
 def test_typos_in_a_chainerjob_are_found():
