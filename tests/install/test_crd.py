@@ -178,9 +178,14 @@ def test_the_pod_templates_are_kubernetes_pod_template_spec():
     assert set(TEMPLATE_SCHEMA["properties"]) == {"metadata", "spec"}
     container = TEMPLATE_SCHEMA["properties"]["spec"]["properties"]["containers"]["items"]
     assert {"name", "image", "args", "command", "env", "ports", "resources"} <= set(container["properties"])
+    quantities = []
     for path, node in schema_nodes(TEMPLATE_SCHEMA):
-        assert "default" not in node and "x-kubernetes-preserve-unknown-fields" not in node, path
-        assert "$ref" not in node and "allOf" not in node and "oneOf" not in node, path
+        assert "default" not in node and "$ref" not in node and "allOf" not in node and "oneOf" not in node, path
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            assert node == {"x-kubernetes-preserve-unknown-fields": True}, path  # a scalar: a quantity
+            quantities.append(path)
+    assert ".spec.containers[].resources.limits.*" in quantities
+    assert ".spec.volumes[].emptyDir.sizeLimit" in quantities
     assert untyped_nodes(TEMPLATE_SCHEMA) == []
 
 

@@ -46,16 +46,17 @@ OPENAPI = {"components": {"schemas": {
 def test_kubernetes_schema_becomes_a_structural_crd_schema():
     assert gen.pod_template_schema(OPENAPI) == {"type": "object", "properties": {"spec": {
         "type": "object", "required": ["containers"], "properties": {
-            "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+            # Every list atomic: keyed lists refuse duplicates a Pod takes.
+            "containers": {"type": "array", "x-kubernetes-list-type": "atomic",
                            "items": {"type": "object", "required": ["name"], "properties": {
                                "name": {"type": "string"},
                                "port": {"x-kubernetes-int-or-string": True},
-                               # A map key with a default but not required: a CRD refuses it, so atomic.
                                "ports": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {
                                    "type": "object", "required": ["containerPort"], "properties": {
                                        "containerPort": {"type": "integer", "format": "int32"},
                                        "protocol": {"type": "string"}}}}}}},
-            "overhead": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}}}}}}
+            # A quantity is a string or any number: only an untyped node takes both.
+            "overhead": {"type": "object", "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}}}}}}
 
 
 def test_descriptions_are_kept_only_when_asked():
