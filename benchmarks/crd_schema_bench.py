@@ -75,12 +75,7 @@ def main() -> int:
     with ControlPlane() as cp:
         for crd, _ in variants.values():
             cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(crd))
-        for crd, _ in variants.values():
-            name = crd["metadata"]["name"]
-            while not cp.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").get("status", {}).get(
-                    "conditions"):
-                time.sleep(0.1)  # kubectl wait errs on a CRD that has no conditions yet
-            cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+        cp.wait_established(*(crd["metadata"]["name"] for crd, _ in variants.values()))
         cp.kubectl("create", "namespace", "bench")
         time.sleep(2)  # the new resources reach discovery and the handlers
         for name, (crd, _) in variants.items():

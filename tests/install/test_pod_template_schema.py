@@ -243,7 +243,7 @@ def test_a_job_stored_before_the_schema_takes_updates_and_status_writes(cp, ns):
     old["apiVersion"] = f"{UPGRADE_GROUP}/v1"
     try:
         apply_objects(cp, [free])
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{free['metadata']['name']}")
+        cp.wait_established(free["metadata"]["name"])
         refresh(cp)
         stored = create(cp, old, ns)
         assert stored.accepted, stored.message
