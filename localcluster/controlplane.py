@@ -321,6 +321,18 @@ class ControlPlane:
             raise KubectlError(result.returncode, result.args, result.stdout, result.stderr)
         return result
 
+    def wait_established(self, *crd_names: str, timeout: float = 60) -> None:
+        """Wait until each CRD (by name) is Established. `kubectl wait` alone fails at once on a CRD the
+        server has stored but not yet given any condition (a big schema widens that moment)."""
+        deadline = time.monotonic() + timeout
+        for name in crd_names:
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            while not self.get(path).get("status", {}).get("conditions"):
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} has no conditions after {timeout:.0f} s")
+                time.sleep(0.05)
+        self.kubectl("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *(f"crd/{n}" for n in crd_names))
+
     def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "local",
@@ -385,8 +397,7 @@ def prepare_cluster(cp: ControlPlane, *, gpus: int = 0, kubelet_port: int = 0) -
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*crds, node_object(gpus, kubelet_port)]}))
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO_ROOT / "crd"))
-    names = [f"crd/{crd['metadata']['name']}" for crd in crds] + ["crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org"]
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    cp.wait_established(*(crd["metadata"]["name"] for crd in crds), "mxjobs.kubeflow.org", "chainerjobs.kubeflow.org")
 
 
 def ensure_namespace(cp: ControlPlane, namespace: str) -> None:

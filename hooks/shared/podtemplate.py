@@ -1,9 +1,9 @@
 """Checks of the parts of a pod template a hook reads or adds to, whatever the job kind.
 
-A template is free-form in the CRDs (a copy of the PodTemplateSpec schema would tie them to one
-Kubernetes minor), so the hook checks, with field paths, every part it reads or merges into: a
-wrong type there would otherwise crash the sync (a 500 Metacontroller retries forever) or give a
-child the API server refuses.
+The CRDs declare Kubernetes' PodTemplateSpec schema for templates, but a job stored before they did,
+or written by a client that skips validation, can still hold anything; so the hook checks, with field
+paths, every part it reads or merges into: a wrong type there would otherwise crash the sync (a 500
+Metacontroller retries forever) or give a child the API server refuses.
 """
 from __future__ import annotations
 

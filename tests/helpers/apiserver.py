@@ -52,10 +52,9 @@ def install(cp: ControlPlane) -> subprocess.CompletedProcess[str]:
     with _INSTALL_LOCK:
         if id(cp) not in _INSTALLED:
             apply_objects(cp, fixture_crds())
-            cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                       *[f"crd/{c['metadata']['name']}" for c in fixture_crds()])
+            cp.wait_established(*(c["metadata"]["name"] for c in fixture_crds()))
             applied = cp.kubectl("apply", "-k", str(ROOT / "metacontroller"))
-            cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mxjobs.kubeflow.org", "crd/chainerjobs.kubeflow.org")
+            cp.wait_established("mxjobs.kubeflow.org", "chainerjobs.kubeflow.org")
             _INSTALLED[id(cp)] = applied
         return _INSTALLED[id(cp)]
 

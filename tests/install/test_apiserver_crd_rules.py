@@ -315,7 +315,7 @@ def stored_before_the_rules(cp: ControlPlane) -> Iterator[tuple[str, dict[str, d
         version["schema"] = loosened(version["schema"])
     name = f"t-ratchet-{uuid.uuid4().hex[:8]}"
     apply_objects(cp, [loose])
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{shipped['metadata']['name']}")
+    cp.wait_established(shipped["metadata"]["name"])
     refresh(cp)
     cp.kubectl("create", "namespace", name)
     stored: dict[str, dict] = {}
