@@ -57,12 +57,26 @@ def mxjob_schema() -> dict:
 
 # The Metacontroller v1alpha1 CompositeController fields this project uses, closed with
 # additionalProperties: false so a misspelt field fails here instead of being ignored.
+# A webhook names either a full `url` or a Service and a `path` (Metacontroller's webhookURL).
 _WEBHOOK = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["url"],
+    "oneOf": [{"required": ["url"], "not": {"anyOf": [{"required": ["service"]}, {"required": ["path"]}]}},
+              {"required": ["service", "path"], "not": {"required": ["url"]}}],
     "properties": {
         "url": {"type": "string", "pattern": "^https?://"},
+        "service": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "namespace"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "namespace": {"type": "string", "minLength": 1},
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "protocol": {"enum": ["http", "https"]},
+            },
+        },
+        "path": {"type": "string", "pattern": "^/"},
         "timeout": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"},
     },
 }
