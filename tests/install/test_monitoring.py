@@ -352,3 +352,112 @@ def test_the_api_server_admits_monitoring(control_plane):
     broken["spec"]["groups"][0]["rules"][0]["exprr"] = broken["spec"]["groups"][0]["rules"][0].pop("expr")
     refused = control_plane.kubectl("apply", "-f", "-", input=json.dumps(broken), check=False)
     assert refused.returncode != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The alerts under promtool, where it is built (make monitoring-tools)
+
+PROMTOOL = Path(os.environ.get("PROMTOOL", ROOT / ".tools" / "bin" / "promtool"))
+
+
+def promtool() -> Path:
+    if not PROMTOOL.exists():
+        pytest.skip(f"NOT CHECKED by promtool: {PROMTOOL} is not built (make monitoring-tools; PROMTOOL names another binary)")
+    return PROMTOOL
+
+
+def rules_file(directory: Path) -> Path:
+    """The PrometheusRule's groups as a Prometheus rule file (what the Prometheus Operator hands Prometheus)."""
+    path = directory / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": RULE["spec"]["groups"]}))
+    return path
+
+
+def test_promtool_accepts_the_rules(tmp_path):
+    checked = subprocess.run([str(promtool()), "check", "rules", str(rules_file(tmp_path))], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+
+
+def series_of(case: str, metric: str, **changes: str) -> dict[str, str]:
+    """The labels of one series the configuration gives for a golden status (`state="Failed"`-style filters and
+    label changes in `changes`: a key prefixed with `set_` changes that label)."""
+    kind, status = STATUS_CASES[case]
+    job = {"apiVersion": f"kubeflow.org/{storage_version(kind)}", "kind": kind,
+           "metadata": {"name": case[:63], "namespace": "team-a"}, "status": status}
+    wanted = {k: v for k, v in changes.items() if not k.startswith("set_")}
+    [labels] = [dict(lbls) for name, lbls, _ in render(CONFIG, [job]) if name == metric and wanted.items() <= dict(lbls).items()]
+    return {**labels, **{k[4:]: v for k, v in changes.items() if k.startswith("set_")}}
+
+
+def selector(metric: str, labels: dict[str, str]) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def firing(alert: str, labels: dict[str, str], value: str = "") -> dict:
+    """What promtool must see fire: the series' labels and the rule's, the annotations as Prometheus renders them."""
+    rule = alert_rules()[alert]
+
+    def rendered(text: str) -> str:
+        return re.sub(r"\{\{ \$value \}\}", value, re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text))
+
+    kept = {k: v for k, v in labels.items() if k != "state" or "state" in rule["expr"]}
+    return {"exp_labels": {**kept, **rule["labels"]}, "exp_annotations": {k: rendered(v) for k, v in rule["annotations"].items()}}
+
+
+def test_promtool_fires_each_alert_on_series_of_the_hooks_statuses(tmp_path):
+    """Each alert, on series whose labels the configuration gives for real statuses (golden answers), fires when it
+    should and not before; the times and values are a timeline this test sets (promtool's clock starts at 0)."""
+    failed = series_of("terminal-failed-backoff-limit", "kube_mxjob_status_state", state="Failed")
+    chainer_failed = series_of("chainerjob-master-failed-backoff-limit", "kube_chainerjob_status_state", state="Failed")
+    restarts = series_of("restarting-whole-job-worker-lost", "kube_mxjob_status_restart_count")
+    master_failures = series_of("chainerjob-master-failed-backoff-limit", "kube_chainerjob_status_failed")
+    stalled = series_of("running-all-pods-observed", "kube_mxjob_status_condition", condition="Running", set_reason="MXJobStalled")
+    running = series_of("running-all-pods-observed", "kube_mxjob_status_state", state="Running")
+    started = series_of("running-all-pods-observed", "kube_mxjob_status_start_time")
+    chainer_running = series_of("chainerjob-master-running", "kube_chainerjob_status_state", state="Running")
+    chainer_started = series_of("chainerjob-master-running", "kube_chainerjob_status_start_time")
+    series = [
+        (selector("kube_mxjob_status_state", failed), "1x1600"),
+        (selector("kube_chainerjob_status_state", chainer_failed), "1x1600"),
+        # One restart every 10 minutes from minute 10: 3 within the hour by minute 30.
+        (selector("kube_mxjob_status_restart_count", restarts), "0x9 1x9 2x9 3x1570"),
+        (selector("kube_chainerjob_status_failed", master_failures), "0x9 1x9 2x9 3x1570"),
+        (selector("kube_mxjob_status_condition", stalled), "1x1600"),
+        # Started at promtool's time 0, running ever since.
+        (selector("kube_mxjob_status_state", running), "1x1600"),
+        (selector("kube_mxjob_status_start_time", started), "0x1600"),
+        (selector("kube_chainerjob_status_state", chainer_running), "1x1600"),
+        (selector("kube_chainerjob_status_start_time", chainer_started), "0x1600"),
+    ]
+    checks = [
+        ("1m", "MXJobFailed", [firing("MXJobFailed", failed)]),
+        ("1m", "ChainerJobFailed", [firing("ChainerJobFailed", chainer_failed)]),
+        ("25m", "MXJobRestartingRepeatedly", []),
+        ("35m", "MXJobRestartingRepeatedly", [firing("MXJobRestartingRepeatedly", restarts, "3")]),
+        ("25m", "ChainerJobRestartingRepeatedly", []),
+        ("35m", "ChainerJobRestartingRepeatedly", [firing("ChainerJobRestartingRepeatedly", master_failures, "3")]),
+        ("10m", "MXJobStalled", []),
+        ("20m", "MXJobStalled", [firing("MXJobStalled", stalled)]),
+        ("23h", "MXJobRunningTooLong", []),
+        ("25h", "MXJobRunningTooLong", [firing("MXJobRunningTooLong", started)]),
+        ("23h", "ChainerJobRunningTooLong", []),
+        ("25h", "ChainerJobRunningTooLong", [firing("ChainerJobRunningTooLong", chainer_started)]),
+        # However late, MXJobFailed names the failed job alone, not the running ones.
+        ("25h", "MXJobFailed", [firing("MXJobFailed", failed)]),
+    ]
+    tests = {"rule_files": [str(rules_file(tmp_path))], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in checks]}]}
+    test_file = tmp_path / "tests.yaml"
+    test_file.write_text(yaml.safe_dump(tests))
+    ran = subprocess.run([str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "SUCCESS" in ran.stdout
+    # promtool does check: expecting the stalled alert before its 15 minutes fails.
+    early = [{"eval_time": "10m", "alertname": "MXJobStalled", "exp_alerts": [firing("MXJobStalled", stalled)]}]
+    tests["tests"][0]["alert_rule_test"] = early
+    test_file.write_text(yaml.safe_dump(tests))
+    refused = subprocess.run([str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0, refused.stdout
