@@ -9,7 +9,7 @@ else no series), compiledStateSet.values (no series when the path does not resol
 "false"/"unknown" strings, RFC 3339 times as Unix seconds, numbers), and the labels kube-state-metrics adds
 (customresource_group, _version, _kind). Anything else in a configuration is refused, so a field this does not
 model cannot pass unseen. tests/install/test_monitoring.py compares it with a real kube-state-metrics when one is
-built (scripts/build-kube-state-metrics.sh).
+built (make monitoring-tools).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
    kube-state-metrics lists them, give the series this test expects from the status alone (state, conditions,
    attempt, restarts, start and completion times, replica counts). The series are rendered by helpers/ksm.py
    (kube-state-metrics' custom-resource-state semantics, from its source); where a kube-state-metrics binary is
-   built (scripts/build-kube-state-metrics.sh), it is run against the same server and must serve the same series.
+   built (make monitoring-tools), it is run against the same server and must serve the same series.
 3. The PrometheusRule: every series an alert reads is one the configuration produces, with the labels it
    matches on; the real API server admits it under the Prometheus Operator's own CRD, with the rest of monitoring/.
 """
@@ -46,7 +46,7 @@ CRDS = {crd["spec"]["names"]["kind"]: crd
 CONDITION_TYPES = {"MXJob": MXCondition.__args__, "ChainerJob": ChainerCondition.__args__}  # type: ignore[attr-defined]
 PARENT = {"MXJob": "examples/dist-cpu-train.yaml", "ChainerJob": "examples/chainerjob/chainerjob-mn.yaml"}
 PREFIX = {"MXJob": "kube_mxjob_", "ChainerJob": "kube_chainerjob_"}
-# Where scripts/build-kube-state-metrics.sh puts the binary (KUBE_STATE_METRICS names another).
+# Where make monitoring-tools (scripts/build-monitoring-tools.sh) puts the binary (KUBE_STATE_METRICS names another).
 KSM_BINARY = Path(os.environ.get("KUBE_STATE_METRICS", ROOT / ".tools" / "bin" / "kube-state-metrics"))
 
 
@@ -260,7 +260,7 @@ def scrape(port: int, deadline: float) -> str:
 def test_kube_state_metrics_serves_the_same_series(control_plane, stored_jobs, tmp_path):
     if not KSM_BINARY.exists():
         pytest.skip(f"NOT CHECKED against a real kube-state-metrics: {KSM_BINARY} is not built "
-                    "(scripts/build-kube-state-metrics.sh builds it; KUBE_STATE_METRICS names another binary)")
+                    "(make monitoring-tools builds it; KUBE_STATE_METRICS names another binary)")
     namespace, jobs = stored_jobs
     port, telemetry = free_port(), free_port()
     log = tmp_path / "kube-state-metrics.log"
