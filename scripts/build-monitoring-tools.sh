@@ -22,9 +22,9 @@ if ! command -v go >/dev/null; then
 	exit 1
 fi
 
-# kube-state-metrics reports its version as `kube-state-metrics version: vX.Y.Z` only when built with these.
+# `kube-state-metrics version` prints "kube-state-metrics, version X.Y.Z" only when built with this.
 ksm_ldflags="-s -w -X github.com/prometheus/common/version.Version=${ksm_version#v}"
-if [ -x "$out/kube-state-metrics" ] && "$out/kube-state-metrics" --version 2>&1 | grep -q "${ksm_version#v}"; then
+if [ -x "$out/kube-state-metrics" ] && [[ "$("$out/kube-state-metrics" version 2>&1)" == *"version ${ksm_version#v} "* ]]; then
 	echo "kube-state-metrics ${ksm_version} already in $out"
 elif GOBIN=$out GOFLAGS=-mod=mod go install -trimpath -ldflags "$ksm_ldflags" "k8s.io/kube-state-metrics/v2@${ksm_version}"; then
 	echo "kube-state-metrics ${ksm_version}: built into $out"
