@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run check test image-check bench bench-scale lint clean constraints controlplane
+.PHONY: help setup check-python check-tools run check test image-check bench bench-scale lint clean constraints controlplane monitoring-tools
 
 ## Show the targets and what they do.
 help:
@@ -67,6 +67,10 @@ CONTROLPLANE_BIN := .controlplane/bin
 ## Build the pinned control plane from source into .controlplane/bin (needs Go; does nothing when up to date).
 controlplane:
 	controlplane/build.sh $(CONTROLPLANE_BIN)
+
+## Build kube-state-metrics and promtool into .tools/bin, which tests/install/test_monitoring.py checks monitoring/ with (optional).
+monitoring-tools:
+	scripts/build-monitoring-tools.sh .tools/bin
 
 
 # `make test IMAGE_CHECK=skip` leaves the images out (for a machine where buildah and podman cannot be
@@ -123,4 +127,4 @@ constraints: setup
 
 ## Remove .venv and every cache or state file the tools, the local cluster and image-check leave.
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info .image-check .controlplane
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .localcluster *.egg-info .image-check .controlplane .tools

@@ -93,12 +93,15 @@ class LocalCluster:
         gpus: int = 0,
         metacontroller: bool = True,
         kubelet_mode: str = "process",
+        service_dns: bool = False,
     ):
         """It runs on the real control plane `control_plane` (a test session's, say), or on one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
         `metacontroller=False` starts no stand-in: a real Metacontroller
         pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
-        pod without a process (localcluster/noprocess.py), for scale measurements only."""
+        pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
+        hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
+        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn)."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
@@ -114,6 +117,7 @@ class LocalCluster:
         # One Metacontroller process: one client throttle for every controller's API calls.
         self.throttle = ClientThrottle(client_qps, client_burst)
         self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
+        self._service_dns = service_dns
         self.controllers: dict[str, MetacontrollerStandIn] = {}
         self._backend = ""
 
@@ -201,7 +205,7 @@ class LocalCluster:
 
     def _stand_in(self, config: ControllerConfig) -> MetacontrollerStandIn:
         return MetacontrollerStandIn(self.store, config, self._backend, time_scale=self._time_scale, throttle=self.throttle,
-                                     stale=self._stale, hot_loop_syncs=self._hot_loop_syncs)
+                                     stale=self._stale, hot_loop_syncs=self._hot_loop_syncs, service_dns=self._service_dns)
 
     def use_controller(self, config: ControllerConfig) -> MetacontrollerStandIn:
         """Install another CompositeController for a parent kind on the running cluster (a gang

@@ -31,11 +31,16 @@ EXIT_OK, EXIT_CANNOT_START, EXIT_NOT_RUNNING = 0, 6, 1
 
 
 def controller_manifest(config: ControllerConfig, hooks_url: str) -> dict[str, Any]:
-    """The shipped CompositeController with its sync (and customize) hook pointed at the local hooks server."""
+    """The shipped CompositeController with its sync (and customize) hook pointed at the local hooks server
+    (a full `url` in place of the in-cluster Service reference)."""
     manifest = copy.deepcopy(config.raw)
-    manifest["spec"]["hooks"]["sync"]["webhook"]["url"] = hooks_url.rstrip("/") + config.hook_path
-    if config.customize_path is not None:
-        manifest["spec"]["hooks"]["customize"]["webhook"]["url"] = hooks_url.rstrip("/") + config.customize_path
+    hooks = manifest["spec"]["hooks"]
+    for hook, path in (("sync", config.hook_path), ("customize", config.customize_path)):
+        if path is not None:
+            webhook = hooks[hook]["webhook"]
+            webhook.pop("service", None)
+            webhook.pop("path", None)
+            webhook["url"] = hooks_url.rstrip("/") + path
     return manifest
 
 

@@ -45,6 +45,10 @@ class ControllerConfig:
     generate_selector: bool
     hook_path: str
     hook_timeout_seconds: float = 10.0
+    # The URLs Metacontroller calls (webhook_url): the stand-in calls them when it resolves Service
+    # names (LocalCluster(service_dns=True)); otherwise only their paths, on the local hooks server.
+    hook_url: str = ""
+    customize_url: str | None = None
     resync_period_seconds: float | None = None
     # The customize hook's path (spec.hooks.customize), when the controller has one: its answer
     # names the related objects each sync request carries (docs/chainerjob.md).
@@ -77,7 +81,7 @@ DEFAULT_COMPOSITE_CONTROLLER: dict[str, Any] = {
             {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
             {"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "OnDelete"}},
         ],
-        "hooks": {"sync": {"webhook": {"url": "http://mxjob-hooks.mxjob-system/sync"}}},
+        "hooks": {"sync": {"webhook": {"service": {"name": "mxjob-hooks", "namespace": "mxjob-system", "port": 80}, "path": "/sync"}}},
     },
 }
 
@@ -117,6 +121,10 @@ def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerCon
     sync = spec.get("hooks", {}).get("sync", {}).get("webhook", {})
     path = _webhook_path(sync)
     customize = (spec.get("hooks", {}).get("customize") or {}).get("webhook")
+    try:
+        hook_url, customize_url = webhook_url(sync), webhook_url(customize) if customize else None
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from err
     timeout = sync.get("timeout")
     return ControllerConfig(
         name=cc.get("metadata", {}).get("name", "composite-controller"),
@@ -126,6 +134,8 @@ def parse_composite_controller(cc: dict[str, Any], source: str) -> ControllerCon
         generate_selector=bool(spec.get("generateSelector", False)),
         hook_path=path,
         hook_timeout_seconds=_duration_seconds(timeout) if timeout else 10.0,
+        hook_url=hook_url,
+        customize_url=customize_url,
         resync_period_seconds=spec.get("resyncPeriodSeconds"),
         customize_path=_webhook_path(customize) if customize else None,
         source=source,
@@ -138,6 +148,19 @@ def _webhook_path(webhook: dict[str, Any]) -> str:
     if "url" in webhook:
         return urlsplit(webhook["url"]).path or "/"
     return webhook.get("path") or "/"
+
+
+def webhook_url(webhook: dict[str, Any]) -> str:
+    """The URL Metacontroller v4.17 calls for a webhook (pkg/hooks/webhook.go, webhookURL): `url` when
+    set, else `<protocol>://<service name>.<service namespace>:<port><path>` (port 80, http by default)."""
+    if "url" in webhook:
+        return str(webhook["url"])
+    service, path = webhook.get("service"), webhook.get("path")
+    if not service or path is None:
+        raise ValueError("invalid webhook config: must specify either a full 'url', or both 'service' and 'path'")
+    if not service.get("name") or not service.get("namespace"):
+        raise ValueError("invalid webhook config: 'service' must specify both 'name' and 'namespace'")
+    return f"{service.get('protocol', 'http')}://{service['name']}.{service['namespace']}:{service.get('port', 80)}{path}"
 
 
 def _duration_seconds(value: str | float) -> float:

@@ -599,9 +599,15 @@ class MetacontrollerStandIn(Emulation):
         stale: Stale | None = None,
         hot_loop_syncs: int = 25,
         hot_loop_window: float = 10.0,
+        service_dns: bool = False,
     ):
         super().__init__(store, config, self.call_hook, throttle=throttle, stale=stale, customize=self.call_customize)
         self.hook_base_url = hook_base_url.rstrip("/")
+        # False: every hook is called at its path on hook_base_url, whatever host its URL names. True: at
+        # the URL the CompositeController names, whose host must resolve as cluster DNS resolves it for
+        # Metacontroller (a Service of the store, on the URL's port), the hooks server standing in for
+        # that Service's endpoints; so a URL naming the wrong namespace fails, as in a cluster.
+        self.service_dns = service_dns
         # A faster clock for tests: every delay of Metacontroller's own (retries, resync ticks) divided by it.
         self.backoff, self.time_scale = backoff, time_scale
         self.hot_loop_syncs, self.hot_loop_window = hot_loop_syncs, hot_loop_window
@@ -723,14 +729,28 @@ class MetacontrollerStandIn(Emulation):
 
     def call_hook(self, request: SyncRequest) -> dict[str, Any]:
         """POST the sync request; any non-200, timeout or malformed body is a SyncError."""
-        return self._post(self.config.hook_path, request, "sync")
+        return self._post(self._endpoint(self.config.hook_url, self.config.hook_path), request, "sync")
 
     def call_customize(self, request: dict[str, Any]) -> dict[str, Any]:
         """POST the customize request ({controller, parent}); failures as for the sync hook."""
-        return self._post(self.config.customize_path or "/", request, "customize")
+        return self._post(self._endpoint(self.config.customize_url, self.config.customize_path or "/"), request, "customize")
 
-    def _post(self, path: str, request: Any, hook: str) -> dict[str, Any]:
-        url = urlsplit(self.hook_base_url + path)
+    def _endpoint(self, url: str | None, path: str) -> str:
+        """Where a hook call goes on this machine (see service_dns); a URL whose host names no Service is a SyncError."""
+        if not self.service_dns or not url:
+            return self.hook_base_url + path
+        named = urlsplit(url)
+        port = named.port or (443 if named.scheme == "https" else 80)
+        service = resolve_service(self.store, named.hostname or "")
+        if service is None:
+            # What Metacontroller's HTTP client reports for a name cluster DNS does not know.
+            raise SyncError(f'Post "{url}": dial tcp: lookup {named.hostname}: no such host')
+        if port not in [p.get("port") for p in service.get("spec", {}).get("ports", [])]:
+            raise SyncError(f'Post "{url}": dial tcp {named.hostname}:{port}: connect: connection refused')
+        return self.hook_base_url + (named.path or "/")
+
+    def _post(self, target: str, request: Any, hook: str) -> dict[str, Any]:
+        url = urlsplit(target)
         body = json.dumps(request).encode()
         conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self.config.hook_timeout_seconds)
         start = time.monotonic()
@@ -755,6 +775,21 @@ class MetacontrollerStandIn(Emulation):
         if not isinstance(answer, dict):
             raise SyncError(f"{hook} hook answer is a JSON {type(answer).__name__}, not an object")
         return answer
+
+
+# The suffixes cluster DNS accepts after `<service>.<namespace>` (cluster domain cluster.local).
+SERVICE_DNS_SUFFIXES = (".svc.cluster.local", ".svc", "")
+
+
+def resolve_service(store: ObjectStore, host: str) -> KubeObject | None:
+    """The Service a host name resolves to in cluster DNS (`<service>.<namespace>[.svc[.cluster.local]]`),
+    or None when it names none that exists."""
+    for suffix in SERVICE_DNS_SUFFIXES:
+        if host.endswith(suffix):
+            name, dot, namespace = host[: len(host) - len(suffix)].partition(".")
+            if dot and name and namespace and "." not in namespace:
+                return store.get("v1", "Service", namespace, name)
+    return None
 
 
 def _check_pod_update(old: KubeObject, new: KubeObject) -> None:

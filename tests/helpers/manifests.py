@@ -55,14 +55,42 @@ def mxjob_schema() -> dict:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+# The Prometheus Operator's PrometheusRule CRD (monitoring/prometheusrule.yaml is one), copied with its source named.
+PROMETHEUSRULE_CRD = ROOT / "tests" / "install" / "thirdparty" / "prometheusrules-crd.yaml"
+
+
+def prometheusrule_crd() -> dict:
+    [crd] = [d for d in yaml.safe_load_all(PROMETHEUSRULE_CRD.read_text()) if d]
+    return dict(crd)
+
+
+def prometheusrule_schema() -> dict:
+    [version] = prometheusrule_crd()["spec"]["versions"]
+    return dict(version["schema"]["openAPIV3Schema"])
+
+
 # The Metacontroller v1alpha1 CompositeController fields this project uses, closed with
 # additionalProperties: false so a misspelt field fails here instead of being ignored.
+# A webhook names either a full `url` or a Service and a `path` (Metacontroller's webhookURL).
 _WEBHOOK = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["url"],
+    "oneOf": [{"required": ["url"], "not": {"anyOf": [{"required": ["service"]}, {"required": ["path"]}]}},
+              {"required": ["service", "path"], "not": {"required": ["url"]}}],
     "properties": {
         "url": {"type": "string", "pattern": "^https?://"},
+        "service": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "namespace"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "namespace": {"type": "string", "minLength": 1},
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "protocol": {"enum": ["http", "https"]},
+            },
+        },
+        "path": {"type": "string", "pattern": "^/"},
         "timeout": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"},
     },
 }
@@ -154,6 +182,9 @@ def validation_errors(obj: dict) -> list[str]:
         return [e.message for e in validator.iter_errors(obj)]
     if kind == "MXJob":
         validator = OAS30Validator(mxjob_schema(), format_checker=oas30_format_checker)
+        return [e.message for e in validator.iter_errors(obj)]
+    if kind == "PrometheusRule":
+        validator = OAS30Validator(prometheusrule_schema(), format_checker=oas30_format_checker)
         return [e.message for e in validator.iter_errors(obj)]
     try:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)

@@ -44,7 +44,9 @@ def test_one_served_storage_version_v1alpha1_with_status_subresource():
 def test_printer_columns_show_state_from_last_condition_and_age():
     columns = {c["name"]: (c["type"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]}
     assert columns == {"State": ("string", ".status.conditions[-1:].type"),
+                       "Retries": ("integer", ".status.failed"),
                        "Age": ("date", ".metadata.creationTimestamp")}
+    assert [c["name"] for c in VERSION["additionalPrinterColumns"]][-1] == "Age"
 
 
 def test_schema_is_structural_and_declares_no_defaults():

@@ -115,6 +115,17 @@ def test_printer_columns_show_state_from_last_condition_and_age():
     assert columns["Age"]["type"] == "date"
 
 
+def test_printer_columns_show_the_attempt_and_the_restarts_before_the_age():
+    """After a whole-job restart every pod shows RESTARTS 0: the job's own counters say what happened."""
+    columns = [(c["name"], c["type"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]]
+    names = [name for name, _, _ in columns]
+    assert ("Attempt", "integer", ".status.attempt") in columns
+    assert ("Restarts", "integer", ".status.restartCount") in columns
+    assert names.index("State") < names.index("Attempt") < names.index("Restarts") < names.index("Age") == len(names) - 1
+    status = SCHEMA["properties"]["status"]["properties"]
+    assert status["attempt"]["type"] == status["restartCount"]["type"] == "integer"
+
+
 def test_schema_declares_only_the_defaults_clients_need_and_the_hook_assumes():
     # The hook applies defaults; the schema declares just two, for clients that read stored
     # objects (docs/ecosystem.md): the training SDK needs runPolicy, Kueue needs jobMode.

@@ -15,6 +15,8 @@ import yaml
 from helpers.manifests import KUBERNETES_VERSION, ROOT, render, the, validation_errors
 from kubernetes_validate.utils import all_versions
 
+from localcluster.config import webhook_url
+
 INSTALL_DIR = ROOT / "metacontroller"
 NAMESPACE = "mxjob-system"
 HOOKS_NAME = "mxjob-hooks"
@@ -205,7 +207,7 @@ def test_sync_webhook_points_at_the_hooks_service(controller, path):
     objects = install()
     webhook = the(objects, "CompositeController", controller)["spec"]["hooks"]["sync"]["webhook"]
     assert webhook["timeout"] == "10s"
-    url = urlsplit(webhook["url"])
+    url = urlsplit(webhook_url(webhook))
     assert url.scheme == "http"
     assert url.path == path
     host, _, port = url.netloc.partition(":")
@@ -220,9 +222,9 @@ def test_the_chainerjob_customize_hook_points_at_a_route_the_hooks_serve():
 
     webhook = the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["customize"]["webhook"]
     assert webhook["timeout"] == "10s"
-    url = urlsplit(webhook["url"])
-    assert url.netloc == urlsplit(the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["sync"]
-                                  ["webhook"]["url"]).netloc
+    url = urlsplit(webhook_url(webhook))
+    assert url.netloc == urlsplit(webhook_url(the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["sync"]
+                                              ["webhook"])).netloc
     assert url.path in CHAINERJOB.customize_routes
 
 

@@ -286,7 +286,9 @@ def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Pa
         assert run("apply", "-f", "examples/local/dist-train-digits.yaml") == "mxjob.kubeflow.org/dist-train-digits created\n"
         assert "condition met" in run("wait", "--for=condition=Succeeded", "mxjob/dist-train-digits", "--timeout=150s")
         table = run("get", "mxjobs").splitlines()
-        assert table[0].split() == ["NAME", "STATE", "AGE"] and table[1].split()[:2] == ["dist-train-digits", "Succeeded"]
+        columns = yaml.safe_load((ROOT / "crd" / "mxjob-crd.yaml").read_text())["spec"]["versions"][0]["additionalPrinterColumns"]
+        assert table[0].split() == ["NAME", *(word for c in columns for word in c["name"].upper().split())]
+        assert table[1].split()[:2] == ["dist-train-digits", "Succeeded"]
         log = run("logs", "dist-train-digits-worker-0")
         assert re.search(r"final validation-accuracy=0\.9\d+", log), log[-500:]
     finally:
