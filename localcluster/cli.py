@@ -255,7 +255,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
-    code, reason, results = _run_locked(job, options, out, err)
+    code, reason, results = _run_locked(job, options, out, err, warn)
     if reason is None:  # said already: the cluster could not start, or the run was stopped
         return code
     if warnings:  # said at the start, long scrolled away by now: once more, next to the outcome
@@ -267,7 +267,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     return code
 
 
-def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO) -> tuple[int, str | None, list[str]]:
+def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO,
+                warn: Callable[[str], None]) -> tuple[int, str | None, list[str]]:
     """(exit code, closing message, result lines) of one run, under the job's lock and the stop signals; the
     message is None when the run ended before the job did (said on `err` already)."""
     name = job["metadata"]["name"]
