@@ -134,7 +134,7 @@ def test_jobs_run_through_the_urls_of_an_install_in_the_chosen_namespace(tmp_pat
     rendered = {o["metadata"]["name"]: o for o in render(directory) if o["kind"] == "CompositeController"}
     configs = [parse_composite_controller(c, f"README install, namespace {NAMESPACE}") for c in rendered.values()]
     assert {c.name: urlsplit(c.hook_url).hostname for c in configs} == {name: f"{HOOKS}.{NAMESPACE}" for name in rendered}
-    with LocalCluster(tmp_path / "state", backend="kubernetes", configs=configs, service_dns=True) as cluster:
+    with LocalCluster(tmp_path / "state", configs=configs, service_dns=True) as cluster:
         cp = cluster.control_plane
         assert cp is not None
         applied = cp.kubectl("apply", "-k", str(directory), check=False)
