@@ -6,8 +6,8 @@ their controller reference, or their `controller-uid` label for an orphan), and 
 (composite.py), calling the hooks over HTTP (webhook.py). Whatever a sync raises, a hook failure
 or an API error or anything else, the parent is retried after the workqueue's rate limiter
 (5 ms·2ⁿ, capped at 1,000 s) and the worker goes on, as Metacontroller's processNextWorkItem does.
-Every parent is also synced every `resyncPeriodSeconds` and at every flush of the informer caches
-(`--cache-flush-interval`, 30 minutes). On top, what real Metacontroller does not do: a parent whose
+Every parent is also synced at every flush of the informer caches (`--cache-flush-interval`, 30
+minutes) and, when it is shorter, every `resyncPeriodSeconds`. On top, what real Metacontroller does not do: a parent whose
 status or children never settle is reported as a hot loop and no longer synced, so a test or `run`
 ends instead of spinning.
 """
@@ -66,7 +66,11 @@ class MetacontrollerStandIn(Emulation):
         self.sync_seconds: list[float] = []  # every successful sync's duration (reads, hook call, writes)
         self._stop = threading.Event()
         self._workers = [threading.Thread(target=self._work, name=f"metacontroller-{i}", daemon=True) for i in range(workers)]
-        periods = {float(p) for p in (config.resync_period_seconds, cache_flush_seconds) if p}
+        # The informers resync every parent at each cache flush; a resyncPeriodSeconds gets a timer of
+        # its own only when it is shorter (informer.go's addHandler), a longer one is the flush's.
+        periods = {float(cache_flush_seconds)} if cache_flush_seconds else set()
+        if config.resync_period_seconds and (not cache_flush_seconds or config.resync_period_seconds < cache_flush_seconds):
+            periods.add(float(config.resync_period_seconds))
         self._threads = self._workers + [
             threading.Thread(target=self._tick, args=(period,), name=f"metacontroller-resync-{period:g}s", daemon=True)
             for period in sorted(periods)]
