@@ -301,8 +301,8 @@ class Emulation:
             raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} (uid {parent['metadata']['uid']}) not found")
         if current.get("status") == status:
             return False
-        self._api_call(2)  # update_status reads the parent again, then PUTs its status
-        written = self.store.update_status(parent["apiVersion"], parent["kind"], *state.key, status)
+        self._api_call()
+        written = self.store.update_status(parent["apiVersion"], parent["kind"], *state.key, status, current=current)
         if written:
             state.status_behind, state.stale_pending = current.get("status"), True
         return written

@@ -451,7 +451,8 @@ class _CountingThrottle(ClientThrottle):
 
 
 class _CountingStore(_HeldWatch):
-    """Counts the API requests each call makes on a real server (ApiStore): update_status reads, then PUTs."""
+    """Counts the API requests each call makes on a real server (ApiStore: update_status given the
+    object just read only PUTs)."""
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
@@ -469,9 +470,9 @@ class _CountingStore(_HeldWatch):
         self.requests += 1
         return self._store.update(obj)
 
-    def update_status(self, *args: Any) -> bool:
-        self.requests += 2
-        return self._store.update_status(*args)
+    def update_status(self, *args: Any, current: KubeObject | None = None) -> bool:
+        self.requests += 1 if current is not None else 2
+        return self._store.update_status(*args, current=current)
 
     def delete(self, *args: Any) -> None:
         self.requests += 1
