@@ -281,17 +281,20 @@ class ApiStore:
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._object("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
 
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        """Replace .status through the status subresource (a fresh read, retried on conflict); True if it changed."""
-        for _ in range(10):
-            current = self.get(api_version, kind, namespace, name)
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
+                      current: KubeObject | None = None) -> bool:
+        """Replace .status through the status subresource over `current` (the object as just read; read
+        here when not given), read again and retried on conflict; True if it changed."""
+        for attempt in range(10):
+            if attempt or current is None:
+                current = self.get(api_version, kind, namespace, name)
             if current is None:
                 raise StoreError(404, "NotFound", f"{kind} {name!r} not found")
             if current.get("status") == status:
                 return False
-            current["status"] = copy.deepcopy(status)
+            body = {**current, "status": copy.deepcopy(status)}
             try:
-                self.request("PUT", self._object_path(api_version, kind, namespace, name, "status"), current)
+                self.request("PUT", self._object_path(api_version, kind, namespace, name, "status"), body)
                 return True
             except StoreError as err:
                 if err.code != 409:

@@ -300,7 +300,11 @@ class ControlPlane:
     def _api_ok(self, path: str) -> bool:
         if not self.ca_file.exists():
             return False
-        return _http_ok(f"{self.server}{path}", token=self.token, context=self._ssl_context())
+        try:
+            context = self._ssl_context()
+        except ssl.SSLError:  # kube-apiserver is still writing its self-signed certificate: not ready yet
+            return False
+        return _http_ok(f"{self.server}{path}", token=self.token, context=context)
 
     def get(self, path: str) -> dict[str, Any]:
         """GET a path of the API as admin, decoded."""

@@ -5,7 +5,7 @@ Written for this project from reading the Go source; it keeps Go's shapes on pur
 mutates a deep copy of observed in place; a comma-ok type assertion that fails yields a nil map or
 slice (so a value of another type counts as absent, never as an error); list maps are Go maps keyed
 by fmt's %v of the merge key; and the list is rebuilt from the observed items first (duplicates
-included), then the desired ones not yet added. localcluster/metacontroller.py has its own,
+included), then the desired ones not yet added. localcluster/metacontroller/apply.py has its own,
 idiomatic implementation; tests/localcluster/test_emulation.py checks that the two agree.
 """
 from __future__ import annotations

@@ -11,7 +11,8 @@
   within a kind, which Metacontroller leaves undefined): a child that was not observed is created
   with the `controller-uid` label (generateSelector) and the last-applied annotation; an observed
   child whose rule is InPlace is updated with Metacontroller's three-way merge (ApplyUpdate, ported
-  in tests/helpers/go_apply_merge.py) when that changes it; OnDelete children are never updated. Deletes
+  in tests/helpers/go_apply_merge.py) when that changes it, read again and retried on a conflict
+  (the StatefulSet controller writes its objects' status meanwhile); OnDelete children are never updated. Deletes
   are left out: nothing is admitted there.
 
 Every write is made as Metacontroller's ServiceAccount (metacontroller/metacontroller, impersonated),
@@ -52,6 +53,7 @@ GANG_RBAC = (ROOT / "metacontroller" / "components" / "volcano" / "rbac.yaml",
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                    "deletionGracePeriodSeconds", "managedFields", "ownerReferences", "selfLink")
 PRIORITY_VALUE = 1000
+CONFLICT_RETRIES = 10  # a conflict is retried over a fresh read (client-go's RetryOnConflict)
 
 
 @dataclass
@@ -177,13 +179,27 @@ def write_sync(cp: ControlPlane, namespace: str, request: dict, answer: dict) ->
             continue
         if methods[key[:2]] != "InPlace" or seen[key]["metadata"].get("deletionTimestamp"):
             continue
-        live = apiserver.get(cp, key[0], key[1], key[2], namespace)
-        assert live is not None
-        merged = go_apply_merge.ApplyUpdate(live, desired)
-        if merged != live:
-            verdict = apiserver.update(cp, merged, namespace, field_validation="Strict", user=METACONTROLLER)
-            writes.append(Write("update", merged, verdict))
+        written = update_in_place(cp, namespace, key, desired)
+        if written is not None:
+            writes.append(written)
     return writes
+
+
+def update_in_place(cp: ControlPlane, namespace: str, key: tuple[str, str, str], desired: dict) -> Write | None:
+    """ApplyUpdate as Metacontroller's client makes it: read, merge, PUT; on a conflict (the Job or
+    StatefulSet controller wrote the object's status meanwhile) read again and retry, as its
+    clientset's AtomicUpdate does. None when the merge changes nothing."""
+    for _ in range(CONFLICT_RETRIES):
+        live = apiserver.get(cp, key[0], key[1], key[2], namespace)
+        assert live is not None, f"{key[1]} {key[2]} is gone"
+        merged = go_apply_merge.ApplyUpdate(live, desired)
+        if merged == live:
+            return None
+        verdict = apiserver.update(cp, merged, namespace, field_validation="Strict", user=METACONTROLLER)
+        if verdict.status != 409:
+            return Write("update", merged, verdict)
+        time.sleep(0.01)
+    return Write("update", merged, verdict)
 
 
 def _desired(request: dict, answer: dict, namespace: str) -> list[dict]:

@@ -128,8 +128,10 @@ class ObjectBag:
         self._emit(MODIFIED, updated)
         return updated
 
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        """Replace .status wholesale (the status subresource); True if it changed."""
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
+                      current: KubeObject | None = None) -> bool:
+        """Replace .status wholesale (the status subresource); True if it changed. `current` (the fresh read an
+        API client makes before its PUT) is not needed here: the bag holds the object itself."""
         with self._lock:
             stored = self._stored(api_version, kind, namespace, name)
             if stored.get("status") == status:

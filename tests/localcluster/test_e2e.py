@@ -106,9 +106,10 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
-        # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later.
+        # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later (tens
+        # of seconds for MXNet's teardown on a machine busy with other work).
         cluster.wait_for(
-            lambda: all(p["status"].get("phase") == "Succeeded" for p in cluster.pods("dist-train-digits")), 30, what="every pod Succeeded"
+            lambda: all(p["status"].get("phase") == "Succeeded" for p in cluster.pods("dist-train-digits")), 90, what="every pod Succeeded"
         )
         pods = {p["metadata"]["name"]: p for p in cluster.pods("dist-train-digits")}
         logs = {name: cluster.log_path(name).read_text() for name in pods}
@@ -391,7 +392,10 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     uid = job["metadata"]["uid"]
     cluster.wait_for(lambda: phase_of(cluster, "p") == "Running", 20, what="pod running")
     cluster.wait_for(lambda: cluster.get_job("fake")["status"].get("restartCount") == 1, 10, what="status from a sync that saw the pod")
-    request = next(r for r in reversed(cluster.hook.requests) if r["children"]["Pod.v1"])
+    # The sync the pod's Running status triggers may still be queued behind the throttle on a busy machine.
+    request = cluster.wait_for(lambda: next((r for r in reversed(cluster.hook.requests)
+                                             if r["children"]["Pod.v1"].get("p", {}).get("status", {}).get("phase") == "Running"), None),
+                               20, what="a request that saw the pod Running")
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
     assert request["controller"]["kind"] == "CompositeController"
@@ -408,7 +412,7 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     expected["metadata"]["labels"]["controller-uid"] = uid
     expected["metadata"]["namespace"] = "default"
     assert applied == expected
-    assert pod["status"]["phase"] == "Running" and pod["metadata"]["creationTimestamp"] and pod["metadata"]["uid"]
+    assert pod["metadata"]["creationTimestamp"] and pod["metadata"]["uid"]  # a stored object, as the server returns it
     assert cluster.get_job("fake")["status"] == {"restartCount": 1, "observedGeneration": 1}
 
 

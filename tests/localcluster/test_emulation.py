@@ -30,7 +30,7 @@ from localcluster.apistore import ApiStore
 from localcluster.cli import parser as cli_parser
 from localcluster.config import parse_composite_controller
 from localcluster.controlplane import ControlPlane
-from localcluster.metacontroller import ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
+from localcluster.metacontroller import LAST_APPLIED, ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
 from localcluster.store import ADDED, DELETED
 from localcluster.types import KubeObject
 
@@ -341,6 +341,244 @@ def test_a_change_of_a_related_pod_syncs_its_parent_at_once_with_the_pod_in_rela
         store.remove("v1", "Pod", "ns", "chj-master-x")
         _wait(lambda: len(hook.related) > seen and hook.related[-1] == {"Pod.v1": {}}, timeout=5.0)
         assert hook.customize_calls == 1  # one answer per parent generation, as Metacontroller caches it
+    finally:
+        controller.stop()
+        hook.server.shutdown()
+
+
+# --- the parent is read from the informer's cache -----------------------------------------------------
+
+
+class _HeldWatch:
+    """A store whose watch events wait until `release()`: an informer as far behind as a test wants.
+    It counts the GETs of each kind (the emulation's only fresh reads)."""
+
+    def __init__(self, store: ObjectBag) -> None:
+        self._store = store
+        self._watchers: list[Any] = []
+        self.holding = False
+        self.held: list[tuple[str, KubeObject]] = []
+        self.gets: dict[str, int] = {}
+        store.watch(self._on_event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def watch(self, watcher: Any) -> None:
+        self._watchers.append(watcher)
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None:
+        self.gets[kind] = self.gets.get(kind, 0) + 1
+        return self._store.get(api_version, kind, namespace, name)
+
+    def _on_event(self, event: str, obj: KubeObject) -> None:
+        if self.holding:
+            self.held.append((event, obj))
+            return
+        for watcher in self._watchers:
+            watcher(event, obj)
+
+    def release(self) -> None:
+        self.holding = False
+        held, self.held = self.held, []
+        for event, obj in held:
+            self._on_event(event, obj)
+
+
+def _status_counter(seen: list[Any]) -> Any:
+    """A sync hook that records the status and spec it was shown and answers {n: how many calls so far}."""
+
+    def hook(request: Any) -> dict:
+        seen.append((request["parent"].get("status", {}).get("n"), request["parent"]["spec"].get("runPolicy")))
+        return {"status": {"n": len(seen)}, "children": []}
+
+    return hook
+
+
+def test_a_sync_reads_its_parent_from_the_watch_fed_cache_however_far_behind_it_is():
+    """Metacontroller reads the parent from its informer: three status writes and a spec edit behind,
+    the hook is shown the parent as the last delivered event had it; the status is still written
+    over a fresh read (the only GET), and once the events arrive the hook sees them all."""
+    store = ObjectBag()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    held = _HeldWatch(store)
+    seen: list[Any] = []
+    emulation = Emulation(held, load_controller_config(parent_kind="MXJob"), _status_counter(seen))
+    uid = emulation.track(parent)
+    held.holding = True
+    edited = store.get("kubeflow.org/v1", "MXJob", "ns", "mx")
+    assert edited is not None
+    edited["spec"]["runPolicy"] = {"backoffLimit": 2}
+    store.update(edited)
+    for _ in range(3):
+        emulation.sync(uid)
+    assert seen == [(None, None)] * 3  # the cache has neither our status writes nor the edit
+    assert store.get("kubeflow.org/v1", "MXJob", "ns", "mx")["status"]["n"] == 3  # type: ignore[index]
+    assert held.gets == {"MXJob": 3}  # one fresh read per sync: the status write's, never one to read the parent
+    held.release()
+    emulation.sync(uid)
+    assert seen[-1] == (3, {"backoffLimit": 2})
+
+
+def test_a_parent_the_cache_no_longer_has_is_not_synced():
+    store = ObjectBag()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    seen: list[Any] = []
+    emulation = Emulation(store, load_controller_config(parent_kind="MXJob"), _status_counter(seen))
+    uid = emulation.track(parent)
+    store.delete("kubeflow.org/v1", "MXJob", "ns", "mx")
+    assert emulation.sync(uid) is False and seen == []
+
+
+class _CountingThrottle(ClientThrottle):
+    def __init__(self) -> None:
+        super().__init__(qps=1000.0, burst=1000)
+        self.tokens = 0
+
+    def take(self) -> None:
+        self.tokens += 1
+        super().take()
+
+
+class _CountingStore(_HeldWatch):
+    """Counts the API requests each call makes on a real server (ApiStore: update_status given the
+    object just read only PUTs)."""
+
+    def __init__(self, store: ObjectBag) -> None:
+        super().__init__(store)
+        self.requests = 0
+
+    def get(self, *args: Any) -> KubeObject | None:
+        self.requests += 1
+        return super().get(*args)
+
+    def create(self, obj: KubeObject, **kwargs: Any) -> KubeObject:
+        self.requests += 1
+        return self._store.create(obj, **kwargs)
+
+    def update(self, obj: KubeObject) -> KubeObject:
+        self.requests += 1
+        return self._store.update(obj)
+
+    def update_status(self, *args: Any, current: KubeObject | None = None) -> bool:
+        self.requests += 1 if current is not None else 2
+        return self._store.update_status(*args, current=current)
+
+    def delete(self, *args: Any) -> None:
+        self.requests += 1
+        self._store.delete(*args)
+
+
+def test_every_api_request_of_a_sync_takes_a_token_of_the_client_throttle():
+    store = ObjectBag()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    counting = _CountingStore(store)
+    throttle = _CountingThrottle()
+    def service(name: str, **labels: str) -> dict:
+        return {**_child("Service", "v1", name, spec={"clusterIP": "None"}), "metadata": {"name": name, "labels": labels}}
+
+    answers = iter([
+        {"status": {"a": 1}, "children": [service("one"), service("two")]},
+        {"status": {"a": 2}, "children": [service("one", edited="yes")]},  # an InPlace update and a delete
+        {"status": {"a": 2}, "children": [service("one", edited="yes")]},  # nothing to write
+    ])
+    emulation = Emulation(counting, load_controller_config(parent_kind="MXJob"), lambda request: next(answers), throttle=throttle)
+    uid = emulation.track(parent)
+    for _ in range(3):
+        emulation.sync(uid)
+    services = store.list_shared("v1", "Service", "ns")
+    assert [(s["metadata"]["name"], s["metadata"]["labels"].get("edited")) for s in services] == [("one", "yes")]
+    assert counting.requests == throttle.tokens > 0
+
+
+# --- a failed sync of any kind is retried, and the worker goes on ---------------------------------------
+
+
+class _Flaky(_HeldWatch):
+    """A store whose first `failures` status reads fail as a proxy's 502 page would (not JSON: a
+    ValueError out of the client, not an API error)."""
+
+    def __init__(self, store: ObjectBag, failures: int) -> None:
+        super().__init__(store)
+        self.failures = failures
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> KubeObject | None:
+        if kind == "MXJob" and self.failures > 0:
+            self.failures -= 1
+            raise ValueError("Expecting value: line 1 column 1 (char 0)")
+        return super().get(api_version, kind, namespace, name)
+
+
+class _Answering(_FakeHooks):
+    def __init__(self, answer: dict) -> None:
+        self.body = answer
+        super().__init__()
+
+    def answer(self, path: str, request: dict) -> tuple[int, dict]:
+        return 200, self.body
+
+
+def test_an_exception_that_is_not_a_sync_error_is_retried_with_backoff_and_the_worker_goes_on():
+    hook = _Answering({"status": {"done": True}, "children": []})
+    store = ObjectBag()
+    store.create(cast(KubeObject, mxjob()), restore=True)
+    flaky = _Flaky(store, failures=3)
+    controller = MetacontrollerStandIn(flaky, load_controller_config(parent_kind="MXJob"), hook.url, workers=1, time_scale=10.0)
+    controller.start()
+    try:
+        _wait(lambda: (store.get("kubeflow.org/v1", "MXJob", "ns", "mx") or {}).get("status", {}).get("done"), timeout=10.0)
+        errors = [e for e in controller.events if e.reason == "SyncError"]
+        assert len(errors) == 3 and all("ValueError" in e.message for e in errors)
+        assert controller.alive_workers() == 1
+    finally:
+        controller.stop()
+        hook.server.shutdown()
+
+
+def test_an_unreadable_last_applied_annotation_fails_the_sync_until_it_is_mended():
+    hook = _Answering({"status": {}, "children": [_child("ConfigMap", "v1", "cm", data={"k": "v"})]})
+    store = ObjectBag()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    controller = MetacontrollerStandIn(store, load_controller_config(parent_kind="MXJob"), hook.url, workers=1, time_scale=10.0)
+    controller.start()
+    try:
+        uid = parent["metadata"]["uid"]
+        _wait(lambda: store.get("v1", "ConfigMap", "ns", "cm"))
+        _wait(lambda: controller.syncs(uid) >= 1)
+        child = store.get("v1", "ConfigMap", "ns", "cm")
+        assert child is not None
+        good = child["metadata"]["annotations"][LAST_APPLIED]
+        child["metadata"]["annotations"][LAST_APPLIED] = "{not json"
+        store.update(child)  # someone edits the annotation by hand: the next sync cannot merge
+        _wait(lambda: controller.last_error(uid))
+        assert "last-applied-configuration annotation is not JSON" in (controller.last_error(uid) or "")
+        mended = store.get("v1", "ConfigMap", "ns", "cm")
+        assert mended is not None
+        mended["metadata"]["annotations"][LAST_APPLIED] = good
+        store.update(mended)
+        _wait(lambda: controller.last_error(uid) is None)  # retried with backoff, by the same worker
+        assert controller.alive_workers() == 1
+    finally:
+        controller.stop()
+        hook.server.shutdown()
+
+
+def test_every_parent_is_synced_again_at_each_flush_of_the_informer_caches():
+    """--cache-flush-interval (30 minutes): every parent, with or without resyncPeriodSeconds."""
+    hook = _Answering({"status": {}, "children": []})
+    store = ObjectBag()
+    parent = store.create(cast(KubeObject, mxjob()), restore=True)
+    config = load_controller_config(parent_kind="MXJob")
+    assert config.resync_period_seconds == 300
+    without = parse_composite_controller({**config.raw, "spec": {**config.raw["spec"], "resyncPeriodSeconds": None}}, "no-resync")
+    assert without.resync_period_seconds is None
+    controller = MetacontrollerStandIn(store, without, hook.url, time_scale=1800 / 0.5)  # 30 minutes in 0.5 s
+    controller.start()
+    try:
+        uid = parent["metadata"]["uid"]
+        _wait(lambda: controller.syncs(uid) >= 1)
+        settled = _settled(lambda: controller.syncs(uid), quiet=0.1)
+        _wait(lambda: controller.syncs(uid) >= settled + 2, timeout=3.0)
     finally:
         controller.stop()
         hook.server.shutdown()

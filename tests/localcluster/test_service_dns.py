@@ -4,10 +4,10 @@ Service of the store on the URL's port, else the error Metacontroller's HTTP cli
 from __future__ import annotations
 
 import pytest
+from helpers.objectstore import ObjectBag
 
 from localcluster.config import DEFAULT_COMPOSITE_CONTROLLER, parse_composite_controller, webhook_url
 from localcluster.metacontroller import MetacontrollerStandIn, SyncError, resolve_service
-from localcluster.store import Store
 
 BASE = "http://127.0.0.1:5000"
 
@@ -35,8 +35,8 @@ def test_the_default_controller_names_the_shipped_service():
     assert (config.hook_url, config.hook_path) == ("http://mxjob-hooks.mxjob-system:80/sync", "/sync")
 
 
-def store_with_service(namespace: str = "ml", port: int = 80) -> Store:
-    store = Store()
+def store_with_service(namespace: str = "ml", port: int = 80) -> ObjectBag:
+    store = ObjectBag()
     store.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mxjob-hooks", "namespace": namespace},
                   "spec": {"ports": [{"port": port}]}})
     return store
@@ -53,7 +53,7 @@ def test_other_names_do_not(host):
     assert resolve_service(store_with_service(), host) is None
 
 
-def stand_in(store: Store, namespace: str, *, service_dns: bool) -> MetacontrollerStandIn:
+def stand_in(store: ObjectBag, namespace: str, *, service_dns: bool) -> MetacontrollerStandIn:
     controller = {**DEFAULT_COMPOSITE_CONTROLLER, "spec": {**DEFAULT_COMPOSITE_CONTROLLER["spec"], "hooks": {"sync": {"webhook": {
         "service": {"name": "mxjob-hooks", "namespace": namespace, "port": 80}, "path": "/sync"}}}}}
     return MetacontrollerStandIn(store, parse_composite_controller(controller, "test"), BASE, service_dns=service_dns)
@@ -78,5 +78,5 @@ def test_under_service_dns_a_port_the_service_lacks_is_refused():
 
 
 def test_without_service_dns_only_the_path_counts():
-    controller = stand_in(Store(), "anywhere", service_dns=False)
+    controller = stand_in(ObjectBag(), "anywhere", service_dns=False)
     assert controller._endpoint(controller.config.hook_url, controller.config.hook_path) == f"{BASE}/sync"

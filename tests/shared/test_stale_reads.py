@@ -3,7 +3,7 @@
 Real Metacontroller reads the parent and the children from separate informer caches, writes the
 children first (deletes, then creates) and the status after, over a fresh read. The next sync,
 queued by those child events, often sees the status of one write earlier with the children of
-now. The emulation (localcluster/metacontroller.py) has that as its `stale` mode: "parent" (the
+now. The emulation (localcluster/metacontroller/) has that as its `stale` mode: "parent" (the
 sync after a status write sees the status before it) and "children" (each sync sees the children
 of the sync before). The scenes are tests/helpers/mcsim.py's `Sim` and tests/helpers/chainersim.py's `ChainerSim`.
 
