@@ -128,8 +128,10 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
     obs = observe(job, old_status, pods, now, memory)
     plan = _step(obs, slots, observed_services, memory, gang)
     if job.run_policy.progress.enabled:
-        # status.progress, on every path: the reports of the attempt the job runs (hooks.shared.progress).
-        progress = progress_status(job_reports(obs, memory.progress))
+        # status.progress, on every path: the reports of the attempt the status says the job is on
+        # (so the sync that decides a whole-job restart already drops the old attempt's).
+        attempt = plan.status.get("attempt", 0)
+        progress = progress_status(job_reports(obs, memory.progress, attempt if isinstance(attempt, int) else 0))
         if progress is not None:
             plan.status["progress"] = progress
     return plan

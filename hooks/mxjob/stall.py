@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from hooks.mxjob.attempts import attempt_runs, deciding_pods_run
@@ -29,6 +29,11 @@ from hooks.shared.progress import (
 )
 from hooks.shared.status import parse_time
 
+# How long after a stall is first reported RestartJob or FailJob acts, if no report comes meanwhile.
+CONFIRM_SECONDS = 10
+# The words the Running condition says a stall with (hooks.mxjob.lifecycle), and _warned_at finds.
+STALL_WARNING = "may have stalled: no progress report"
+
 
 class StallCheck(NamedTuple):
     """The outcome of one check: the observation to go on with, a Failed message, a resync."""
@@ -38,9 +43,9 @@ class StallCheck(NamedTuple):
     resync_after: float | None = None
 
 
-def job_reports(obs: Observation, observed: Mapping[str, Report]) -> dict[str, Report]:
-    """The reports of the attempt the job runs, from the ConfigMap and the old status."""
-    return current_reports(observed, status_reports(obs.old.raw.get("progress")), obs.known_attempt)
+def job_reports(obs: Observation, observed: Mapping[str, Report], attempt: int) -> dict[str, Report]:
+    """The reports of one attempt, from the ConfigMap and the old status."""
+    return current_reports(observed, status_reports(obs.old.raw.get("progress")), attempt)
 
 
 def check_stall(obs: Observation, slots: Mapping[str, Slot], observed: Mapping[str, Report]) -> StallCheck:
@@ -56,7 +61,7 @@ def check_stall(obs: Observation, slots: Mapping[str, Slot], observed: Mapping[s
     since = running_since(obs)
     if since is None:  # Running starts now: the first deadline is a timeout away
         return StallCheck(obs, resync_after=float(policy.timeout_seconds))
-    reports = job_reports(obs, observed)
+    reports = job_reports(obs, observed, obs.known_attempt)
     finished = frozenset(reporter_name(s.rtype, s.index) for s in slots.values()
                          if s.index in obs.completed[s.rtype])
     found = silence(reports, since=since, now=obs.now, timeout=policy.timeout_seconds, finished=finished)
@@ -64,12 +69,31 @@ def check_stall(obs: Observation, slots: Mapping[str, Slot], observed: Mapping[s
     if not found.silent:
         return StallCheck(obs, resync_after=resync)
     stall = Stall(policy.action, describe_silence(found.silent, reports, policy.timeout_seconds))
+    if policy.action == "Report":
+        return StallCheck(dataclasses.replace(obs, stall=stall), resync_after=resync)
+    warned = _warned_at(obs)
+    if warned is None or obs.now < warned + timedelta(seconds=CONFIRM_SECONDS):
+        # First say so, and act only on a sync CONFIRM_SECONDS later that still sees no report: a
+        # sync at the deadline may be handed a ConfigMap that misses a report just made (its
+        # informer lags the API server), and a restart or a failure cannot be taken back.
+        due = (warned or obs.now) + timedelta(seconds=CONFIRM_SECONDS)
+        left = (due - obs.now).total_seconds()
+        warning = Stall(policy.action, f"{stall.clause}; runPolicy.stallPolicy.action {policy.action} follows "
+                                       f"unless a report comes within {CONFIRM_SECONDS} s")
+        return StallCheck(dataclasses.replace(obs, stall=warning), resync_after=left)
     if policy.action == "FailJob":
         return StallCheck(obs, fail_message=f"{subject(obs.job.key)} stalled: {stall.clause}; "
                                             f"runPolicy.stallPolicy.action is FailJob.")
-    if policy.action == "RestartJob":
-        return _restart(obs, stall)
-    return StallCheck(dataclasses.replace(obs, stall=stall), resync_after=resync)
+    return _restart(obs, stall)
+
+
+def _warned_at(obs: Observation) -> datetime | None:
+    """When the old status began to say the job may have stalled (the Running condition), if it does."""
+    running = next((c for c in obs.old_conditions if c.get("type") == "Running"), None)
+    if (running is None or running.get("status") != "True" or running.get("reason") != STALLED
+            or STALL_WARNING not in str(running.get("message"))):
+        return None
+    return parse_time(running.get("lastUpdateTime"))
 
 
 def running_since(obs: Observation) -> datetime | None:
