@@ -307,18 +307,13 @@ def current_reports(observed: Mapping[str, Report], recorded: Mapping[str, Repor
 
 
 def progress_status(reports: Mapping[str, Report]) -> JSON | None:
-    """status.progress: the least advanced reporter's step, total and percentage; the newest
-    report's metrics and time; each reporter under `reporters` when there is more than one."""
+    """status.progress: the report of the least advanced reporter (so the Progress column never
+    shows more than the job has done, and Last Report the age of that reporter's report), with
+    each reporter under `reporters` when there is more than one."""
     if not reports:
         return None
-    slowest = min(reports, key=lambda n: (_advance(reports[n]), n))
-    newest = max(reports, key=lambda n: (reports[n].moment, n))
-    top = _entry(reports[slowest])
-    top["reporter"] = slowest
-    top.pop("metrics", None)
-    if reports[newest].metrics:
-        top["metrics"] = _metric_list(reports[newest].metrics)
-    top["lastUpdatedTime"] = reports[newest].time
+    slowest = min(reports, key=lambda n: (_advance(reports[n]), reports[n].moment, n))
+    top = {"reporter": slowest, **_entry(reports[slowest])}
     if len(reports) > 1:
         top["reporters"] = [{"name": name, **_entry(reports[name])} for name in reports]
     return top

@@ -116,7 +116,10 @@ def _order(obj: dict) -> tuple[tuple[str, str, str], str]:
 
 
 def observed_children(request: dict) -> list[dict]:
-    return sorted((obj for objects in request["children"].values() for obj in objects.values()), key=_order)
+    """The observed children in the order to make them: Metacontroller's, but ServiceAccounts first,
+    as the hook has them (progress reporting: pods that name one wait until it is observed)."""
+    return sorted((obj for objects in request["children"].values() for obj in objects.values()),
+                  key=lambda obj: (obj["kind"] != "ServiceAccount", _order(obj)))
 
 
 def as_created(observed: dict) -> dict:

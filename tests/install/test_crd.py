@@ -136,7 +136,7 @@ def test_inline_run_policy_fields_match_run_policy():
     run_policy = SPEC_SCHEMA["properties"]["runPolicy"]["properties"]
     for field in RUN_POLICY_FIELDS:
         assert SPEC_SCHEMA["properties"][field] == run_policy[field], field
-    assert set(run_policy) == set(RUN_POLICY_FIELDS) | {"suspend", "failurePolicy"}
+    assert set(run_policy) == set(RUN_POLICY_FIELDS) | {"suspend", "failurePolicy", "progress", "stallPolicy"}
 
 
 def test_every_cel_rule_has_a_message_naming_the_field():

@@ -127,7 +127,7 @@ def test_a_report_is_status_progress_with_the_reporters_own_time():
     report(sim, step=30, total=120, at=at, loss=0.25, acc=0.9, epoch=2)
     sim.sync()
     assert sim.status["progress"] == {
-        "attempt": 0, "step": 30, "total": 120, "progressPercentage": 25, "reporter": "worker-0",
+        "reporter": "worker-0", "attempt": 0, "step": 30, "total": 120, "progressPercentage": 25,
         "metrics": [{"name": "acc", "value": "0.9"}, {"name": "epoch", "value": "2"},
                     {"name": "loss", "value": "0.25"}],
         "lastUpdatedTime": rfc3339(at)}
@@ -144,7 +144,7 @@ def test_several_reporters_show_the_slowest_and_each():
     sim.sync()
     progress = sim.status["progress"]
     assert (progress["reporter"], progress["step"], progress["progressPercentage"]) == ("worker-1", 40, 40)
-    assert progress["lastUpdatedTime"] == rfc3339(sim.now)
+    assert progress["lastUpdatedTime"] == rfc3339(sim.now) and progress["metrics"] == [{"name": "loss", "value": "1.5"}]
     assert [r["name"] for r in progress["reporters"]] == ["worker-0", "worker-1"]
 
 
@@ -181,7 +181,7 @@ def test_malformed_reports_are_ignored_not_fatal():
         {"worker-0": "not json", "worker-1": json.dumps({"step": "x", "time": rfc3339(sim.now),
                                                          "metrics": {"nan": float("inf"), "ok": True}})}))
     sim.sync()
-    assert sim.status["progress"] == {"attempt": 0, "reporter": "worker-1", "lastUpdatedTime": rfc3339(sim.now)}
+    assert sim.status["progress"] == {"reporter": "worker-1", "attempt": 0, "lastUpdatedTime": rfc3339(sim.now)}
 
 
 # --- stalls ------------------------------------------------------------------------------------
