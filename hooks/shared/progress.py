@@ -301,7 +301,8 @@ def current_reports(observed: Mapping[str, Report], recorded: Mapping[str, Repor
             if report.attempt != attempt:
                 continue
             have = merged.get(name)
-            if have is None or report.moment > have.moment:
+            # On a tie the ConfigMap wins: two reports within one second, the later one is there.
+            if have is None or report.moment > have.moment or (source is observed and report.moment == have.moment):
                 merged[name] = report
     return {name: merged[name] for name in sorted(merged)[:MAX_REPORTERS]}
 

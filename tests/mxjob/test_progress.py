@@ -174,6 +174,16 @@ def test_a_stale_status_with_a_newer_config_map_takes_the_config_map():
     assert sim.status["progress"]["step"] == 20
 
 
+def test_two_reports_in_one_second_show_the_later():
+    sim = Sim(job(progress={}))
+    running(sim)
+    report(sim, step=10)
+    sim.sync()
+    report(sim, step=11)  # the same second
+    sim.sync()
+    assert sim.status["progress"]["step"] == 11
+
+
 def test_malformed_reports_are_ignored_not_fatal():
     sim = Sim(job(progress={"reporters": "AllReplicas"}))
     running(sim)
@@ -377,7 +387,37 @@ def test_stall_policy_turns_reporting_on_and_defaults_to_report():
     assert not parse_mxjob(job()).run_policy.progress.enabled
 
 
+def without_access_rules(parent: dict) -> dict:
+    """A request from a CompositeController installed before progress reporting (no ServiceAccount,
+    Role or RoleBinding rule)."""
+    request = mxjob_sync_request(parent)
+    for key in ("ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1", "RoleBinding.rbac.authorization.k8s.io/v1"):
+        del request["children"][key]
+    return request
+
+
 def test_a_controller_without_the_new_rules_serves_jobs_that_do_not_report_and_refuses_those_that_do():
-    assert sync_mxjob(mxjob_sync_request(job()), now=T0)["children"]
+    assert sync_mxjob(without_access_rules(job()), now=T0)["children"]
     with pytest.raises(InvalidRequest, match=r"children\[ServiceAccount.v1\]: required for runPolicy.progress"):
-        sync_mxjob(mxjob_sync_request(job(progress={})), now=T0)
+        sync_mxjob(without_access_rules(job(progress={})), now=T0)
+
+
+# --- costs (docs/progress.md, "Costs") ----------------------------------------------------------
+
+def test_a_report_costs_one_status_write_and_two_syncs():
+    """Per report: the reporter's patch (its own write), then one sync that writes the status, whose
+    write triggers one more sync that writes nothing (the fixed point, checked by Sim.sync)."""
+    sim = Sim(job(progress={}, stallPolicy={"timeoutSeconds": 600}))
+    running(sim)
+    writes: list[tuple[str, str]] = []
+    sim.store.watch(lambda event, obj: writes.append((event, f"{obj['kind']}/{obj['metadata']['name']}")))
+    for n in range(1, 4):
+        sim.tick(30)
+        report(sim, step=n)
+        assert writes == [("MODIFIED", f"ConfigMap/{PROGRESS}")]  # the reporter's patch
+        writes.clear()
+        sim.sync()
+        assert writes == [("MODIFIED", "MXJob/mx")], "one status write"
+        writes.clear()
+        sim.sync()  # the sync the status write triggers
+        assert writes == [], "the next sync writes nothing"
