@@ -191,3 +191,21 @@ def test_the_documented_curl_is_the_same_write(control_plane, namespace, job_acc
     progress = progress_of(control_plane, namespace)
     assert (progress["reporter"], progress["step"], progress["progressPercentage"]) == ("worker-0", 60, 50)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", progress["lastUpdatedTime"])
+
+
+@pytest.mark.apiserver
+@pytest.mark.mxnet
+def test_the_digits_example_reports_from_a_real_mxnet_process(control_plane, namespace, job_account):
+    """examples/digits/train.py, run as a worker process with the env a reporting pod gets: its
+    reports reach the API server with the job's token, the last one at step == total."""
+    pytest.importorskip("mxnet")
+    env = {**job_account, "MXJOB_PROGRESS_INTERVAL": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    done = subprocess.run([sys.executable, "-u", str(ROOT / "examples" / "digits" / "train.py"), "--kv-store", "local",
+                           "--epochs", "2", "--min-accuracy", "0"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "mxjob_progress:" not in done.stderr, done.stderr
+    progress = progress_of(control_plane, namespace)
+    assert progress["reporter"] == "worker-0" and progress["step"] == progress["total"] > 0
+    assert progress["progressPercentage"] == 100
+    assert {m["name"] for m in progress["metrics"]} == {"epoch", "validation_accuracy"}
