@@ -247,7 +247,9 @@ class Admission:
         ensure_priority_classes(self.cp, children)
         found, made = [], []
         try:
-            for child in sorted(children, key=_order):
+            # ServiceAccounts first: a pod that names one is answered only once it is observed
+            # (progress reporting), so it always exists before such a pod is written.
+            for child in sorted(children, key=lambda c: (c["kind"] != "ServiceAccount", _order(c))):
                 real = (child["apiVersion"], child["kind"]) in self.REFERENCED
                 verdict = apiserver.create(self.cp, child, self.namespace, dry_run=not real, user=METACONTROLLER)
                 if not verdict.accepted:
