@@ -75,7 +75,7 @@ class Handoff:
         made = [kind_and_name(entry) for entry in created]
         return cls(record=any(kind == "ConfigMap" and is_record(name) for kind, name in made),
                    podgroup=any(kind == "PodGroup" for kind, _ in made), deleted=tuple(deleted),
-                   account=any(kind == "ServiceAccount" for kind, _ in made))
+                   account=any(kind == "ServiceAccount" and name.endswith("-progress") for kind, name in made))
 
 
 def is_record(name: str) -> bool:
