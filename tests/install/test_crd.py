@@ -418,6 +418,8 @@ def test_lower_ascii_matches_kubernetes_semantics():
 def _hook_accepts(obj: dict) -> bool:
     from datetime import datetime
 
+    from helpers.requests import MXJOB_CHILD_KEYS
+
     from hooks.mxjob.sync import sync_mxjob
 
     parent = copy.deepcopy(obj)
@@ -425,7 +427,7 @@ def _hook_accepts(obj: dict) -> bool:
     request = {
         "controller": {},
         "parent": parent,
-        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
+        "children": {key: {} for key in MXJOB_CHILD_KEYS},  # every rule of the shipped controller
         "related": {},
         "finalizing": False,
     }
