@@ -109,6 +109,21 @@ def evaluate(mx, net, x, y, batch_size: int) -> float:
     return metric.get()[1]
 
 
+def progress_reporter():
+    """The progress helper (reporter/mxjob_progress.py, next to this script in the image), or None
+    when it is not there: the job then trains the same, unreported. Outside an MXJob that asks for
+    progress, and on pods that do not report, its calls do nothing."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (here, os.path.join(here, "..", "..", "reporter")):
+        if os.path.exists(os.path.join(folder, "mxjob_progress.py")) and folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        import mxjob_progress
+    except ImportError:
+        return None
+    return mxjob_progress.Reporter()
+
+
 def train(args: argparse.Namespace) -> int:
     """Train as one worker of the job; return the process exit code."""
     role = os.environ.get("DMLC_ROLE", "worker")
@@ -142,17 +157,22 @@ def train(args: argparse.Namespace) -> int:
         gluon.data.ArrayDataset(x_shard, y_shard), batch_size=args.batch_size, shuffle=True, last_batch="discard"
     )
 
+    progress = progress_reporter()
+    steps_per_epoch = len(loader)
+    total = args.epochs * steps_per_epoch
     val_acc = 0.0
     for epoch in range(done + 1, args.epochs + 1):
         started = time.monotonic()
         train_metric = mx.metric.Accuracy()
-        for batch_x, batch_y in loader:
+        for nbatch, (batch_x, batch_y) in enumerate(loader, start=1):
             with autograd.record():
                 out = net(batch_x)
                 loss = loss_fn(out, batch_y)
             loss.backward()
             trainer.step(batch_x.shape[0])
             train_metric.update(labels=[batch_y], preds=[out])
+            if progress is not None:  # at most one write per 30 s (runPolicy.progress; docs/progress.md)
+                progress.report((epoch - 1) * steps_per_epoch + nbatch, total, epoch=epoch)
         val_acc = evaluate(mx, net, x_val, y_val, 256)
         print(
             f"[worker {rank}] epoch {epoch}/{args.epochs} train-accuracy={train_metric.get()[1]:.4f} "
@@ -161,6 +181,8 @@ def train(args: argparse.Namespace) -> int:
         )
         if args.checkpoint_dir and rank == 0:
             save_checkpoint(net, args.checkpoint_dir, epoch)
+        if progress is not None:
+            progress.report(epoch * steps_per_epoch, total, epoch=epoch, validation_accuracy=val_acc)
 
     if done >= args.epochs:
         val_acc = evaluate(mx, net, x_val, y_val, 256)

@@ -12,16 +12,22 @@ from hooks.mxjob.observation import Observation
 from hooks.mxjob.observed import Slot
 from hooks.mxjob.restarts import MAX_NAMED, backoff_budget, distributed, in_job_order, loss_cause, lost_exit_code
 from hooks.mxjob.vocabulary import subject
+from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 
 
 def attempt_record(obs: Observation) -> JSON:
     """What the record of the attempt decided now keeps: the first pod lost and how it ended, and
     the others lost with it (how each of the next MAX_NAMED - 1 ended, so the message can say it
-    after the pods are gone)."""
+    after the pods are gone), or the stall (runPolicy.stallPolicy RestartJob); and, for a job with a
+    stallPolicy, the time, from which the new attempt's stall clock counts
+    (hooks.mxjob.stall.running_since)."""
     losses = obs.failures.job_losses
+    timed: JSON = {"time": rfc3339(obs.now)} if obs.job.run_policy.progress.stall is not None else {}
+    if not losses and obs.stall is not None:
+        return {"stalled": obs.stall.clause, **timed}
     pod = losses[0]
-    data: JSON = {"lostPod": pod.name, "failedUID": pod.uid}
+    data: JSON = {"lostPod": pod.name, "failedUID": pod.uid, **timed}
     code = lost_exit_code(pod)
     if code is not None:
         data["exitCode"] = code
@@ -52,6 +58,8 @@ def attempt_cause(obs: Observation) -> str:
     else:
         record = obs.attempt_records.get(obs.attempt)
         data = record.data if record is not None else {}
+    if isinstance(data.get("stalled"), str):
+        return f"it stalled: {data['stalled']}"
     lost = data.get("lostPod")
     cause = data.get("cause")
     what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
@@ -65,6 +73,14 @@ def attempt_cause(obs: Observation) -> str:
              if isinstance(name, str) and isinstance(text, str)][:MAX_NAMED - 1]
     rest = len(also) - len(named)
     return what + "".join(f", and {words}" for words in named) + (f", and {rest} more" if rest else "")
+
+
+def attempt_stalled(obs: Observation) -> bool:
+    """Whether the current attempt began because the job stalled (runPolicy.stallPolicy RestartJob)."""
+    if obs.attempt > obs.known_attempt:
+        return obs.stall is not None and not obs.failures.job_losses
+    record = obs.attempt_records.get(obs.attempt)
+    return record is not None and isinstance(record.data.get("stalled"), str)
 
 
 def job_restart_message(obs: Observation) -> str:

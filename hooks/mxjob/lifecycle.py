@@ -20,7 +20,7 @@ tests/mxjob/test_lifecycle_table.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -28,6 +28,7 @@ from hooks.mxjob.attempts import (
     attempt_cause,
     attempt_record,
     attempt_runs,
+    attempt_stalled,
     deciding_pods_run,
     job_restart_message,
     stalled,
@@ -45,6 +46,7 @@ from hooks.mxjob.restarts import (
     restart_message,
 )
 from hooks.mxjob.spec import MXJob
+from hooks.mxjob.stall import check_stall, job_reports
 from hooks.mxjob.vocabulary import (
     CREATED,
     FAILED,
@@ -63,6 +65,7 @@ from hooks.mxjob.vocabulary import (
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import Record, attempt_record_name
+from hooks.shared.progress import progress_status
 from hooks.shared.status import plus_seconds
 
 
@@ -122,18 +125,37 @@ def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: M
            gang: GangView = NO_GANG) -> Plan:
     """The whole lifecycle step for a valid MXJob: a pure function of its arguments."""
     obs = observe(job, old_status, pods, now, memory)
+    plan = _step(obs, slots, observed_services, memory, gang)
+    if job.run_policy.progress.enabled:
+        # status.progress, on every path: the reports of the attempt the status says the job is on
+        # (so the sync that decides a whole-job restart already drops the old attempt's).
+        attempt = plan.status.get("attempt", 0)
+        progress = progress_status(job_reports(obs, memory.progress, attempt if isinstance(attempt, int) else 0))
+        if progress is not None:
+            plan.status["progress"] = progress
+    return plan
+
+
+def _step(obs: Observation, slots: Mapping[str, Slot], observed_services: Mapping[str, Any], memory: Memory,
+          gang: GangView) -> Plan:
     if memory.outcome is not None:
         return finished_with_record(obs, memory.outcome, slots, observed_services)
     if obs.was_terminal:
         return record_outcome(obs, slots, observed_services, None)
-    if job.run_policy.suspend:
+    if obs.job.run_policy.suspend:
         return suspended(obs)
     verdict = judge(obs)
     if isinstance(verdict, GraceWait):
         return waiting_in_grace(obs, verdict, slots)
     if verdict is not None:
         return record_outcome(obs, slots, observed_services, verdict)
-    return running(obs, slots, gang)
+    stall = check_stall(obs, slots, memory.progress)  # runPolicy.stallPolicy: has the running job stalled?
+    if stall.fail_message is not None:
+        return record_outcome(stall.obs, slots, observed_services, Verdict("Failed", FAILED, stall.fail_message))
+    plan = running(stall.obs, slots, gang)
+    if stall.resync_after is not None and (plan.resync_after is None or stall.resync_after < plan.resync_after):
+        plan = replace(plan, resync_after=stall.resync_after)
+    return plan
 
 
 def judge(obs: Observation) -> Verdict | GraceWait | None:
@@ -236,8 +258,9 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     waiting = awaiting_recreation(obs.history, obs.pods, slots, obs.completed, {p.name for p in obs.failures.recreate})
     if obs.attempt and not attempt_runs(obs, slots):
         message = job_restart_message(obs)
-        conds.set("Restarting", True, RESTARTING, message)
-        conds.clear("Running", RESTARTING, message)
+        reason = STALLED if attempt_stalled(obs) else RESTARTING
+        conds.set("Restarting", True, reason, message)
+        conds.clear("Running", reason, message)
         return
     if waiting:
         message = restart_message(obs.job, waiting, obs.history, obs.restarts, obs.failures.new_records,
@@ -252,7 +275,9 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     if not deciding_pods_run(obs):
         return
     lagging = stalled(obs)
-    if lagging:
+    if obs.stall is not None:  # runPolicy.stallPolicy action Report: it runs on, and says so
+        conds.set("Running", True, STALLED, f"{subject(key)} may have stalled: {obs.stall.clause}.")
+    elif lagging:
         conds.set("Running", True, STALLED,
                   f"{subject(key)} may make no progress: {lagging} while its peers ran, "
                   f"and ps-lite does not admit a process that comes back (docs/lifecycle.md, "

@@ -26,6 +26,7 @@ from hooks.mxjob.vocabulary import STATE_ORDER, TERMINAL, ConditionType
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import RestartRecord
 from hooks.shared.memory import Record
+from hooks.shared.progress import Report
 from hooks.shared.status import OldStatus
 
 
@@ -35,9 +36,17 @@ class Memory(NamedTuple):
     outcome: Record | None = None
     restarts: Mapping[str, Mapping[int, Record]] = {}
     attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
+    progress: Mapping[str, Report] = {}  # the reports in the observed `<job>-progress` ConfigMap
 
 
 NO_MEMORY = Memory()
+
+
+class Stall(NamedTuple):
+    """A stall found now (hooks.mxjob.stall): the stallPolicy action, and the clause that says why."""
+
+    action: str
+    clause: str
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class Observation:
     succeeded: bool  # every deciding pod (MXJob.deciding_slots) has succeeded
     failures: Failures
     restart_total: int
+    stall: Stall | None = None  # the job has stalled now (runPolicy.stallPolicy, hooks.mxjob.stall)
 
     @property
     def history(self) -> Mapping[str, RestartRecord]:

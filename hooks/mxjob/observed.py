@@ -26,16 +26,21 @@ class Observed(NamedTuple):
     config_maps: Mapping[str, Any]
     podgroups: Mapping[str, Any]  # empty unless gang scheduling is on
     podgroup_key: str = ""  # the PodGroup child rule's key when gang scheduling is on
+    # The ServiceAccount, Role and RoleBinding rules' children (progress reporting,
+    # hooks.shared.progress), by rule key, for the rules the request has.
+    access: Mapping[str, Mapping[str, Any]] = {}
 
     def any(self) -> bool:
         """Whether the job has any child at all."""
-        return bool(self.pods or self.services or self.config_maps or self.podgroups)
+        return bool(self.pods or self.services or self.config_maps or self.podgroups
+                    or any(self.access.values()))
 
     def by_key(self) -> list[tuple[str, Mapping[str, Any]]]:
         """Each child rule's key ("<Kind>.<apiVersion>") with its observed children."""
         groups = [(POD_KEY, self.pods), (SERVICE_KEY, self.services), (CONFIG_MAP_KEY, self.config_maps)]
         if self.podgroup_key:
             groups.append((self.podgroup_key, self.podgroups))
+        groups += list(self.access.items())
         return groups
 
 

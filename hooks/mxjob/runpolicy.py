@@ -20,6 +20,7 @@ from hooks.mxjob.vocabulary import (
 )
 from hooks.shared.gang import SchedulingPolicy, parse_scheduling_policy
 from hooks.shared.messages import show
+from hooks.shared.progress import NO_PROGRESS, ProgressPolicy, parse_progress_policy
 from hooks.shared.validation import MAX_INT32, is_non_negative_int
 
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
@@ -62,6 +63,7 @@ class RunPolicy:
     scheduling: SchedulingPolicy = field(default_factory=SchedulingPolicy)
     scheduling_path: str = "spec.runPolicy.schedulingPolicy"
     failure: FailurePolicy = field(default_factory=FailurePolicy)
+    progress: ProgressPolicy = NO_PROGRESS  # runPolicy.progress and stallPolicy (hooks.shared.progress)
 
 
 def parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool) -> RunPolicy:
@@ -107,7 +109,8 @@ def parse_run_policy(spec: Mapping[str, Any], problems: list[str], *, gang: bool
                      active_deadline_seconds=ints["activeDeadlineSeconds"],
                      backoff_limit=ints["backoffLimit"], suspend=suspend,
                      scheduling=scheduling, scheduling_path=scheduling_path,
-                     failure=_parse_failure_policy(run_policy.get("failurePolicy"), problems))
+                     failure=_parse_failure_policy(run_policy.get("failurePolicy"), problems),
+                     progress=parse_progress_policy(run_policy, problems))
 
 
 def _parse_failure_policy(raw: Any, problems: list[str]) -> FailurePolicy:

@@ -20,9 +20,10 @@ from hooks.mxjob.observation import Memory
 from hooks.mxjob.observed import Observed, replica_slots, view_pods
 from hooks.mxjob.outcome import read_outcome, recorded_status
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
-from hooks.mxjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER
+from hooks.mxjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER, subject
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
 from hooks.shared.conditions import rfc3339
+from hooks.shared.errors import InvalidRequest
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import (
@@ -35,6 +36,16 @@ from hooks.shared.memory import (
     record_config_map,
     restart_record_name,
     restart_records,
+)
+from hooks.shared.progress import (
+    ACCESS_KEYS,
+    observed_reports,
+    progress_children,
+    progress_name,
+    reporter_name,
+    reports_from,
+    uses_own_account,
+    wire_pod,
 )
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus
@@ -82,18 +93,35 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     except SpecError as err:
         return _invalid_spec(parent, old_status, observed, err, now)
 
+    progress = job.run_policy.progress
+    if progress.enabled:
+        _require_access_rules(observed)
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
     attempts = attempt_records(observed.config_maps, job.name)
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
-                    attempts=attempts)
+                    attempts=attempts,
+                    progress=observed_reports(observed.config_maps.get(progress_name(job.name))) if progress.enabled
+                    else {})
     gang_view = NO_GANG  # new pods wait until their PodGroup is observed (hooks.shared.gang.new_pods_wait)
     if podgroup is not None and new_pods_wait(podgroup, observed.podgroups):
         gang_view = GangView(podgroup_wait_message(PARENT_KIND, job.key, podgroup, "its pods"))
+    elif progress.enabled and _waits_for_account(job, observed):
+        # The API server refuses a pod whose ServiceAccount does not exist yet, and Metacontroller
+        # creates ServiceAccounts after Pods (DESIGN of the write order: docs/progress.md).
+        gang_view = GangView(f"{subject(job.key)} is created; its pods wait for their ServiceAccount "
+                             f"{progress_name(job.name)}.")
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
                   observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
                   gang=gang_view)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in plan.pods]
+    if progress.enabled:
+        children = [wire_pod(pod, job.name, job.namespace,
+                             reporter_name(slots[n].rtype, slots[n].index)
+                             if reports_from(progress, slots[n].index) else None)
+                    for n, pod in zip(plan.pods, children, strict=True)]
+        if not plan.cleaned_up:
+            children += progress_children(job.name, job.namespace, job_labels(job.name))
     children += services_for(job, slots, plan.services)
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
@@ -132,11 +160,38 @@ def _read_request(request: Any) -> tuple[JSON, Gang | None, Observed]:
     # the memory records (hooks.shared.memory) would never be seen, so a failed pod would never be
     # recreated and a finished job never cleaned up.
     keys: tuple[str, ...] = (POD_KEY, SERVICE_KEY, CONFIG_MAP_KEY)
+    access = _read_access(request)
     if gang is None:
         pods, services, config_maps = read_children(request, keys, fields=OBSERVED_FIELDS)
-        return parent, None, Observed(pods, services, config_maps, {})
+        return parent, None, Observed(pods, services, config_maps, {}, access=access)
     pods, services, config_maps, groups = read_children(request, (*keys, gang.child_key), fields=OBSERVED_FIELDS)
-    return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key)
+    return parent, gang, Observed(pods, services, config_maps, groups, gang.child_key, access=access)
+
+
+def _read_access(request: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The ServiceAccount, Role and RoleBinding rules' children, for the rules the request has.
+
+    Unlike the other rules these may be missing (a CompositeController installed before progress
+    reporting): such a controller has no children of these kinds to lose, and only a job that
+    asks for reporting needs them (_require_access_rules).
+    """
+    children = request.get("children")
+    keys = tuple(key for key in ACCESS_KEYS if isinstance(children, Mapping) and key in children)
+    return dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
+
+
+def _require_access_rules(observed: Observed) -> None:
+    missing = [key for key in ACCESS_KEYS if key not in observed.access]
+    if missing:
+        raise InvalidRequest(f"children[{missing[0]}]: required for runPolicy.progress and stallPolicy: the "
+                             f"CompositeController has no child rule for {', '.join(missing)}; re-apply "
+                             f"metacontroller/ (kubectl apply -k) to install the shipped child rules")
+
+
+def _waits_for_account(job: MXJob, observed: Observed) -> bool:
+    """Whether new pods must wait for the job's ServiceAccount: some type uses it, and it is not observed."""
+    uses = any(not uses_own_account(spec.template.get("spec") or {}) for spec in job.replicas.values())
+    return uses and progress_name(job.name) not in observed.access.get(ACCESS_KEYS[0], {})
 
 
 def _invalid_spec(parent: Mapping[str, Any], old_status: Any, observed: Observed,

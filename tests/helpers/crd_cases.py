@@ -191,6 +191,16 @@ REPRESENTATIVE_STATUS = {
     "restartHistory": {
         "job-worker-1": {"lastFailedUID": "0b4f", "recreations": 1, "priorContainerRestarts": 2}
     },
+    "progress": {
+        "reporter": "worker-1", "attempt": 1, "step": 90, "total": 120, "progressPercentage": 75,
+        "metrics": [{"name": "loss", "value": "0.25"}], "lastUpdatedTime": "2025-01-02T03:59:30Z",
+        "reporters": [
+            {"name": "worker-0", "attempt": 1, "step": 100, "total": 120, "progressPercentage": 83,
+             "lastUpdatedTime": "2025-01-02T03:59:00Z"},
+            {"name": "worker-1", "attempt": 1, "step": 90, "total": 120, "progressPercentage": 75,
+             "metrics": [{"name": "loss", "value": "0.25"}], "lastUpdatedTime": "2025-01-02T03:59:30Z"},
+        ],
+    },
     "cleanedUpTime": "2025-01-03T04:00:00Z",
     "specError": "",
     "statusWarnings": ["status.startTime is not an RFC 3339 time with a zone; it was ignored"],

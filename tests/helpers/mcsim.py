@@ -54,15 +54,17 @@ class Handoff:
       that observes it applies cleanPodPolicy, leaves the failed pod out, or starts the new attempt;
     - a child deleted: the next sync may create it again, or the next attempt once the old is gone;
     - a PodGroup created: what makes pods waits until it is observed (hooks.shared.gang), so the next
-      sync adds them, and its status stops saying it waits.
+      sync adds them, and its status stops saying it waits;
+    - a ServiceAccount created (progress reporting): the same, for the job's pods that use it.
     """
 
     record: bool = False
     podgroup: bool = False
     deleted: tuple[str, ...] = ()
+    account: bool = False
 
     def __bool__(self) -> bool:
-        return self.record or self.podgroup or bool(self.deleted)
+        return self.record or self.podgroup or bool(self.deleted) or self.account
 
     @classmethod
     def of(cls, created: list[str], deleted: list[str]) -> Handoff:
@@ -73,7 +75,8 @@ class Handoff:
 
         made = [kind_and_name(entry) for entry in created]
         return cls(record=any(kind == "ConfigMap" and is_record(name) for kind, name in made),
-                   podgroup=any(kind == "PodGroup" for kind, _ in made), deleted=tuple(deleted))
+                   podgroup=any(kind == "PodGroup" for kind, _ in made), deleted=tuple(deleted),
+                   account=any(kind == "ServiceAccount" and name.endswith("-progress") for kind, name in made))
 
 
 def is_record(name: str) -> bool:
@@ -200,7 +203,7 @@ class Stepped:
         may answer other children (`Handoff`); the status stays byte-identical all the same, but for
         the wait on a PodGroup and a TTL stamped once the outcome record is observed."""
         again = self._hook(self.request(), now=self.now, **self.settings)
-        if not handoff.podgroup:
+        if not (handoff.podgroup or handoff.account):
             before, after = canonical(self.last.get("status")), canonical(again.get("status"))
             if handoff.record and "cleanedUpTime" not in (self.last.get("status") or {}):
                 # A TTL already run out when the job ends is carried out, and stamped, by the sync

@@ -118,7 +118,10 @@ def _order(obj: dict) -> tuple[tuple[str, str, str], str]:
 
 
 def observed_children(request: dict) -> list[dict]:
-    return sorted((obj for objects in request["children"].values() for obj in objects.values()), key=_order)
+    """The observed children in the order to make them: Metacontroller's, but ServiceAccounts first,
+    as the hook has them (progress reporting: pods that name one wait until it is observed)."""
+    return sorted((obj for objects in request["children"].values() for obj in objects.values()),
+                  key=lambda obj: (obj["kind"] != "ServiceAccount", _order(obj)))
 
 
 def as_created(observed: dict) -> dict:
@@ -260,7 +263,9 @@ class Admission:
         ensure_priority_classes(self.cp, children)
         found, made = [], []
         try:
-            for child in sorted(children, key=_order):
+            # ServiceAccounts first: a pod that names one is answered only once it is observed
+            # (progress reporting), so it always exists before such a pod is written.
+            for child in sorted(children, key=lambda c: (c["kind"] != "ServiceAccount", _order(c))):
                 real = (child["apiVersion"], child["kind"]) in self.REFERENCED
                 verdict = apiserver.create(self.cp, child, self.namespace, dry_run=not real, user=METACONTROLLER)
                 if not verdict.accepted:

@@ -1,7 +1,9 @@
 """Metacontroller sync requests built around a parent, as the MXJob CompositeController sends them for a new job."""
 from __future__ import annotations
 
-MXJOB_CHILD_KEYS = ("Pod.v1", "Service.v1", "ConfigMap.v1")
+MXJOB_CHILD_KEYS = ("Pod.v1", "Service.v1", "ConfigMap.v1",
+                    # Progress reporting's rules (metacontroller/compositecontroller.yaml).
+                    "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1", "RoleBinding.rbac.authorization.k8s.io/v1")
 
 
 def mxjob_sync_request(parent: dict) -> dict:

@@ -24,7 +24,10 @@ pod_states = st.lists(st.tuples(st.sampled_from(PHASES), st.sampled_from(EXIT_CO
                                 st.integers(0, 2), st.booleans()), min_size=12, max_size=12)
 run_policies = st.fixed_dictionaries({}, optional={
     "backoffLimit": st.integers(0, 3), "cleanPodPolicy": st.sampled_from(["All", "Running", "None"]),
-    "activeDeadlineSeconds": st.integers(1, 120), "ttlSecondsAfterFinished": st.integers(0, 60)})
+    "activeDeadlineSeconds": st.integers(1, 120), "ttlSecondsAfterFinished": st.integers(0, 60),
+    # Progress reporting (docs/progress.md): its children, the pods' wait for their ServiceAccount, stalls.
+    "stallPolicy": st.fixed_dictionaries({"timeoutSeconds": st.integers(1, 120),
+                                          "action": st.sampled_from(["Report", "RestartJob", "FailJob"])})})
 
 
 def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
@@ -32,6 +35,8 @@ def observed_sim(parent: dict, policy: dict, states: list, elapsed: int) -> Sim:
     parent["spec"]["runPolicy"] = policy
     sim = Sim(parent)
     sim.sync()
+    if not sim.pods:
+        sim.sync()  # runPolicy.stallPolicy: pods wait for the job's ServiceAccount (docs/progress.md)
     for name, (phase, code, restarts, present) in zip(sorted(sim.pods), states, strict=False):
         if not present:
             sim.gc(name)

@@ -312,7 +312,7 @@ def test_no_test_module_imports_another():
     assert problems == []
 
 
-SUBJECTS = {"mxjob", "chainerjob", "shared", "server", "install", "localcluster"}
+SUBJECTS = {"mxjob", "chainerjob", "shared", "server", "install", "localcluster", "reporter"}
 
 
 def test_every_test_module_sits_in_a_subject_folder():

@@ -143,7 +143,7 @@ def test_inline_run_policy_fields_match_run_policy():
     run_policy = SPEC_SCHEMA["properties"]["runPolicy"]["properties"]
     for field in RUN_POLICY_FIELDS:
         assert SPEC_SCHEMA["properties"][field] == run_policy[field], field
-    assert set(run_policy) == set(RUN_POLICY_FIELDS) | {"suspend", "failurePolicy"}
+    assert set(run_policy) == set(RUN_POLICY_FIELDS) | {"suspend", "failurePolicy", "progress", "stallPolicy"}
 
 
 def test_every_cel_rule_has_a_message_naming_the_field():
@@ -409,6 +409,8 @@ def test_lower_ascii_matches_kubernetes_semantics():
 def _hook_accepts(obj: dict) -> bool:
     from datetime import datetime
 
+    from helpers.requests import MXJOB_CHILD_KEYS
+
     from hooks.mxjob.sync import sync_mxjob
 
     parent = copy.deepcopy(obj)
@@ -416,7 +418,7 @@ def _hook_accepts(obj: dict) -> bool:
     request = {
         "controller": {},
         "parent": parent,
-        "children": {"Pod.v1": {}, "Service.v1": {}, "ConfigMap.v1": {}},
+        "children": {key: {} for key in MXJOB_CHILD_KEYS},  # every rule of the shipped controller
         "related": {},
         "finalizing": False,
     }

@@ -173,7 +173,8 @@ def test_dockerignore_allows_only_what_the_images_copy():
     assert lines[0] == "*", "start by excluding everything"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     # The hooks image, and the digits example's image (examples/digits/Dockerfile), both built from the root.
-    assert allowed == {"requirements.txt", "constraints.txt", "hooks", "requirements-mxnet.txt", "examples/digits/train.py"}
+    assert allowed == {"requirements.txt", "constraints.txt", "hooks", "requirements-mxnet.txt", "examples/digits/train.py",
+                       "reporter/mxjob_progress.py"}
 
 
 def test_environment_matches_the_deployment():

@@ -172,7 +172,11 @@ def child_strategies(controller: str) -> dict[tuple[str, str], str]:
 
 def test_composite_controller_child_rules():
     assert child_strategies("mxjob-controller") == {("v1", "pods"): "OnDelete", ("v1", "services"): "InPlace",
-                                                         ("v1", "configmaps"): "OnDelete"}
+                                                         ("v1", "configmaps"): "OnDelete",
+                                                         # Progress reporting (hooks.shared.progress).
+                                                         ("v1", "serviceaccounts"): "OnDelete",
+                                                         ("rbac.authorization.k8s.io/v1", "roles"): "OnDelete",
+                                                         ("rbac.authorization.k8s.io/v1", "rolebindings"): "OnDelete"}
 
 
 def test_chainerjob_controller_child_rules():

@@ -87,9 +87,10 @@ def check_rules(request: dict, answer: dict, now: datetime, admission: Admission
             assert running <= emitted, "a running pod of a running job was dropped"
     if checked and "specError" not in status and emitted and admission is not None:
         # The real API server's verdict. Index 0 of each replica type stands for its siblings
-        # (same template, other numbers), and the cluster ConfigMap for the records.
+        # (same template, other numbers), and the cluster ConfigMap for the records; the
+        # progress children (the ServiceAccount the pods name) go too.
         assert admission.refusals([c for c in answer["children"]
-                                   if c["metadata"]["name"].endswith(("-0", "-cluster"))]) == []
+                                   if c["metadata"]["name"].endswith(("-0", "-cluster", "-progress"))]) == []
     # Deterministic, and the status written is a fixed point of the same observations.
     assert json.dumps(sync_mxjob(request, now=now), sort_keys=True) == json.dumps(answer, sort_keys=True)
     again = copy.deepcopy(request)

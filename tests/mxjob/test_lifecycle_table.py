@@ -210,6 +210,35 @@ def row_25():
     return running(job), lambda s: s.set_phase("mx-worker-0", "Running", restarts=1, last_exit_code=137)
 
 
+def stall_job(action: str) -> Sim:
+    """A running job with a stallPolicy: its first sync makes the reporting children, the next its pods."""
+    sim = Sim(exitcode_job(runPolicy={"stallPolicy": {"timeoutSeconds": 60, "action": action}}))
+    sim.sync()
+    sim.sync()
+    sim.run()
+    sim.sync()
+    return sim
+
+
+def row_26():
+    return stall_job("Report"), lambda s: s.tick(60)
+
+
+def _said(action: str) -> Sim:
+    sim = stall_job(action)
+    sim.tick(60)
+    sim.sync()
+    return sim
+
+
+def row_27():
+    return _said("RestartJob"), lambda s: s.tick(10)
+
+
+def row_28():
+    return _said("FailJob"), lambda s: s.tick(10)
+
+
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
                                   if name.startswith("row_")}
 

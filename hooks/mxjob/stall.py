@@ -1,0 +1,139 @@
+"""runPolicy.stallPolicy for an MXJob: a running job whose reporters fall silent (docs/progress.md).
+
+The reports are read in hooks.shared.progress; this module decides, for one sync of a job that
+runs, whether it has stalled and what follows: a Running condition that says so (Report), a
+whole-job restart counted as one more attempt (RestartJob, reason MXJobStalled), or Failed
+(FailJob). The stall clock starts at the later of the Running condition's transition and the
+current attempt's record (a child, so a stale parent cannot move it back to before a restart),
+and each reporter's clock at its last report of the current attempt.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from hooks.mxjob.attempts import attempt_runs, deciding_pods_run
+from hooks.mxjob.observation import Observation, Stall
+from hooks.mxjob.observed import Slot
+from hooks.mxjob.restarts import restart_total
+from hooks.mxjob.vocabulary import STALLED, subject
+from hooks.shared.progress import (
+    Report,
+    current_reports,
+    describe_silence,
+    reporter_name,
+    silence,
+    status_reports,
+)
+from hooks.shared.status import parse_time
+
+# How long after a stall is first reported RestartJob or FailJob acts, if no report comes meanwhile.
+CONFIRM_SECONDS = 10
+# The words the Running condition says a stall with (hooks.mxjob.lifecycle), and _warned_at finds.
+STALL_WARNING = "may have stalled: no progress report"
+
+
+class StallCheck(NamedTuple):
+    """The outcome of one check: the observation to go on with, a Failed message, a resync."""
+
+    obs: Observation
+    fail_message: str | None = None
+    resync_after: float | None = None
+
+
+def job_reports(obs: Observation, observed: Mapping[str, Report], attempt: int) -> dict[str, Report]:
+    """The reports of one attempt, from the ConfigMap and the old status."""
+    return current_reports(observed, status_reports(obs.old.raw.get("progress")), attempt)
+
+
+def check_stall(obs: Observation, slots: Mapping[str, Slot], observed: Mapping[str, Report]) -> StallCheck:
+    """Whether the running job has stalled now, and what its stallPolicy does about it."""
+    policy = obs.job.run_policy.progress.stall
+    if policy is None:
+        return StallCheck(obs)
+    pending = _pending_restart(obs)
+    if pending is not None:
+        return _restart(obs, pending)
+    if obs.attempt != obs.known_attempt or not attempt_runs(obs, slots) or not deciding_pods_run(obs):
+        return StallCheck(obs)
+    since = running_since(obs)
+    if since is None:  # Running starts now: the first deadline is a timeout away
+        return StallCheck(obs, resync_after=float(policy.timeout_seconds))
+    reports = job_reports(obs, observed, obs.known_attempt)
+    finished = frozenset(reporter_name(s.rtype, s.index) for s in slots.values()
+                         if s.index in obs.completed[s.rtype])
+    found = silence(reports, since=since, now=obs.now, timeout=policy.timeout_seconds, finished=finished)
+    resync = (found.next_deadline - obs.now).total_seconds() if found.next_deadline is not None else None
+    if not found.silent:
+        return StallCheck(obs, resync_after=resync)
+    stall = Stall(policy.action, describe_silence(found.silent, reports, policy.timeout_seconds))
+    if policy.action == "Report":
+        return StallCheck(dataclasses.replace(obs, stall=stall), resync_after=resync)
+    warned = _warned_at(obs)
+    if warned is None or obs.now < warned + timedelta(seconds=CONFIRM_SECONDS):
+        # First say so, and act only on a sync CONFIRM_SECONDS later that still sees no report: a
+        # sync at the deadline may be handed a ConfigMap that misses a report just made (its
+        # informer lags the API server), and a restart or a failure cannot be taken back.
+        due = (warned or obs.now) + timedelta(seconds=CONFIRM_SECONDS)
+        left = (due - obs.now).total_seconds()
+        warning = Stall(policy.action, f"{stall.clause}; runPolicy.stallPolicy.action {policy.action} follows "
+                                       f"unless a report comes within {CONFIRM_SECONDS} s")
+        return StallCheck(dataclasses.replace(obs, stall=warning), resync_after=left)
+    if policy.action == "FailJob":
+        return StallCheck(obs, fail_message=f"{subject(obs.job.key)} stalled: {stall.clause}; "
+                                            f"runPolicy.stallPolicy.action is FailJob.")
+    return _restart(obs, stall)
+
+
+def _warned_at(obs: Observation) -> datetime | None:
+    """When the old status began to say the job may have stalled (the Running condition), if it does."""
+    running = next((c for c in obs.old_conditions if c.get("type") == "Running"), None)
+    if (running is None or running.get("status") != "True" or running.get("reason") != STALLED
+            or STALL_WARNING not in str(running.get("message"))):
+        return None
+    return parse_time(running.get("lastUpdateTime"))
+
+
+def running_since(obs: Observation) -> datetime | None:
+    """When the stall clock starts: the old Running condition's transition to True, or the
+    current attempt's start as its record keeps it, whichever is later; None while the old
+    status does not show the job Running."""
+    running = next((c for c in obs.old_conditions if c.get("type") == "Running"), None)
+    if running is None or running.get("status") != "True":
+        return None
+    since = parse_time(running.get("lastTransitionTime"))
+    if since is None:
+        return None
+    record = obs.attempt_records.get(obs.known_attempt)
+    began = parse_time(record.data.get("time")) if record is not None else None
+    return max(since, began) if began is not None else since
+
+
+def _restart(obs: Observation, stall: Stall) -> StallCheck:
+    """RestartJob: one more attempt, within failurePolicy.maxRestarts and backoffLimit."""
+    job = obs.job
+    attempt = obs.known_attempt + 1
+    total = restart_total(obs.history, obs.pods, obs.restarts, attempt=attempt, written=obs.restart_total)
+    max_restarts, backoff = job.run_policy.failure.max_restarts, job.run_policy.backoff_limit
+    if max_restarts is not None and attempt > max_restarts:
+        return StallCheck(obs, fail_message=f"{subject(job.key)} stalled: {stall.clause}; it has reached "
+                                            f"failurePolicy.maxRestarts ({max_restarts}).")
+    if backoff is not None and total > backoff:
+        return StallCheck(obs, fail_message=f"{subject(job.key)} stalled: {stall.clause}; it has reached the "
+                                            f"specified backoff limit: {total} restarts, backoffLimit {backoff}.")
+    return StallCheck(dataclasses.replace(obs, attempt=attempt, restart_total=total, stall=stall))
+
+
+def _pending_restart(obs: Observation) -> Stall | None:
+    """A stall restart decided on an earlier sync whose attempt record is not observed yet: the
+    status shows the new attempt, Restarting for a stall. Going on with it answers the record
+    again, so a record whose creation failed is not forgotten."""
+    if obs.old_attempt <= obs.known_attempt:
+        return None
+    restarting = next((c for c in obs.old_conditions if c.get("type") == "Restarting"), None)
+    if restarting is None or restarting.get("status") != "True" or restarting.get("reason") != STALLED:
+        return None
+    message: Any = restarting.get("message")
+    return Stall("RestartJob", message if isinstance(message, str) else "")
