@@ -6,6 +6,7 @@ the job-attempt label of the new attempt's pods, whose processes see it as MXJOB
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from hooks.mxjob.observation import Observation
@@ -14,16 +15,17 @@ from hooks.mxjob.restarts import MAX_NAMED, backoff_budget, distributed, in_job_
 from hooks.mxjob.vocabulary import subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
+from hooks.shared.status import parse_time
 
 
 def attempt_record(obs: Observation) -> JSON:
     """What the record of the attempt decided now keeps: the first pod lost and how it ended, and
     the others lost with it (how each of the next MAX_NAMED - 1 ended, so the message can say it
-    after the pods are gone), or the stall (runPolicy.stallPolicy RestartJob); and, for a job with a
-    stallPolicy, the time, from which the new attempt's stall clock counts
-    (hooks.mxjob.stall.running_since)."""
+    after the pods are gone), or the stall (runPolicy.stallPolicy RestartJob); and the time: the
+    Restarting condition's transition (`decided_at`) and, for a job with a stallPolicy, when the
+    new attempt's stall clock counts from (hooks.mxjob.stall.running_since)."""
     losses = obs.failures.job_losses
-    timed: JSON = {"time": rfc3339(obs.now)} if obs.job.run_policy.progress.stall is not None else {}
+    timed: JSON = {"time": rfc3339(obs.now)}
     if not losses and obs.stall is not None:
         return {"stalled": obs.stall.clause, **timed}
     pod = losses[0]
@@ -73,6 +75,17 @@ def attempt_cause(obs: Observation) -> str:
              if isinstance(name, str) and isinstance(text, str)][:MAX_NAMED - 1]
     rest = len(also) - len(named)
     return what + "".join(f", and {words}" for words in named) + (f", and {rest} more" if rest else "")
+
+
+def decided_at(obs: Observation) -> datetime | None:
+    """When the current attempt's restart was decided, as its record keeps it; None on the sync that
+    decides it (now) or for a record without a time. The status of one write earlier, which a sync
+    may read (Metacontroller's parent cache), does not show the restart: stamped from `now`, the
+    Restarting condition would alternate between two times, a write on every sync."""
+    if obs.attempt > obs.known_attempt:
+        return None
+    record = obs.attempt_records.get(obs.attempt)
+    return parse_time(record.data.get("time")) if record is not None else None
 
 
 def attempt_stalled(obs: Observation) -> bool:

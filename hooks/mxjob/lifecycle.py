@@ -29,6 +29,7 @@ from hooks.mxjob.attempts import (
     attempt_record,
     attempt_runs,
     attempt_stalled,
+    decided_at,
     deciding_pods_run,
     job_restart_message,
     stalled,
@@ -259,8 +260,9 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     if obs.attempt and not attempt_runs(obs, slots):
         message = job_restart_message(obs)
         reason = STALLED if attempt_stalled(obs) else RESTARTING
-        conds.set("Restarting", True, reason, message)
-        conds.clear("Running", reason, message)
+        at = decided_at(obs)
+        conds.set("Restarting", True, reason, message, at=at)
+        conds.clear("Running", reason, message, at=at)
         return
     if waiting:
         message = restart_message(obs.job, waiting, obs.history, obs.restarts, obs.failures.new_records,

@@ -59,26 +59,31 @@ class Conditions(Generic[T]):
         cond = self._get(ctype)
         return cond is not None and cond.get("status") == "True"
 
-    def set(self, ctype: T, status: bool, reason: str, message: str) -> None:
-        """Set a condition; its times move only when something about it really changes."""
+    def set(self, ctype: T, status: bool, reason: str, message: str, *, at: datetime | None = None) -> None:
+        """Set a condition; its times move only when something about it really changes.
+
+        `at`: when the change happened, if a child keeps that time (else now). A sync that reads the
+        status of one write earlier then stamps the change as the sync that made it did, so the two
+        statuses it alternates between under stale reads are one and the status is a fixed point."""
         value = "True" if status else "False"
+        stamp = rfc3339(at) if at is not None else self._now
         cond = self.get(ctype)
         if cond is None:
             self._items.append({"type": ctype, "status": value, "reason": reason,
-                                "message": message, "lastUpdateTime": self._now,
-                                "lastTransitionTime": self._now})
+                                "message": message, "lastUpdateTime": stamp,
+                                "lastTransitionTime": stamp})
             return
         if (cond.get("status"), cond.get("reason"), cond.get("message")) == (value, reason, message):
             return
         if cond.get("status") != value:
-            cond["lastTransitionTime"] = self._now
+            cond["lastTransitionTime"] = stamp
         cond["status"], cond["reason"], cond["message"] = value, reason, message
-        cond["lastUpdateTime"] = self._now
+        cond["lastUpdateTime"] = stamp
 
-    def clear(self, ctype: T, reason: str, message: str) -> None:
+    def clear(self, ctype: T, reason: str, message: str, *, at: datetime | None = None) -> None:
         """Set a condition False if the job has it True; never add a False condition."""
         if self.is_true(ctype):
-            self.set(ctype, False, reason, message)
+            self.set(ctype, False, reason, message, at=at)
 
     def ordered(self) -> list[Condition]:
         """The list with the current state's condition moved last (the State printer column)."""

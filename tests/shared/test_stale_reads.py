@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -192,6 +193,48 @@ def test_an_older_status_is_never_written_over_a_newer_one(stale):
     watch.settle()  # the restart recorded, then the pod deleted, then created again
     assert sim.status["restartCount"] == 3
     assert "mx-worker-0" in sim.pods
+    watch.check()
+
+
+def _job_restart(stale: Stale | None) -> tuple[Sim, Watch]:
+    """A worker killed (137 under ExitCode restarts the whole job), a second passing between the
+    syncs that follow; the job settled with the new attempt's pods running. While it restarts,
+    Restarting carries the time the attempt's record keeps (the sync that decided the restart)."""
+    sim = Sim(mxjob(replicas={t: {"replicas": n, "restartPolicy": "ExitCode"}
+                              for t, n in {"Scheduler": 1, "Server": 1, "Worker": 2}.items()}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.run()
+    watch.settle()
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
+    for _ in range(3):  # the restart decided, the old pods deleted, the new ones created
+        watch.sync()
+        sim.tick(1)
+    watch.settle()
+    decided = json.loads(sim.config_maps["mx-attempt-1"]["data"]["record"])["time"]
+    assert rfc3339(sim.now - timedelta(seconds=3)) <= decided <= rfc3339(sim.now)
+    restarting = sim.condition("Restarting") or {}
+    assert (restarting.get("status"), restarting.get("lastTransitionTime")) == ("True", decided)
+    sim.run()
+    watch.settle()
+    return sim, watch
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_job_restart_settles_when_the_syncs_after_it_read_the_status_of_one_write_earlier(stale):
+    """Before: the sync after the one that decided a whole-job restart read the Running status
+    (one write earlier) with the restart's record and set Restarting again, stamped with its own
+    now; the next read the first restart status, with the first time: each sync wrote the other
+    time back (lastTransitionTime 10:00:00, 10:00:01, 10:00:00, ...), a hot loop that Metacontroller
+    runs whenever its parent cache stays one write behind (test_recovery's stale parent case).
+    Now the transition is stamped with the time the attempt record keeps, and the job settles."""
+    sim, watch = _job_restart(stale)
+    fresh, _ = _job_restart(None)
+    assert sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
+    assert essence(sim.status) == essence(fresh.status)
+    restarting = sim.condition("Restarting") or {}
+    assert restarting.get("status") == "False"
+    assert sim.condition("Running")["status"] == "True"  # type: ignore[index]
     watch.check()
 
 
