@@ -258,9 +258,13 @@ def test_the_shipped_composite_controller_is_what_the_stand_in_follows():
     config = load_controller_config()
     assert config.parent_kind == "MXJob" and config.generate_selector
     assert [(r["kind"], r["updateStrategy"]) for r in config.children] == [
-        ("Pod", "OnDelete"), ("Service", "InPlace"), ("ConfigMap", "OnDelete")]
+        ("Pod", "OnDelete"), ("Service", "InPlace"), ("ConfigMap", "OnDelete"),
+        # Progress reporting's children (runPolicy.progress): the job's own account and its right to report.
+        ("ServiceAccount", "OnDelete"), ("Role", "OnDelete"), ("RoleBinding", "OnDelete")]
     assert config.hook_path == "/sync"
-    assert [config.child_key(r) for r in config.children] == ["Pod.v1", "Service.v1", "ConfigMap.v1"]
+    assert [config.child_key(r) for r in config.children] == [
+        "Pod.v1", "Service.v1", "ConfigMap.v1", "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1",
+        "RoleBinding.rbac.authorization.k8s.io/v1"]
 
 
 def test_the_composite_controller_is_found_by_kind_in_any_file(tmp_path):
