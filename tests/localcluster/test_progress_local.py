@@ -47,6 +47,14 @@ def progress_children(plane: ControlPlane, job: str) -> list[str]:
     return found
 
 
+def log_text(cluster: LocalCluster, pod: str) -> str:
+    """A pod's log so far ("" before the pod or its log exists)."""
+    try:
+        return cluster.log_path(pod).read_text()
+    except (KeyError, OSError):
+        return ""
+
+
 def pod_pids(cluster: LocalCluster, pod: str) -> list[int]:
     """The processes of one pod, found by its own folder first on their PATH (docs/write-a-job.md)."""
     folder = str(cluster.kubelet.pods_dir / "default" / pod) + "/"
@@ -98,8 +106,7 @@ def test_a_wedged_worker_is_a_stall_that_restarts_the_job_which_then_succeeds(tm
         spec["template"]["spec"]["containers"][0]["env"].append({"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"})
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)
-        log = cluster.log_path("stall-worker-0")
-        cluster.wait_for(lambda: log.exists() and "epoch 1/" in log.read_text(), 120, what="worker-0's first epoch")
+        cluster.wait_for(lambda: "epoch 1/" in log_text(cluster, "stall-worker-0"), 120, what="worker-0's first epoch")
         pids = pod_pids(cluster, "stall-worker-1")
         assert pids
         for pid in pids:
