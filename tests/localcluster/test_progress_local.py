@@ -115,6 +115,7 @@ def test_a_wedged_worker_is_a_stall_that_restarts_the_job_which_then_succeeds(tm
         restarting = cluster.wait_for(lambda: condition(cluster.get_job("stall") or {}, "Restarting"),
                                       timeout + 10 + 60, what="the stall restart")
         noticed = time.monotonic() - stopped
+        print(f"stall restart {noticed:.1f} s after SIGSTOP")
         done = cluster.wait_finished("stall", timeout=240)
 
     assert restarting["reason"] == "MXJobStalled", restarting
