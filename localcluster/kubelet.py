@@ -67,7 +67,7 @@ from .podsandbox import NODE_NAME, PodSandbox
 from .podstatus import PodStatusReport, pod_phase
 from .store import DELETED, ObjectStore, StoreError, controller_of, now_rfc3339
 from .types import KubeObject
-from .volumes import MissingConfigMap
+from .volumes import VolumeNotReady
 
 GATE_POLL_SECONDS = 0.1
 SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
@@ -355,12 +355,13 @@ class PodWorker(threading.Thread):
         self._terminate()
 
     def _prepare(self) -> bool:
-        """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing, as the kubelet does."""
+        """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing or a
+        ServiceAccount token cannot be had, as the kubelet does."""
         while True:
             try:
                 unsupported = self.sandbox.prepare()
                 break
-            except MissingConfigMap as err:
+            except VolumeNotReady as err:
                 for run in self.init_runs + self.runs:
                     run.state = {"waiting": {"reason": "ContainerCreating", "message": f"MountVolume.SetUp failed: {err}"}}
                 self._write_status()

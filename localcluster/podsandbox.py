@@ -23,9 +23,17 @@ from pathlib import Path
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
 from .podenv import expand, resolve_env
-from .store import ObjectStore
+from .store import ObjectStore, StoreError
 from .types import Container, KubeObject
-from .volumes import SERVICE_ACCOUNT_DIR, PathMap, TokenRequester, path_map, prepare_volumes, rewrite_configmap_files
+from .volumes import (
+    SERVICE_ACCOUNT_DIR,
+    PathMap,
+    TokenRequester,
+    TokenUnavailable,
+    path_map,
+    prepare_volumes,
+    rewrite_configmap_files,
+)
 
 NODE_NAME = "localcluster"
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
@@ -149,8 +157,11 @@ class PodSandbox:
         account = self.spec.get("serviceAccountName") or "default"
 
         def token(audience: str | None, seconds: int) -> str:
-            return str(request(self.namespace, account, pod_name=self.name, pod_uid=self.uid,
-                               audience=audience, expiration_seconds=seconds))
+            try:
+                return str(request(self.namespace, account, pod_name=self.name, pod_uid=self.uid,
+                                   audience=audience, expiration_seconds=seconds))
+            except StoreError as err:  # the kubelet retries the mount, the pod waits in ContainerCreating
+                raise TokenUnavailable(f"failed to fetch token for serviceaccount {self.namespace}/{account}: {err}") from err
         return token
 
     def command(self, container: Container, declared: dict[str, str]) -> tuple[list[str], Path]:

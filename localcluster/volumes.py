@@ -28,8 +28,16 @@ DEFAULT_TOKEN_SECONDS = 3600  # a serviceAccountToken projection's default expir
 TokenRequester = Callable[[str | None, int], str | None]
 
 
-class MissingConfigMap(Exception):
+class VolumeNotReady(Exception):
+    """A volume cannot be set up yet: the pod waits (ContainerCreating) and the kubelet tries again."""
+
+
+class MissingConfigMap(VolumeNotReady):
     """A configMap volume names a ConfigMap that does not exist (yet): the pod waits, as in Kubernetes."""
+
+
+class TokenUnavailable(VolumeNotReady):
+    """The API server refused or did not answer the TokenRequest for a projected volume's token."""
 
 
 class PathMap:

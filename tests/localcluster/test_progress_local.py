@@ -146,3 +146,21 @@ def test_a_job_that_asks_for_nothing_gets_no_progress_children_and_the_helper_do
     assert "reported False" in text and "token True" in text and "api 127.0.0.1" in text, text
 
 
+
+
+def test_a_pod_that_opts_out_of_the_token_gets_the_api_server_env_but_no_token(tmp_path: Path, cluster_plane: ControlPlane):
+    script = ("import glob, os\n"
+              "print('token-env', os.environ.get('MXJOB_PROGRESS_TOKEN_FILE'), flush=True)\n"
+              "print('tokens', glob.glob(os.environ['LOCAL_PODS'] + '/**/token', recursive=True), flush=True)\n"
+              "print('api', os.environ['KUBERNETES_SERVICE_HOST'], flush=True)\n")
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+        container = {"name": "mxnet", "image": "python:3.12", "command": ["python", "-u", "-c", script],
+                     "env": [{"name": "LOCAL_PODS", "value": str(cluster.kubelet.pods_dir / "default" / "optout-worker-0")}]}
+        cluster.submit({"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "optout", "namespace": "default"},
+                        "spec": {"runPolicy": {}, "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": {
+                            "spec": {"automountServiceAccountToken": False, "containers": [container]}}}}}})
+        done = cluster.wait_finished("optout", timeout=90)
+        text = log_text(cluster, "optout-worker-0")
+
+    assert finished(done) == "Succeeded", done["status"]
+    assert "token-env None" in text and "tokens []" in text and "api 127.0.0.1" in text, text

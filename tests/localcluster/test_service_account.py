@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from helpers.objectstore import ObjectBag
+
+from localcluster.dns import ClusterDNS
 from localcluster.podenv import resolve_env
-from localcluster.podsandbox import kubernetes_service_env, token_file_env
-from localcluster.volumes import SERVICE_ACCOUNT_DIR, PathMap, path_map, prepare_volumes
+from localcluster.podsandbox import PodSandbox, kubernetes_service_env, token_file_env
+from localcluster.store import StoreError
+from localcluster.volumes import SERVICE_ACCOUNT_DIR, PathMap, VolumeNotReady, path_map, prepare_volumes
 
 # The volume the ServiceAccount admission plugin adds to every pod (kube-api-access-*), as stored.
 API_ACCESS = {"name": "kube-api-access-x2k9p", "projected": {"defaultMode": 420, "sources": [
@@ -77,3 +82,24 @@ def test_without_the_volume_or_a_token_requester_no_token_is_written(tmp_path: P
     assert prepare_volumes(tmp_path, POD, lambda ns, name: None, None) == []
     assert not (tmp_path / "volumes" / "kube-api-access-x2k9p" / "token").exists()
     assert (tmp_path / "volumes" / "kube-api-access-x2k9p" / "namespace").read_text() == "ns1"
+
+
+class RefusingStore(ObjectBag):
+    """A store with an API server behind it that refuses every TokenRequest (say, the account is gone)."""
+
+    def endpoint(self) -> tuple[str, int]:
+        return "127.0.0.1", 41234
+
+    def request_token(self, namespace: str, service_account: str, **_: object) -> str:
+        raise StoreError(404, "NotFound", f'serviceaccounts "{service_account}" not found')
+
+
+def test_a_refused_token_request_is_a_volume_not_ready_and_the_env_names_the_api_server(tmp_path: Path):
+    store = RefusingStore()
+    sandbox = PodSandbox(POD, pods_dir=tmp_path, store=store, dns=ClusterDNS(store, strict=False), workdir=tmp_path)
+    with pytest.raises(VolumeNotReady, match='failed to fetch token for serviceaccount ns1/job-progress: 404'):
+        sandbox.prepare()
+    env, declared = sandbox.env(CONTAINER)
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1" and env["KUBERNETES_SERVICE_PORT"] == "41234"
+    assert env["MXJOB_PROGRESS_TOKEN_FILE"] == str(sandbox.state_root / "volumes" / "kube-api-access-x2k9p" / "token")
+    assert declared["KUBERNETES_PORT"] == "tcp://127.0.0.1:41234"
