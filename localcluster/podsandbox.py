@@ -4,10 +4,12 @@ Owns: the pod's state dir (`<pods_dir>/<ns>/<name>/<uid>/`: volumes, `bin/`, `et
 volumes made ready (volumes.py) and the mountPath mapping of each container, the `hostname` and
 `kubectl` stand-ins on its PATH (and the copy a kubectl image's init container would make), the
 registration of its hostname and hosts file with the DNS stand-in (dns.py), each container's process
-env (a host allowlist, the declared env as podenv.py resolves it, the DNS rewrite, loopback-only
-settings), its argv and working directory with `$(NAME)` expanded and mountPaths rewritten, and the
-exec registrations (`exec-<container>.json`) the kubectl stand-in reads. Starting and stopping the
-processes is podprocess.py's.
+env (a host allowlist, the `kubernetes` Service variables naming the local kube-apiserver, the
+declared env as podenv.py resolves it, the DNS rewrite, loopback-only settings), the ServiceAccount
+token it asks the API server for (TokenRequest, bound to the pod), its argv and working directory
+with `$(NAME)` expanded and mountPaths rewritten, and the exec registrations
+(`exec-<container>.json`) the kubectl stand-in reads. Starting and stopping the processes is
+podprocess.py's.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class PodSandbox:
     def prepare(self) -> list[str]:
         """Volumes, stand-in binaries and the DNS registration; the names of volumes not emulated.
 
-        Raises volumes.MissingConfigMap while a configMap volume's ConfigMap is missing.
+        Raises volumes.MissingConfigMap while a configMap volume's ConfigMap is missing, and
+        volumes.TokenUnavailable while the API server refuses the pod's ServiceAccount token.
         """
         unsupported = prepare_volumes(self.state_root, self.pod,
                                       lambda namespace, name: self.store.get("v1", "ConfigMap", namespace, name),

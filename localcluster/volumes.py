@@ -1,6 +1,7 @@
 """Pod volumes on disk and the mapping of container paths onto them (there are no mount namespaces here).
 
-A pod's emptyDir and configMap volumes are directories under its state dir. A container's
+A pod's emptyDir, configMap and projected volumes are directories under its state dir (the
+projected `kube-api-access-*` volume with the ServiceAccount token the kubelet requests). A container's
 `volumeMounts` cannot be bind-mounted (every process shares this machine's filesystem), so each
 mountPath is rewritten to its directory wherever the local cluster hands the container a path: in
 `command`, `args`, `workingDir` and env values, and in the text of the files a configMap volume
