@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import kubernetes
 import urllib3
@@ -313,6 +313,23 @@ class ApiStore:
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
         with contextlib.suppress(StoreError):
             self.request("DELETE", self._object_path(api_version, kind, namespace, name), options)
+
+    def endpoint(self) -> tuple[str, int]:
+        """The API server's host and port, as a pod's KUBERNETES_SERVICE_HOST and _PORT name it."""
+        parsed = urlsplit(self.client.configuration.host)
+        return parsed.hostname or "", parsed.port or 443
+
+    def request_token(self, namespace: str, service_account: str, *, pod_name: str, pod_uid: str,
+                      audience: str | None, expiration_seconds: int) -> str:
+        """A ServiceAccount token by the TokenRequest API, bound to the pod, as the kubelet asks for
+        a projected volume's token; no audience means the API server's own."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds,
+                                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}}
+        if audience:
+            spec["audiences"] = [audience]
+        path = f"/api/v1/namespaces/{quote(namespace)}/serviceaccounts/{quote(service_account)}/token"
+        answer = self.request("POST", path, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        return str(answer["status"]["token"])
 
     def bind(self, namespace: str, name: str, node: str) -> None:
         """The scheduler's binding (pods/binding): sets spec.nodeName and PodScheduled=True."""

@@ -24,8 +24,10 @@ Decisions (docs/localcluster.md says the same):
   is removed from the store.
 - Scheduling: a pod is bound at once unless the `gate` (the gang scheduler, localcluster/gang.py)
   holds it back; it then stays Pending with PodScheduled False, reason Unschedulable.
-- Volumes (volumes.py): emptyDir and configMap volumes are directories under the pod's state dir,
-  and mountPaths are rewritten to them in command, args, workingDir and env. `spec.hostname` is the
+- Volumes (volumes.py): emptyDir, configMap and projected volumes are directories under the pod's
+  state dir (the ServiceAccount token requested from the API server, bound to the pod), and
+  mountPaths are rewritten to them in command, args, workingDir and env; the `kubernetes` Service
+  env (KUBERNETES_SERVICE_HOST, ...) names the local kube-apiserver. `spec.hostname` is the
   pod's HOSTNAME and what a `hostname` stand-in on its PATH prints; a `kubectl` stand-in on its PATH
   runs `kubectl exec` in another pod's environment (kubectl.py). An init container whose image is a
   kubectl image is not run (its image is not here): the kubelet puts the stand-in into the emptyDirs
@@ -67,7 +69,7 @@ from .podsandbox import NODE_NAME, PodSandbox
 from .podstatus import PodStatusReport, pod_phase
 from .store import DELETED, ObjectStore, StoreError, controller_of, now_rfc3339
 from .types import KubeObject
-from .volumes import MissingConfigMap
+from .volumes import VolumeNotReady
 
 GATE_POLL_SECONDS = 0.1
 SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
@@ -355,12 +357,13 @@ class PodWorker(threading.Thread):
         self._terminate()
 
     def _prepare(self) -> bool:
-        """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing, as the kubelet does."""
+        """Volumes and stand-in binaries; waits (ContainerCreating) while a ConfigMap is missing or a
+        ServiceAccount token cannot be had, as the kubelet does."""
         while True:
             try:
                 unsupported = self.sandbox.prepare()
                 break
-            except MissingConfigMap as err:
+            except VolumeNotReady as err:
                 for run in self.init_runs + self.runs:
                     run.state = {"waiting": {"reason": "ContainerCreating", "message": f"MountVolume.SetUp failed: {err}"}}
                 self._write_status()

@@ -79,9 +79,11 @@ def field_value(pod: Mapping[str, Any], path: str, runtime: Mapping[str, str]) -
 
 def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any], *,
                 config_map: Callable[[str], Mapping[str, Any] | None],
-                runtime: Mapping[str, str]) -> dict[str, str]:
-    """The container's declared env, resolved in order; `$(NAME)` sees only the entries before it."""
-    declared: dict[str, str] = {}
+                runtime: Mapping[str, str], services: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The container's env: the `services` variables the kubelet sets (KUBERNETES_SERVICE_HOST, ...)
+    then the declared entries, resolved in order; `$(NAME)` sees the services and the entries before it,
+    and a declared entry overrides a service variable of its name (as the kubelet's)."""
+    declared: dict[str, str] = dict(services or {})
     for var in container.get("env") or []:
         name = var["name"]
         value = var.get("value") or ""

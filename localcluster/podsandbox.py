@@ -4,10 +4,12 @@ Owns: the pod's state dir (`<pods_dir>/<ns>/<name>/<uid>/`: volumes, `bin/`, `et
 volumes made ready (volumes.py) and the mountPath mapping of each container, the `hostname` and
 `kubectl` stand-ins on its PATH (and the copy a kubectl image's init container would make), the
 registration of its hostname and hosts file with the DNS stand-in (dns.py), each container's process
-env (a host allowlist, the declared env as podenv.py resolves it, the DNS rewrite, loopback-only
-settings), its argv and working directory with `$(NAME)` expanded and mountPaths rewritten, and the
-exec registrations (`exec-<container>.json`) the kubectl stand-in reads. Starting and stopping the
-processes is podprocess.py's.
+env (a host allowlist, the `kubernetes` Service variables naming the local kube-apiserver, the
+declared env as podenv.py resolves it, the DNS rewrite, loopback-only settings), the ServiceAccount
+token it asks the API server for (TokenRequest, bound to the pod), its argv and working directory
+with `$(NAME)` expanded and mountPaths rewritten, and the exec registrations
+(`exec-<container>.json`) the kubectl stand-in reads. Starting and stopping the processes is
+podprocess.py's.
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from pathlib import Path
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
 from .podenv import expand, resolve_env
-from .store import ObjectStore
+from .store import ObjectStore, StoreError
 from .types import Container, KubeObject
-from .volumes import PathMap, path_map, prepare_volumes, rewrite_configmap_files
+from .volumes import (
+    SERVICE_ACCOUNT_DIR,
+    PathMap,
+    TokenRequester,
+    TokenUnavailable,
+    path_map,
+    prepare_volumes,
+    rewrite_configmap_files,
+)
 
 NODE_NAME = "localcluster"
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
@@ -41,6 +51,25 @@ HOST_ENV_ALLOWLIST = ("HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME
 # What the kubelet knows of a running pod, for fieldRef: every address is loopback here.
 RUNTIME_FIELDS = {"status.podIP": LOOPBACK, "status.hostIP": LOOPBACK, "status.podIPs": LOOPBACK,
                   "status.hostIPs": LOOPBACK, "spec.nodeName": NODE_NAME}
+
+
+def kubernetes_service_env(host: str, port: int) -> dict[str, str]:
+    """The `kubernetes` Service's variables as the kubelet writes them (pkg/kubelet/envvars), for an
+    API server at host:port: here the Service port is the server's own port, not 443."""
+    prefix = f"KUBERNETES_PORT_{port}_TCP"
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": f"tcp://{host}:{port}",
+            prefix: f"tcp://{host}:{port}", f"{prefix}_PROTO": "tcp", f"{prefix}_PORT": str(port),
+            f"{prefix}_ADDR": host}
+
+
+def token_file_env(mapping: PathMap) -> dict[str, str]:
+    """Where the progress helper finds the ServiceAccount token and CA when the container mounts them:
+    it builds /var/run/secrets/... itself, which the mountPath rewrite cannot see (volumes.py)."""
+    directory = mapping.mounts.get(SERVICE_ACCOUNT_DIR)
+    if directory is None:
+        return {}
+    return {"MXJOB_PROGRESS_TOKEN_FILE": str(directory / "token"), "MXJOB_PROGRESS_CA_FILE": str(directory / "ca.crt")}
 
 
 def write_script(path: Path, text: str) -> None:
@@ -67,10 +96,12 @@ class PodSandbox:
     def prepare(self) -> list[str]:
         """Volumes, stand-in binaries and the DNS registration; the names of volumes not emulated.
 
-        Raises volumes.MissingConfigMap while a configMap volume's ConfigMap is missing.
+        Raises volumes.MissingConfigMap while a configMap volume's ConfigMap is missing, and
+        volumes.TokenUnavailable while the API server refuses the pod's ServiceAccount token.
         """
         unsupported = prepare_volumes(self.state_root, self.pod,
-                                      lambda namespace, name: self.store.get("v1", "ConfigMap", namespace, name))
+                                      lambda namespace, name: self.store.get("v1", "ConfigMap", namespace, name),
+                                      self._token_requester())
         union: dict[str, Path] = {}
         for mapping in self.maps.values():
             union = {**{p: Path(d) for p, d in mapping.as_dict().items()}, **union}
@@ -99,7 +130,7 @@ class PodSandbox:
         host["HOSTNAME"] = self.hostname
         # The kubelet expands $(NAME) with the declared entries only: a host or image variable
         # such as $(HOME) stays as written in a cluster, so it does here too.
-        declared = resolve_env(container, self.pod, runtime=RUNTIME_FIELDS,
+        declared = resolve_env(container, self.pod, runtime=RUNTIME_FIELDS, services=self.service_env(),
                                config_map=lambda name: self.store.get("v1", "ConfigMap", self.namespace, name))
         rewritten = self.dns.rewrite_env(self.namespace, declared, self.spec.get("subdomain"))
         if not self.dns.strict:
@@ -109,7 +140,32 @@ class PodSandbox:
                     rewritten[name] = value
         mapping = self.maps[container["name"]]
         rewritten = {name: mapping.rewrite(value) for name, value in rewritten.items()}
-        return {**LOCAL_DEFAULT_ENV, **host, **rewritten, **LOOPBACK_ENV}, rewritten
+        defaults = {**LOCAL_DEFAULT_ENV, **token_file_env(mapping)}
+        return {**defaults, **host, **rewritten, **LOOPBACK_ENV}, rewritten
+
+    def service_env(self) -> dict[str, str]:
+        """What the kubelet sets in every container for the `kubernetes` Service, pointing at the
+        local kube-apiserver (no env with a store that has no API server behind it)."""
+        endpoint = getattr(self.store, "endpoint", None)
+        if endpoint is None:
+            return {}
+        host, port = endpoint()
+        return kubernetes_service_env(host, port)
+
+    def _token_requester(self) -> TokenRequester | None:
+        """How a projected volume gets this pod's ServiceAccount token (None with no API server)."""
+        request = getattr(self.store, "request_token", None)
+        if request is None:
+            return None
+        account = self.spec.get("serviceAccountName") or "default"
+
+        def token(audience: str | None, seconds: int) -> str:
+            try:
+                return str(request(self.namespace, account, pod_name=self.name, pod_uid=self.uid,
+                                   audience=audience, expiration_seconds=seconds))
+            except StoreError as err:  # the kubelet retries the mount, the pod waits in ContainerCreating
+                raise TokenUnavailable(f"failed to fetch token for serviceaccount {self.namespace}/{account}: {err}") from err
+        return token
 
     def command(self, container: Container, declared: dict[str, str]) -> tuple[list[str], Path]:
         """argv (`command` + `args`, `$(NAME)` expanded, mountPaths rewritten) and the working directory."""

@@ -1,14 +1,17 @@
 """The live view of `localcluster run`: each pod's row as `kubectl get pods` shows it, under each running
-pod its last line of output and how long it has been silent, redrawn in place on a terminal.
+pod its last line of output and how long it has been silent, redrawn in place on a terminal. A job
+that reports its progress (runPolicy.progress, docs/progress.md) also shows its step and percentage,
+for the job and for each running pod that reports.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .cluster import LocalCluster, job_state
 from .types import KubeObject
@@ -74,16 +77,46 @@ def output_row(found: tuple[str, float] | None) -> str:
     return f"    > {cut(line) or '(no output yet)'}{note}"
 
 
+def step_text(report: Mapping[str, Any]) -> str:
+    """One reporter's progress as the view shows it: `step 40/100 40%`, or what of it is known."""
+    parts = []
+    if "step" in report:
+        parts.append(f"step {report['step']}" + (f"/{report['total']}" if "total" in report else ""))
+    if "progressPercentage" in report:
+        parts.append(f"{report['progressPercentage']}%")
+    return " ".join(parts)
+
+
+def reports_by_reporter(progress: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """status.progress's reports by reporter name (`worker-0`): its list, or its top level when one reports."""
+    listed = progress.get("reporters") or ([progress] if progress.get("reporter") else [])
+    return {report.get("name") or report.get("reporter", ""): report for report in listed}
+
+
+def progress_line(progress: Mapping[str, Any]) -> str:
+    """The job's progress (status.progress: its least advanced reporter), as `localcluster run` shows it."""
+    when = progress.get("lastUpdatedTime", "-")
+    return (f"  progress: {step_text(progress) or '-'} (reporter {progress.get('reporter', '-')}, "
+            f"attempt {progress.get('attempt', 0)}, reported {when})")
+
+
 def render(cluster: LocalCluster, name: str, namespace: str = "default") -> list[str]:
-    """The progress view of one job as lines: under each running pod, its last line of output."""
+    """The progress view of one job as lines: its reported progress when it reports, and under each
+    running pod that pod's reported step and its last line of output."""
     job = cluster.get_job(name, namespace) or {}
     lines = [f"{job.get('kind', 'Job')} {namespace}/{name}   state: {job_state(job) or '-'}   "
              f"age: {age_of(job.get('metadata', {}).get('creationTimestamp'))}"]
+    progress: Mapping[str, Any] = (job.get("status") or {}).get("progress") or {}
+    if progress:
+        lines.append(progress_line(progress))
+    reports = reports_by_reporter(progress)
     lines.append(f"  {'POD':<44} {'PHASE':<12} {'RESTARTS':>8} {'AGE':>6}")
     for pod_name, phase, restarts, age in map(pod_row, cluster.pods(name, namespace)):
         lines.append(f"  {pod_name:<44} {phase:<12} {restarts:>8} {age:>6}")
         if phase == "Running":
-            lines.append(output_row(last_output(pod_log(cluster, name, namespace, pod_name))))
+            report = reports.get(pod_name.removeprefix(f"{name}-"))
+            row = output_row(last_output(pod_log(cluster, name, namespace, pod_name)))
+            lines.append(row.replace("    > ", f"    > [{step_text(report)}] ", 1) if report and step_text(report) else row)
     conditions = job.get("status", {}).get("conditions") or []
     lines.append("  conditions: " + ("  ".join(f"{c['type']}={c['status']}" for c in conditions) or "-"))
     controller = cluster.controller_for(job) if job else None

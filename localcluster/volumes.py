@@ -1,6 +1,7 @@
 """Pod volumes on disk and the mapping of container paths onto them (there are no mount namespaces here).
 
-A pod's emptyDir and configMap volumes are directories under its state dir. A container's
+A pod's emptyDir, configMap and projected volumes are directories under its state dir (the
+projected `kube-api-access-*` volume with the ServiceAccount token the kubelet requests). A container's
 `volumeMounts` cannot be bind-mounted (every process shares this machine's filesystem), so each
 mountPath is rewritten to its directory wherever the local cluster hands the container a path: in
 `command`, `args`, `workingDir` and env values, and in the text of the files a configMap volume
@@ -13,16 +14,31 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .types import KubeObject
 
 DEFAULT_MODE = 0o644  # a configMap volume's defaultMode
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where admission mounts kube-api-access-*
+DEFAULT_TOKEN_SECONDS = 3600  # a serviceAccountToken projection's default expirationSeconds
+
+# (audience or None for the API server's, expirationSeconds) → a token bound to this pod, or None
+# when the kubelet cannot ask for one.
+TokenRequester = Callable[[str | None, int], str | None]
 
 
-class MissingConfigMap(Exception):
+class VolumeNotReady(Exception):
+    """A volume cannot be set up yet: the pod waits (ContainerCreating) and the kubelet tries again."""
+
+
+class MissingConfigMap(VolumeNotReady):
     """A configMap volume names a ConfigMap that does not exist (yet): the pod waits, as in Kubernetes."""
+
+
+class TokenUnavailable(VolumeNotReady):
+    """The API server refused or did not answer the TokenRequest for a projected volume's token."""
 
 
 class PathMap:
@@ -54,10 +70,12 @@ def path_map(pod_dir: Path, pod: KubeObject, container: dict[str, Any]) -> PathM
     return PathMap({m["mountPath"]: dirs[m["name"]] for m in container.get("volumeMounts", []) if m.get("name") in dirs})
 
 
-def prepare_volumes(pod_dir: Path, pod: KubeObject, get_configmap: Any) -> list[str]:
+def prepare_volumes(pod_dir: Path, pod: KubeObject, get_configmap: Any,
+                    request_token: TokenRequester | None = None) -> list[str]:
     """Create every emptyDir and write every configMap volume; the names of volume types not emulated.
 
-    `get_configmap(namespace, name)` returns the ConfigMap or None. Raises MissingConfigMap when a
+    `get_configmap(namespace, name)` returns the ConfigMap or None; `request_token` asks the API
+    server for a projected volume's ServiceAccount token. Raises MissingConfigMap when a
     non-optional ConfigMap is missing (nothing is left half-written for it).
     """
     namespace = pod["metadata"]["namespace"]
@@ -84,16 +102,18 @@ def prepare_volumes(pod_dir: Path, pod: KubeObject, get_configmap: Any) -> list[
                 path.write_text(data[item["key"]])
                 os.chmod(path, item.get("mode", source.get("defaultMode", DEFAULT_MODE)))
         elif "projected" in vol:
-            _write_projected(target, namespace, vol["projected"], get_configmap)
+            _write_projected(target, namespace, vol["projected"], get_configmap, request_token)
         else:
             unsupported.append(vol["name"])
     return unsupported
 
 
-def _write_projected(target: Path, namespace: str, source: dict[str, Any], get_configmap: Any) -> None:
+def _write_projected(target: Path, namespace: str, source: dict[str, Any], get_configmap: Any,
+                     request_token: TokenRequester | None) -> None:
     """A projected volume, as the ServiceAccount admission plugin adds to every pod on a real API server
-    (`kube-api-access-*`): its configMap and downwardAPI namespace items are written; a service-account
-    token is not (this kubelet has no credentials to ask for one), so in-cluster clients find no token."""
+    (`kube-api-access-*`): its configMap and downwardAPI namespace items, and the ServiceAccount token
+    the kubelet asks for by the TokenRequest API (bound to the pod), so in-cluster clients authenticate
+    as the pod's ServiceAccount. Without a `request_token` (a store with no API server) no token is written."""
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)
     for projection in source.get("sources") or []:
@@ -105,6 +125,11 @@ def _write_projected(target: Path, namespace: str, source: dict[str, Any], get_c
         elif "downwardAPI" in projection:
             files = {item["path"]: namespace for item in projection["downwardAPI"].get("items") or []
                      if item.get("fieldRef", {}).get("fieldPath") == "metadata.namespace"}
+        elif "serviceAccountToken" in projection and request_token is not None:
+            wanted = projection["serviceAccountToken"]
+            token = request_token(wanted.get("audience") or None,
+                                  int(wanted.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS))
+            files = {wanted.get("path", "token"): token} if token is not None else {}
         for relative, text in files.items():
             path = target / relative
             path.parent.mkdir(parents=True, exist_ok=True)
