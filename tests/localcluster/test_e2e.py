@@ -399,8 +399,11 @@ def test_requests_have_metacontrollers_shape_and_children_carry_its_marks(fake):
     assert set(request) == {"controller", "parent", "children", "related", "finalizing"}
     assert request["related"] == {} and request["finalizing"] is False
     assert request["controller"]["kind"] == "CompositeController"
-    assert set(request["children"]) == {"Pod.v1", "Service.v1", "ConfigMap.v1"}
-    assert request["children"]["Service.v1"] == request["children"]["ConfigMap.v1"] == {}
+    # One entry per child rule of the shipped controller, even when empty (progress reporting's three included).
+    rules = {"Pod.v1", "Service.v1", "ConfigMap.v1", "ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1",
+             "RoleBinding.rbac.authorization.k8s.io/v1"}
+    assert set(request["children"]) == rules
+    assert all(request["children"][key] == {} for key in rules - {"Pod.v1"})
     assert request["parent"]["metadata"]["uid"] == uid
     pod = request["children"]["Pod.v1"]["p"]
     assert pod["metadata"]["labels"]["controller-uid"] == uid
