@@ -4,20 +4,15 @@ CRDs against the real server's OpenAPI)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gen_crd_pod_schema", ROOT / "scripts" / "gen_crd_pod_schema.py")
-assert _spec is not None and _spec.loader is not None
-gen = importlib.util.module_from_spec(_spec)
-sys.modules["gen_crd_pod_schema"] = gen
-_spec.loader.exec_module(gen)
+gen = load_script("gen_crd_pod_schema")
 
 REF = "#/components/schemas/"
 OPENAPI = {"components": {"schemas": {

@@ -5,20 +5,15 @@ write outside /tmp. The builds and runs themselves are `make image-check`, part 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("image_check", ROOT / "scripts" / "image_check.py")
-assert _spec and _spec.loader
-image_check = importlib.util.module_from_spec(_spec)
-sys.modules["image_check"] = image_check
-_spec.loader.exec_module(image_check)
+image_check = load_script("image_check")
 
 DEPLOYMENT = yaml.safe_load((ROOT / "metacontroller" / "hooks" / "deployment.yaml").read_text())
 

@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,17 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.apiserver import apply_objects, create, get, install, refresh, update, update_status, wait_for
+from helpers.scripts import load_script
 
 from localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gen_crd_pod_schema", ROOT / "scripts" / "gen_crd_pod_schema.py")
-assert _spec is not None and _spec.loader is not None
-gen = importlib.util.module_from_spec(_spec)
-sys.modules["gen_crd_pod_schema"] = gen
-_spec.loader.exec_module(gen)
+gen = load_script("gen_crd_pod_schema")
 
 # The limit kubectl's client-side apply meets: the object's JSON goes into an annotation, and the API
 # server refuses an object whose annotations total more (TotalAnnotationSizeLimitB in apimachinery).
