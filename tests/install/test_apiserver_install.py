@@ -34,6 +34,7 @@ import pytest
 import yaml
 from helpers.apiserver import dynamic, install, refresh
 from helpers.gang_manifests import readme_kustomizations, write_kustomization
+from helpers.golden import golden_statuses
 from helpers.manifests import render
 
 from hooks.chainerjob.spec import parse_chainerjob
@@ -305,12 +306,7 @@ def _malformed_chainerjob_status(request: dict) -> None:
 def status_cases() -> dict[str, tuple[str, dict]]:
     """(kind, status) the hook writes, by case: every golden answer, and the invalid edits that add
     `specError` and `statusWarnings`."""
-    cases = {}
-    for response in sorted(GOLDEN.glob("*/response.yaml")):
-        kind = yaml.safe_load((response.parent / "request.yaml").read_text())["parent"]["kind"]
-        status = yaml.safe_load(response.read_text()).get("status")
-        if status:
-            cases[response.parent.name] = (kind, status)
+    cases = golden_statuses()
     cases["hook-mxjob-invalid-edit-malformed-status"] = (
         "MXJob", _hook_status("running-all-pods-observed", _invalid_mxjob_edit))
     cases["hook-chainerjob-invalid-edit-malformed-status"] = (

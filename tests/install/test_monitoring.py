@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.apiserver import dynamic, install, refresh
+from helpers.golden import golden_statuses
 from helpers.ksm import Sample, parse_exposition, render
 from helpers.manifests import prometheusrule_crd, the
 from helpers.manifests import render as kustomize
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"
 CONFIG = yaml.safe_load((MONITORING / "custom-resource-state.yaml").read_text())
 RULE = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
-GOLDEN = ROOT / "tests" / "golden"
 CRDS = {crd["spec"]["names"]["kind"]: crd
         for crd in (yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crd").glob("*-crd.yaml")))}
 CONDITION_TYPES = {"MXJob": MXCondition.__args__, "ChainerJob": ChainerCondition.__args__}  # type: ignore[attr-defined]
@@ -131,18 +131,7 @@ def test_the_state_lists_every_condition_type_the_hooks_write(kind):
 # 2. The metrics of real objects
 
 
-def status_cases() -> dict[str, tuple[str, dict]]:
-    """(kind, status) of every golden answer that has one."""
-    cases = {}
-    for response in sorted(GOLDEN.glob("*/response.yaml")):
-        kind = yaml.safe_load((response.parent / "request.yaml").read_text())["parent"]["kind"]
-        status = yaml.safe_load(response.read_text()).get("status")
-        if status:
-            cases[response.parent.name] = (kind, status)
-    return cases
-
-
-STATUS_CASES = status_cases()
+STATUS_CASES = golden_statuses()
 
 
 def test_the_cases_cover_restarts_failures_and_both_kinds():
