@@ -35,6 +35,7 @@ from .config import PARENT_KINDS
 from .crds import ServedKind, served_kinds
 from .jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
+from .metacontroller_binary import MetacontrollerBinaryError, check_binary
 from .postmortem import diagnosis, job_results, log_files, post_mortem
 from .runview import Progress, duration, last_output, pod_log, pod_row, render
 from .store import StoreError
@@ -230,13 +231,14 @@ class RunOptions:
     client_qps: float = CLIENT_QPS
     client_burst: int = CLIENT_BURST
     stale_reads: str | None = None
+    metacontroller: str = "emulation"  # or the path of a Metacontroller binary the cluster runs
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
         # Namespaces built by hand (tests, callers) may leave out the newer options: their defaults apply.
         given = vars(args)
         optional = {name: given[name] for name in ("report_every", "silent_after", "client_qps", "client_burst",
-                                                   "stale_reads") if name in given}
+                                                   "stale_reads", "metacontroller") if name in given}
         return cls(file=Path(args.file), state_dir=Path(args.state_dir).resolve(), timeout=float(args.timeout),
                    validate=VALIDATE_CHOICES[given.get("validate", "strict")], **optional)
 
@@ -294,7 +296,7 @@ def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out
     job_dir = options.state_dir / namespace / name
     cluster = LocalCluster(options.state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=options.client_qps,
                            client_burst=options.client_burst, stale=cast("Stale | None", options.stale_reads),
-                           control_plane_dir=job_dir / "controlplane")
+                           control_plane_dir=job_dir / "controlplane", metacontroller=options.metacontroller)
     signals.cluster = cluster
     try:
         _start(cluster, job, options.validate, warn)
@@ -499,6 +501,9 @@ def parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--stale-reads", choices=("parent", "children"), default=None,
                             help="serve the sync hook a parent one status write behind its children, or the reverse, "
                                  "as Metacontroller's informer caches can (default: fresh reads)")
+    run_parser.add_argument("--metacontroller", default="emulation", metavar="emulation|PATH", type=_engine(("emulation",)),
+                            help="what syncs the job: the project's emulation (default), or the Metacontroller binary at PATH, "
+                                 "run as its ServiceAccount with the install's RBAC (docs/localcluster.md)")
     logs_parser = sub.add_parser("logs", help="print a pod's log")
     logs_parser.add_argument("job")
     logs_parser.add_argument("pod")
@@ -507,15 +512,29 @@ def parser() -> argparse.ArgumentParser:
     logs_parser.add_argument("-f", "--follow", action="store_true", help="keep printing while the job's `run` goes on")
     up_parser = sub.add_parser("up", help="start a cluster on this machine that kubectl talks to (real control plane); "
                                           "stays in the foreground until Ctrl-C or `localcluster down`")
-    up_parser.add_argument("--metacontroller", choices=("emulation", "none"), default="emulation",
+    up_parser.add_argument("--metacontroller", default="emulation", metavar="emulation|none|PATH", type=_engine(("emulation", "none")),
                            help="emulation (default): the project's Metacontroller stand-in syncs the jobs; none: leave "
-                                "that role to a real Metacontroller run against the printed kubeconfig")
+                                "that role to a real Metacontroller run against the printed kubeconfig; PATH: run the "
+                                "Metacontroller binary there, as its ServiceAccount (docs/localcluster.md)")
     up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (nothing checks it)")
     down_parser = sub.add_parser("down", help="stop the cluster `localcluster up` runs from this state dir")
     # `--state-dir` after the subcommand too (`localcluster run job.yaml --state-dir DIR`): there it wins.
     for subparser in (run_parser, logs_parser, up_parser, down_parser):
         subparser.add_argument("--state-dir", default=argparse.SUPPRESS, help=state_help)
     return top
+
+
+def _engine(names: tuple[str, ...]) -> Callable[[str], str]:
+    """`--metacontroller`: one of `names`, or the path of an executable (checked here, so a typo is an
+    argument error, not a cluster that fails to start)."""
+    def parse(text: str) -> str:
+        if text in names:
+            return text
+        try:
+            return str(check_binary(text))
+        except MetacontrollerBinaryError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+    return parse
 
 
 def _positive_float(text: str) -> float:

@@ -21,6 +21,7 @@ from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
+from .metacontroller_binary import MetacontrollerBinary, check_binary, install_controllers
 from .podprocess import RESTART_BACKOFF
 from .store import StoreError, controller_uid, json_copy
 from .types import KubeObject
@@ -91,14 +92,16 @@ class LocalCluster:
         control_plane: ControlPlane | None = None,
         control_plane_dir: Path | None = None,
         gpus: int = 0,
-        metacontroller: bool = True,
+        metacontroller: str = "emulation",
         kubelet_mode: str = "process",
         service_dns: bool = False,
     ):
         """It runs on the real control plane `control_plane` (a test session's, say), or on one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
-        `metacontroller=False` starts no stand-in: a real Metacontroller
-        pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
+        `metacontroller` says what syncs the jobs: "emulation" (localcluster/metacontroller/), "none" (a
+        real Metacontroller the user points at the control plane's kubeconfig), or the path of a
+        Metacontroller binary, which the cluster runs (localcluster/metacontroller_binary.py) with the
+        CompositeControllers installed, their hooks pointed at the local hooks server. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
         hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
         the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn)."""
@@ -108,7 +111,11 @@ class LocalCluster:
         self._own_control_plane = False
         self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
         self._kubelet_mode = kubelet_mode
-        self.run_metacontroller = metacontroller
+        self.engine = metacontroller if metacontroller in ("emulation", "none") else "binary"
+        self.metacontroller_binary: MetacontrollerBinary | None = None
+        if self.engine == "binary":
+            self.metacontroller_binary = MetacontrollerBinary(
+                check_binary(metacontroller), self.state_dir / "metacontroller", client_qps=client_qps, client_burst=client_burst)
         self.log_server: KubeletLogServer | None = None
         self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
         self._hook_url = hook_url
@@ -193,10 +200,14 @@ class LocalCluster:
                 self.proxy.start()
                 backend = self.proxy.url
             self._backend = backend
-            for config in self.configs if self.run_metacontroller else ():
+            for config in self.configs if self.engine == "emulation" else ():
                 self.controllers[config.parent_kind] = self._stand_in(config)
             for controller in self.controllers.values():
                 controller.start()
+            if self.metacontroller_binary is not None:
+                assert self.control_plane is not None
+                install_controllers(self.control_plane, self.configs, backend)
+                self.metacontroller_binary.start(self.control_plane)
             self.kubelet.start()
         except BaseException:
             self.stop()
@@ -223,6 +234,8 @@ class LocalCluster:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
         steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
+        if self.metacontroller_binary is not None:
+            steps.append(self.metacontroller_binary.stop)
         if hasattr(self, "kubelet"):
             steps.append(self.kubelet.stop)
         if self.log_server is not None:

@@ -1,55 +1,32 @@
 """`localcluster up` and `down`: a Kubernetes cluster on this machine that plain kubectl talks to.
 
 `up` starts the real control plane (etcd, kube-apiserver, kube-controller-manager), the hooks
-server, one Metacontroller stand-in per shipped CompositeController (unless `--metacontroller none`)
-and the process kubelet; installs the CRDs, the CompositeControllers with their hook URLs pointed at
-the local hooks server, and Metacontroller's RBAC; writes a kubeconfig; then stays in the
-foreground until Ctrl-C, SIGTERM or `localcluster down`. Every job kubectl creates runs as it
-would in a cluster; pod logs go to `<state dir>/<namespace>/<job>/<pod>.log`.
+server, one Metacontroller stand-in per shipped CompositeController (or, with `--metacontroller
+PATH`, that Metacontroller binary; with `none`, nothing in that role) and the process kubelet;
+installs the CRDs, the CompositeControllers with their hook URLs pointed at the local hooks server,
+and Metacontroller's RBAC; writes a kubeconfig; then stays in the foreground until Ctrl-C, SIGTERM
+or `localcluster down`. Every job kubectl creates runs as it would in a cluster; pod logs go to
+`<state dir>/<namespace>/<job>/<pod>.log`.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import fcntl
-import json
 import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from .cluster import LocalCluster
-from .config import MANIFEST_DIR, ControllerConfig
 from .controlplane import ControlPlane
+from .metacontroller_binary import install_controllers
 from .store import StoreError
 
 UP_LOCK = "up.lock"
 KUBECONFIG = "kubeconfig"
 EXIT_OK, EXIT_CANNOT_START, EXIT_NOT_RUNNING = 0, 6, 1
-
-
-def controller_manifest(config: ControllerConfig, hooks_url: str) -> dict[str, Any]:
-    """The shipped CompositeController with its sync (and customize) hook pointed at the local hooks server
-    (a full `url` in place of the in-cluster Service reference)."""
-    manifest = copy.deepcopy(config.raw)
-    hooks = manifest["spec"]["hooks"]
-    for hook, path in (("sync", config.hook_path), ("customize", config.customize_path)):
-        if path is not None:
-            webhook = hooks[hook]["webhook"]
-            webhook.pop("service", None)
-            webhook.pop("path", None)
-            webhook["url"] = hooks_url.rstrip("/") + path
-    return manifest
-
-
-def install_controllers(cp: ControlPlane, configs: list[ControllerConfig], hooks_url: str) -> None:
-    """The CompositeControllers (hook URLs local) and the RBAC Metacontroller runs with (metacontroller/rbac.yaml)."""
-    items = [controller_manifest(config, hooks_url) for config in configs]
-    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFEST_DIR / "rbac.yaml"))
 
 
 def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -75,20 +52,23 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     cluster = LocalCluster(state_dir, control_plane_dir=state_dir / "cluster",
                            hooks_log=state_dir / "hooks-server.log", gpus=args.gpus,
-                           metacontroller=args.metacontroller == "emulation")
+                           metacontroller=args.metacontroller)
     try:
         started = time.monotonic()
         try:
             cluster.start()
             assert cluster.control_plane is not None and cluster.hooks is not None
-            install_controllers(cluster.control_plane, cluster.configs, cluster.hooks.url)
+            if cluster.metacontroller_binary is None:  # a binary's cluster installed them before starting it
+                install_controllers(cluster.control_plane, cluster.configs, cluster.hooks.url)
         except (RuntimeError, OSError, ValueError, StoreError) as error:
             print(f"error: the local cluster could not start: {error}", file=err)
             return EXIT_CANNOT_START
         kubeconfig = state_dir / KUBECONFIG
         kubeconfig.write_text(cluster.control_plane.kubeconfig.read_text())
-        role = ("Metacontroller: the project's emulation" if args.metacontroller == "emulation" else
-                f"Metacontroller: none started; run yours against this kubeconfig (its hooks are at {cluster.hooks.url})")
+        role = {"emulation": "Metacontroller: the project's emulation",
+                "none": f"Metacontroller: none started; run yours against this kubeconfig (its hooks are at {cluster.hooks.url})",
+                }.get(args.metacontroller, f"Metacontroller: {args.metacontroller}, as ServiceAccount metacontroller/metacontroller "
+                                           f"(log {cluster.metacontroller_binary.log if cluster.metacontroller_binary else '?'})")
         print(f"local cluster up in {time.monotonic() - started:.1f} s: Kubernetes {_server_version(cluster.control_plane)}, "
               f"API server {cluster.control_plane.server}", file=out)
         print(role, file=out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -107,18 +109,24 @@ class HooksServer:
 
 
 class FaultProxy:
-    """A loopback HTTP proxy in front of the hooks server that can answer errors for a while."""
+    """A loopback HTTP proxy in front of the hooks server that can answer errors for a while, and counts
+    the sync requests each parent gets (by uid), whichever Metacontroller sends them: the tests' way to
+    see a sync happen under the real engine as under the emulation."""
 
     def __init__(self, backend_url: str):
         self.backend_url = backend_url.rstrip("/")
         self._fail_until = 0.0
         self._fail_status = 500
         self.failed_requests = 0
+        self._syncs: Counter[str] = Counter()
+        self._lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path.endswith("/sync"):
+                    proxy._count(body)
                 if time.monotonic() < proxy._fail_until:
                     proxy.failed_requests += 1
                     self._reply(proxy._fail_status, b'{"error": "injected fault"}')
@@ -153,6 +161,19 @@ class FaultProxy:
 
     def start(self) -> None:
         self._thread.start()
+
+    def _count(self, body: bytes) -> None:
+        try:
+            uid = json.loads(body)["parent"]["metadata"]["uid"]
+        except (ValueError, KeyError, TypeError):
+            return  # not a sync request the hooks would accept either; nothing to count
+        with self._lock:
+            self._syncs[str(uid)] += 1
+
+    def syncs(self, uid: str) -> int:
+        """How many sync requests for the parent with this uid have passed (failed ones included)."""
+        with self._lock:
+            return self._syncs[uid]
 
     def fail_for(self, seconds: float, status: int = 500) -> None:
         """Answer `status` to every request for the next `seconds`."""

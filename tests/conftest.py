@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from helpers.engines import EMULATION, HOW_TO_GET_ONE, REAL, real_binary
 from helpers.metacontroller_writes import Admission, install, new_namespace
 from helpers.shared_plane import clear_local_clusters
 
@@ -75,7 +76,26 @@ def admission(request: pytest.FixtureRequest) -> Admission | None:
     return Admission(plane, new_namespace(plane, "admission"))
 
 
+@pytest.fixture(params=[EMULATION, pytest.param(REAL, marks=pytest.mark.real_metacontroller)])
+def metacontroller(request: pytest.FixtureRequest) -> str:
+    """What syncs the test's jobs, for `LocalCluster(metacontroller=...)`: the emulation, then a real
+    Metacontroller binary (helpers/engines.py); without METACONTROLLER_BIN the real run skips, saying
+    how to get one."""
+    if request.param == EMULATION:
+        return EMULATION
+    binary = real_binary()
+    if binary is None:
+        pytest.skip(HOW_TO_GET_ONE)
+    return str(binary)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    real = {outcome: [r for r in terminalreporter.stats.get(outcome, []) if "real_metacontroller" in getattr(r, "keywords", {})]
+            for outcome in ("passed", "failed", "skipped", "error")}
+    if any(real.values()):
+        binary = real_binary()
+        terminalreporter.write_line(f"under the real Metacontroller ({binary or 'METACONTROLLER_BIN unset'}): "
+                                    + ", ".join(f"{len(reports)} {outcome}" for outcome, reports in real.items()))
     for plane in _STARTED:
         times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in plane.startup_seconds.items())
         terminalreporter.write_line(f"real control plane started in: {times}")

@@ -247,8 +247,14 @@ def test_no_code_or_test_points_outside_the_project():
     tracked = subprocess.run(["git", "ls-files", "*.py", "Makefile", "*.yaml", "*.toml", "*.txt", ".ci/*"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     found = [f"{path}: {hit}" for path in tracked if path != "tests/install/test_docs.py"
-             for hit in OUTSIDE.findall((ROOT / path).read_text(errors="replace"))]
+             for hit in OUTSIDE.findall(allowed_outside(path, (ROOT / path).read_text(errors="replace")))]
     assert found == []
+
+
+def allowed_outside(path: str, text: str) -> str:
+    """The text without its one allowed pointer outside: CI's entry point may hand the tests the
+    Metacontroller binary CI provides beside the checkout (tests/README.md, "Two Metacontrollers")."""
+    return text.replace("../shared/bin/metacontroller", "") if path == ".ci/run" else text
 
 
 # --- what a new user meets ---------------------------------------------------------------------------------

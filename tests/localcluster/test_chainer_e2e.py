@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.engines import cluster_under, syncs
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane import ControlPlane
@@ -48,10 +49,10 @@ def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluste
 
 
 @pytest.mark.chainer
-def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path):
+def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path: Path, metacontroller: str):
     state = tmp_path / "state"
-    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(state), "run", str(EXAMPLE), "--timeout", "300"],
-                            cwd=REPO, capture_output=True, text=True, timeout=360)
+    result = subprocess.run([sys.executable, "-m", "localcluster", "--state-dir", str(state), "run", str(EXAMPLE), "--timeout", "300",
+                             "--metacontroller", metacontroller], cwd=REPO, capture_output=True, text=True, timeout=360)
     assert result.returncode == 0, result.stdout[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "ChainerJob default/chainer-mn-digits Complete"
     # The line before says what the model achieved, from the master's log.
@@ -193,10 +194,10 @@ def test_kubectl_get_pod_reads_the_stores_copy_with_jsonpath_json_and_name(clust
 
 
 @pytest.fixture
-def real_cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
+def real_cluster(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str) -> Iterator[LocalCluster]:
     """The local cluster over the real control plane (etcd, kube-apiserver, kube-controller-manager):
-    the master Job and its pods are the real Job controller's."""
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, restart_backoff=(0.2, 1.0)) as c:
+    the master Job and its pods are the real Job controller's; under either Metacontroller."""
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane, restart_backoff=(0.2, 1.0)) as c:
         yield c
 
 
@@ -236,11 +237,9 @@ def test_a_master_script_error_fails_the_job_saying_its_exit_code_and_message_af
         assert err.code == 404, err
     real_cluster.wait_for(lambda: not [p for p in real_cluster.pods(name) if "master" in p["metadata"]["name"]]
                           and not real_cluster.children_of(name, "batch/v1", "Job"), 60, what="master Job and pod gone")
-    controller = real_cluster.controller_for(done)
-    assert controller is not None
-    syncs = controller.syncs(done["metadata"]["uid"])
+    synced = syncs(real_cluster, done)
     real_cluster.update_job(name, lambda j: j["metadata"].setdefault("annotations", {}).update(touched="1"))
-    real_cluster.wait_for(lambda: controller.syncs(done["metadata"]["uid"]) > syncs, 30, what="a sync after the deletions")
+    real_cluster.wait_for(lambda: syncs(real_cluster, done) > synced, 30, what="a sync after the deletions")
     after = real_cluster.get_job(name)
     assert condition(after, "Failed") == failed
     assert finished(after) == "Failed"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.cluster import events_for
+from helpers.engines import cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane import ControlPlane
@@ -101,9 +102,9 @@ def phase_of(cluster: LocalCluster, pod: str) -> str | None:
 
 
 @pytest.mark.mxnet
-def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_plane: ControlPlane):
+def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
     job = yaml.safe_load(EXAMPLE.read_text())
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later (tens
@@ -231,7 +232,12 @@ def test_active_deadline_fires_on_time_with_no_other_event(cluster: LocalCluster
     cluster.wait_for(lambda: cluster.pod("deadline-worker-0") is None, 10, what="running pod cleaned up")
 
 
-def test_suspend_removes_pods_and_resume_runs_to_success(cluster: LocalCluster):
+def test_suspend_removes_pods_and_resume_runs_to_success(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane, restart_backoff=(0.2, 1.0)) as cluster:
+        suspend_and_resume(cluster)
+
+
+def suspend_and_resume(cluster: LocalCluster) -> None:
     cluster.submit(worker_job("susp", [sleep_exit(1.0), sleep_exit(1.0)]))
     cluster.wait_for(lambda: len(cluster.pods("susp")) == 2, 20, what="pods created")
     cluster.update_job("susp", lambda job: job["spec"]["runPolicy"].__setitem__("suspend", True))

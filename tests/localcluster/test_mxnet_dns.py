@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from helpers.engines import cluster_under
 
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION
 from localcluster.cluster import LocalCluster, finished
@@ -79,12 +80,12 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
     assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
 
 
-def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, cluster_plane: ControlPlane):
+def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
     """The per-job opt-in: one headless Service, every peer named `<pod>.<job>` (MX_CONFIG's urls,
     DMLC_PS_ROOT_URI), resolvable only once that Service exists and that pod runs, as in a cluster."""
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["annotations"] = {SERVICE_ANNOTATION: PER_JOB}
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         assert cluster.dns.strict
         cluster.submit(job)
         cluster.wait_for(lambda: len(cluster.pods("dist-train-digits")) == 4

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.engines import EMULATION, REAL, cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane import ControlPlane
@@ -45,17 +46,21 @@ def worker_log(cluster: LocalCluster, index: int) -> str:
 
 
 @pytest.mark.mxnet
-@pytest.mark.parametrize("victim,policy,stale", [
-    ("rec-worker-1", "ExitCode", None), ("rec-server-0", "ExitCode", None),
-    ("rec-scheduler-0", "ExitCode", None), ("rec-worker-0", "OnFailure", None),
+@pytest.mark.parametrize("victim,policy,stale,metacontroller", [
+    ("rec-worker-1", "ExitCode", None, EMULATION), ("rec-server-0", "ExitCode", None, EMULATION),
+    ("rec-scheduler-0", "ExitCode", None, EMULATION), ("rec-worker-0", "OnFailure", None, EMULATION),
     # Metacontroller's stale parent cache (docs/lifecycle.md): the restart still happens once, and the
     # job settles (the Restarting condition's time comes from the attempt record, not from a stale status).
-    ("rec-worker-1", "ExitCode", "parent"),
-])
+    ("rec-worker-1", "ExitCode", "parent", EMULATION),
+    # Each kind of process once under the real Metacontroller, whose caches are stale when they are.
+    *(pytest.param(victim, "ExitCode", None, REAL, marks=pytest.mark.real_metacontroller)
+      for victim in ("rec-worker-1", "rec-server-0", "rec-scheduler-0")),
+], indirect=["metacontroller"])
 def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: Path, victim: str, policy: str,
-                                                                     stale: str | None, cluster_plane: ControlPlane):
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, restart_backoff=(0.2, 1.0),
-                      stale=stale) as cluster:  # type: ignore[arg-type]
+                                                                     stale: str | None, metacontroller: str,
+                                                                     cluster_plane: ControlPlane):
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane, restart_backoff=(0.2, 1.0),
+                       stale=stale) as cluster:
         cluster.submit(resumable_job(tmp_path / "checkpoints", policy))
         cluster.wait_for(lambda: "epoch 2/" in worker_log(cluster, 0), 120, interval=0.2, what="epoch 2 done")
         cluster.kubelet.kill("default", victim, sig=signal.SIGKILL)
@@ -84,7 +89,8 @@ def test_a_killed_process_restarts_the_job_which_resumes_and_succeeds(tmp_path: 
         assert final >= 0.9
 
 
-def test_a_failed_job_keeps_exit_code_reason_and_message_after_its_pods_are_gone(tmp_path: Path, cluster_plane: ControlPlane):
+def test_a_failed_job_keeps_exit_code_reason_and_message_after_its_pods_are_gone(tmp_path: Path, cluster_plane: ControlPlane,
+                                                                               metacontroller: str):
     script = "import sys; print('loading shard 3 of 4'); print('ValueError: bad shard', file=sys.stderr); sys.exit(3)"
     job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "why"},
            "spec": {"runPolicy": {"cleanPodPolicy": "All", "ttlSecondsAfterFinished": 0},
@@ -92,7 +98,7 @@ def test_a_failed_job_keeps_exit_code_reason_and_message_after_its_pods_are_gone
                         "terminationGracePeriodSeconds": 1,
                         "containers": [{"name": "mxnet", "image": "busybox:1.36",
                                         "command": ["python", "-u", "-c", script]}]}}}}}}
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("why", timeout=30)
         cluster.wait_for(lambda: (j := cluster.get_job("why")) and j["status"].get("cleanedUpTime") and not cluster.pods("why")

@@ -1,0 +1,174 @@
+"""A real Metacontroller binary run against the local cluster (`up --metacontroller PATH`, `run --metacontroller PATH`).
+
+The project cannot build Metacontroller (its Go module path is not one the module proxy serves), so
+a user who has a binary (built from its v4.17.2 tag: docs/localcluster.md) hands it over, and the
+local cluster runs it as it runs kube-apiserver: a child process in a process group of its own, its
+log beside the control plane's, stopped with the rest.
+
+It runs as Metacontroller's ServiceAccount (metacontroller/metacontroller, as its production
+install names it) with exactly the rights a narrowed install gives it: the project's
+metacontroller/rbac.yaml plus what Metacontroller needs for itself (SELF_RULES, the table in
+docs/operations.md). So a right missing from either shows here as an error in its log, not as
+something an admin token hid.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import MANIFEST_DIR, ControllerConfig
+from .controlplane import Component, ControlPlane, _die_with_parent, free_port
+
+NAMESPACE = SERVICE_ACCOUNT = "metacontroller"
+SELF_ROLE = "metacontroller-self"
+# What Metacontroller needs for itself where its role is narrowed (docs/operations.md, "RBAC if
+# Metacontroller's role is narrowed"); metacontroller/rbac.yaml grants the rest.
+SELF_RULES = [
+    {"apiGroups": ["metacontroller.k8s.io"], "resources": ["compositecontrollers"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["metacontroller.k8s.io"], "resources": ["controllerrevisions"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+READY_TIMEOUT = 60.0
+# Long enough for any run or `up` session; the API server signs it with its own key.
+TOKEN_DURATION = "720h"
+
+
+class MetacontrollerBinaryError(RuntimeError):
+    """The binary is missing, cannot run, or did not become healthy; the message says which and why."""
+
+
+def check_binary(path: str | Path) -> Path:
+    """The path as an executable file, or an error that says how to get one."""
+    binary = Path(path).expanduser()
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise MetacontrollerBinaryError(
+            f"{path}: no executable file there. Build one from Metacontroller's v4.17.2 tag "
+            "(git clone -b v4.17.2 https://github.com/metacontroller/metacontroller; cd metacontroller; "
+            "CGO_ENABLED=0 go build -o metacontroller ./pkg/cmd/metacontroller), or use --metacontroller emulation")
+    return binary.resolve()
+
+
+def self_rbac() -> list[dict[str, Any]]:
+    """The namespace, ServiceAccount and self-rights a Metacontroller install creates."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": SELF_ROLE},
+            "rules": SELF_RULES}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": SELF_ROLE},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SELF_ROLE},
+               "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]}
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
+            role, binding]
+
+
+def controller_manifest(config: ControllerConfig, hooks_url: str) -> dict[str, Any]:
+    """The shipped CompositeController with its sync (and customize) hook pointed at the local hooks server
+    (a full `url` in place of the in-cluster Service reference)."""
+    manifest = copy.deepcopy(config.raw)
+    hooks = manifest["spec"]["hooks"]
+    for hook, path in (("sync", config.hook_path), ("customize", config.customize_path)):
+        if path is not None:
+            webhook = hooks[hook]["webhook"]
+            webhook.pop("service", None)
+            webhook.pop("path", None)
+            webhook["url"] = hooks_url.rstrip("/") + path
+    return manifest
+
+
+def install_controllers(cp: ControlPlane, configs: list[ControllerConfig], hooks_url: str) -> None:
+    """The CompositeControllers (hook URLs local) and the RBAC Metacontroller runs with (metacontroller/rbac.yaml)."""
+    items = [controller_manifest(config, hooks_url) for config in configs]
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFEST_DIR / "rbac.yaml"))
+
+
+@dataclass
+class MetacontrollerBinary:
+    """One Metacontroller process against a control plane; `start` after the CompositeControllers and
+    metacontroller/rbac.yaml are installed (LocalCluster does both)."""
+
+    binary: Path
+    workdir: Path
+    client_qps: float = 5.0
+    client_burst: int = 10
+    # How often it re-reads discovery: 2 s, so a CRD installed after it started is picked up at once
+    # (its default, 30 s, is for a cluster whose CRDs are all there long before).
+    discovery_interval: str = "2s"
+    component: Component | None = field(default=None, init=False)
+    health_port: int = field(default=0, init=False)
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "metacontroller.log"
+
+    def start(self, cp: ControlPlane) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                   input=json.dumps({"apiVersion": "v1", "kind": "List", "items": self_rbac()}))
+        token = cp.kubectl("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, f"--duration={TOKEN_DURATION}").stdout.strip()
+        kubeconfig = self.workdir / "metacontroller.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "metacontroller",
+            "clusters": [{"name": "local", "cluster": {"server": cp.server, "certificate-authority": str(cp.ca_file)}}],
+            "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+            "contexts": [{"name": "metacontroller", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
+        }, indent=2))
+        self.health_port = free_port()
+        args = [str(self.binary), f"--kubeconfig={kubeconfig}", f"--discovery-interval={self.discovery_interval}",
+                f"--client-go-qps={self.client_qps:g}", f"--client-go-burst={self.client_burst}",
+                "--metrics-address=0", f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                "--zap-time-encoding=iso8601"]
+        with self.log.open("wb") as out:
+            try:
+                process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           cwd=self.workdir, preexec_fn=_die_with_parent)
+            except OSError as err:
+                raise MetacontrollerBinaryError(f"{self.binary} could not start: {err}") from err
+        self.component = Component("metacontroller", process, self.log)
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        assert self.component is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.component.process.poll() is not None:
+                raise MetacontrollerBinaryError(f"{self.binary} exited with {self.component.process.returncode} while "
+                                                f"starting; end of {self.log}:\n{self.component.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise MetacontrollerBinaryError(f"{self.binary} was not ready within {READY_TIMEOUT:.0f} s; end of {self.log}:\n"
+                                        f"{self.component.tail()}")
+
+    def errors(self) -> list[str]:
+        """The lines of its log at level error (a sync that failed, a right it lacked)."""
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("level") in ("error", "dpanic", "panic", "fatal"):
+                found.append(line)
+        return found
+
+    def running(self) -> bool:
+        return self.component is not None and self.component.process.poll() is None
+
+    def stop(self) -> None:
+        if self.component is not None:
+            self.component.stop()
