@@ -34,9 +34,11 @@ SELF_ROLE = "metacontroller-self"
 # Metacontroller's role is narrowed"); metacontroller/rbac.yaml grants the rest.
 SELF_RULES = [
     {"apiGroups": ["metacontroller.k8s.io"], "resources": ["compositecontrollers"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["metacontroller.k8s.io"], "resources": ["decoratorcontrollers"], "verbs": ["list", "watch"]},
     {"apiGroups": ["metacontroller.k8s.io"], "resources": ["controllerrevisions"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
 ]
 READY_TIMEOUT = 60.0
 # Long enough for any run or `up` session; the API server signs it with its own key.
@@ -155,7 +157,8 @@ class MetacontrollerBinary:
                                         f"{self.component.tail()}")
 
     def errors(self) -> list[str]:
-        """The lines of its log at level error (a sync that failed, a right it lacked)."""
+        """Its log's entries at level error and above (a sync that failed, a right it lacked), each as
+        `time logger: message: error`, without the stack trace."""
         found = []
         for line in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
             try:
@@ -163,7 +166,7 @@ class MetacontrollerBinary:
             except ValueError:
                 continue
             if isinstance(entry, dict) and entry.get("level") in ("error", "dpanic", "panic", "fatal"):
-                found.append(line)
+                found.append(f"{entry.get('ts')} {entry.get('logger', '')}: {entry.get('msg')}: {entry.get('error', '')}")
         return found
 
     def running(self) -> bool:

@@ -238,7 +238,8 @@ def test_operations_doc_gives_metacontrollers_write_budget_and_is_linked():
 
 def test_rbac_comment_lists_what_a_narrowed_metacontroller_role_still_needs():
     comment = (ROOT / "metacontroller" / "rbac.yaml").read_text().split("apiVersion:")[0]
-    for need in ("compositecontrollers", "controllerrevisions", "customresourcedefinitions", "events", "leases"):
+    for need in ("compositecontrollers", "decoratorcontrollers", "controllerrevisions", "customresourcedefinitions", "events",
+                 "namespaces", "leases"):
         assert need in comment
 
 

@@ -238,23 +238,36 @@ def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalClust
     assert cost.get(("GET", "mxjobs", ""), 0) <= resynced + 1, cost
 
 
+@pytest.mark.chainer
 def test_a_template_edit_restarts_nothing(engine_cluster: LocalCluster):
-    """A running job's pod template edited (an env added): the pods are OnDelete children, so every
-    sync after the edit leaves them as they are, and nothing is deleted or created."""
+    """A running ChainerJob's worker template edited (an env added): the worker StatefulSet follows
+    in place, but it is OnDelete and the master Job is an OnDelete child, so no pod is deleted or
+    created. (An MXJob's templates cannot be edited while it runs: its CRD refuses it.)"""
     cluster = engine_cluster
     assert cluster.control_plane is not None
-    job = cluster.submit(shell_mxjob("edited"))
-    running = cluster.wait_for(lambda: all_running(cluster, "edited", 2), 60, what="both workers running")
+    job = yaml.safe_load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
+    job["spec"]["master"]["template"]["spec"]["containers"][0]["command"] = SLEEP  # no GPUs or image here
+    name = job["metadata"]["name"]
+    submitted = cluster.submit(job)
+    running = cluster.wait_for(lambda: all_running(cluster, name, 3), 60, what="two workers and the master running")
     settle(cluster)
     before = cluster.control_plane.request_counts()
-    cluster.update_job("edited", lambda j: j["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(
-        env=[{"name": "EDITED", "value": "1"}]))
-    wait_syncs(cluster, job, 3)
-    assert all_running(cluster, "edited", 2) == running
+
+    def add_env(j: KubeObject) -> None:
+        j["spec"]["workerSets"]["big"]["template"]["spec"]["containers"][0]["env"] = [{"name": "EDITED", "value": "1"}]
+
+    cluster.update_job(name, add_env)
+
+    def edited() -> bool:
+        sets = [s for s in cluster.children_of(name, "apps/v1", "StatefulSet") if s["metadata"]["name"].endswith("-big")]
+        return bool(sets) and {"name": "EDITED", "value": "1"} in (sets[0]["spec"]["template"]["spec"]["containers"][0].get("env") or [])
+
+    cluster.wait_for(edited, 30, what="the big worker set's template to carry the edit")
+    wait_syncs(cluster, submitted, 3)
+    assert all_running(cluster, name, 3) == running
     pod_writes = {request: n for request, n in writes(delta(cluster.control_plane.request_counts(), before)).items()
-                  if request.split()[1] == "pods"}
+                  if request.split()[1] in ("pods", "jobs")}
     assert pod_writes == {}
-    assert condition(cluster.get_job("edited"), "Running")["status"] == "True"  # type: ignore[index]
 
 
 def test_kubectl_logs_shows_the_current_pod_and_container_instance_and_previous_the_one_before(
