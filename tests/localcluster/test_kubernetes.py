@@ -67,12 +67,12 @@ def delta(after: dict, before: dict) -> dict:
     return {key: after[key] - before.get(key, 0) for key in after if after[key] - before.get(key, 0)}
 
 
-def record_cost(scenario: str, counts: dict[tuple[str, str, str], int]) -> None:
+def record_cost(scenario: str, counts: dict[tuple[str, str, str], int], engine: str = "emulation") -> None:
     target = os.environ.get("SCENARIO_COSTS")
     if target:
         by_request = {f"{verb} {resource}{'/' + sub if sub else ''}": n for (verb, resource, sub), n in sorted(counts.items())}
         with open(target, "a") as out:
-            out.write(json.dumps({"scenario": scenario, "requests": by_request}) + "\n")
+            out.write(json.dumps({"scenario": scenario, "engine": engine, "requests": by_request}) + "\n")
 
 
 def shell_mxjob(name: str, *, worker: list[str] = SLEEP, finalizers: list[str] | None = None) -> KubeObject:
@@ -182,7 +182,8 @@ def test_delete_and_create_again_under_the_same_name_leaks_no_status_and_the_old
         assert condition(current, "Failed") is None, current.get("status")
         time.sleep(0.3)
     assert condition(cluster.get_job("again"), "Running")["status"] == "True"  # type: ignore[index]
-    record_cost("MXJob deleted and created again under its name", delta(cluster.control_plane.request_counts(), before))
+    record_cost("MXJob deleted and created again under its name", delta(cluster.control_plane.request_counts(), before),
+                cluster.engine)
 
 
 def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the_garbage_collector(engine_cluster: LocalCluster):
@@ -219,7 +220,7 @@ def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the
     cluster.wait_for(lambda: not [o for kind in ("Pod", "Service", "ConfigMap") for o in cluster.store.list("v1", kind, "default")
                                   if (o["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid],
                      30, what="the garbage collector to remove the held job's children")
-    record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before))
+    record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before), cluster.engine)
 
 
 def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalCluster):
@@ -231,7 +232,7 @@ def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalClust
     settled, synced = cluster.control_plane.request_counts(), syncs(cluster, job)
     resynced = wait_syncs(cluster, job, 5) - synced
     cost = delta(cluster.control_plane.request_counts(), settled)
-    record_cost(f"settled MXJob, {resynced} resyncs ({cluster.engine})", cost)
+    record_cost(f"settled MXJob, {resynced} resyncs", cost, cluster.engine)
     assert writes(cost) == {}
     # At most one read per resync, the status write's fresh GET: the sync itself reads the parent
     # from the watch-fed cache, as Metacontroller reads its informer's.
