@@ -318,12 +318,13 @@ def test_kubectl_logs_shows_the_current_pod_and_container_instance_and_previous_
 
 
 @pytest.mark.mxnet
-def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path):
-    """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all."""
+def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path, metacontroller: str):
+    """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all.
+    Under either Metacontroller: `up --metacontroller PATH` runs a real one."""
     state = tmp_path / "state"
     command = [sys.executable, "-m", "localcluster", "--state-dir", str(state)]
-    up = subprocess.Popen([*command, "up"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True)
+    up = subprocess.Popen([*command, "up", "--metacontroller", metacontroller], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert up.stdout is not None
         lines = []
@@ -333,6 +334,10 @@ def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Pa
                 break
         kubeconfig = state / "kubeconfig"
         assert f"export KUBECONFIG={kubeconfig}\n" in lines, "".join(lines)
+        role = "Metacontroller: the project's emulation\n" if metacontroller == "emulation" else (
+            f"Metacontroller: {metacontroller}, as ServiceAccount metacontroller/metacontroller "
+            f"(log {state / 'metacontroller' / 'metacontroller.log'})\n")
+        assert role in lines, "".join(lines)
         kubectl = [str(bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}"]
 
         def run(*args: str) -> str:
