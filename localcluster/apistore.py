@@ -282,10 +282,10 @@ class ApiStore:
         return self._object("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
 
     def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
-                      current: KubeObject | None = None) -> bool:
+                      current: KubeObject | None = None, attempts: int = 10) -> bool:
         """Replace .status through the status subresource over `current` (the object as just read; read
-        here when not given), read again and retried on conflict; True if it changed."""
-        for attempt in range(10):
+        here when not given), read again and retried on conflict up to `attempts` times in all; True if it changed."""
+        for attempt in range(attempts):
             if attempt or current is None:
                 current = self.get(api_version, kind, namespace, name)
             if current is None:

@@ -30,6 +30,10 @@ from .informer import ParentCache
 from .manage_children import object_to_put, ordered
 from .throttle import ClientThrottle
 
+# client-go's retry.DefaultBackoff, which RetryOnConflict gives the status write: 4 tries, the pauses
+# between them 10 ms growing fivefold (its 10 % jitter left out).
+STATUS_BACKOFF = (0.01, 0.05, 0.25, 0.0)
+
 Stale = Literal["parent", "children"]
 
 
@@ -293,19 +297,32 @@ class Emulation:
         return wrote
 
     def _write_status(self, parent: KubeObject, state: ParentState, status: dict[str, Any]) -> bool:
-        """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer)."""
-        self._api_call()
-        current = self.store.get(parent["apiVersion"], parent["kind"], *state.key)
-        if current is None or current["metadata"]["uid"] != parent["metadata"]["uid"]:
-            # Gone, or deleted and created again under the same name: this status is not the new job's.
-            raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} (uid {parent['metadata']['uid']}) not found")
-        if current.get("status") == status:
-            return False
-        self._api_call()
-        written = self.store.update_status(parent["apiVersion"], parent["kind"], *state.key, status, current=current)
-        if written:
-            state.status_behind, state.stale_pending = current.get("status"), True
-        return written
+        """AtomicStatusUpdate: a fresh GET, then an update unless equal (over whatever is newer), tried
+        4 times with client-go's DefaultBackoff (STATUS_BACKOFF) between conflicts; a conflict left after
+        that is dropped, not a failed sync: the change that caused it syncs the parent again (v4.17.2,
+        `pkg/dynamic/clientset/clientset.go` and `updateParentStatus`'s caller)."""
+        for attempt, pause in enumerate(STATUS_BACKOFF):
+            self._api_call()
+            current = self.store.get(parent["apiVersion"], parent["kind"], *state.key)
+            if current is None or current["metadata"]["uid"] != parent["metadata"]["uid"]:
+                # Gone, or deleted and created again under the same name: this status is not the new job's.
+                raise StoreError(404, "NotFound", f"{parent['kind']} {state.key[1]!r} (uid {parent['metadata']['uid']}) not found")
+            if current.get("status") == status:
+                return False
+            self._api_call()
+            try:
+                written = self.store.update_status(parent["apiVersion"], parent["kind"], *state.key, status,
+                                                   current=current, attempts=1)
+            except StoreError as err:
+                if err.code != 409:
+                    raise
+                if attempt + 1 < len(STATUS_BACKOFF):
+                    time.sleep(pause)
+                continue
+            if written:
+                state.status_behind, state.stale_pending = current.get("status"), True
+            return written
+        return False
 
     def _apply_children(self, parent: KubeObject, observed: dict[Key, KubeObject],
                         desired: dict[Key, tuple[ChildRule, KubeObject]]) -> tuple[bool, list[str]]:

@@ -129,9 +129,10 @@ class ObjectBag:
         return updated
 
     def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
-                      current: KubeObject | None = None) -> bool:
+                      current: KubeObject | None = None, attempts: int = 10) -> bool:
         """Replace .status wholesale (the status subresource); True if it changed. `current` (the fresh read an
-        API client makes before its PUT) is not needed here: the bag holds the object itself."""
+        API client makes before its PUT) is not needed here, nor `attempts`: the bag holds the object itself, so
+        nothing conflicts."""
         with self._lock:
             stored = self._stored(api_version, kind, namespace, name)
             if stored.get("status") == status:

@@ -31,7 +31,7 @@ from localcluster.cli import parser as cli_parser
 from localcluster.config import parse_composite_controller
 from localcluster.controlplane import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED, ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
-from localcluster.store import ADDED, DELETED
+from localcluster.store import ADDED, DELETED, StoreError
 from localcluster.types import KubeObject
 
 # --- write order and pace -------------------------------------------------------------------------
@@ -273,6 +273,33 @@ def test_the_cli_takes_metacontrollers_client_rate_and_the_stale_read_mode(capsy
     assert "--client-qps: must be a number above 0" in capsys.readouterr().err
 
 
+def _conflicting_status_writes(sim: ChainerSim, conflicts: int) -> list[int]:
+    """Make the sim's store answer 409 to its next `conflicts` status writes; the attempts made, as a list."""
+    attempts: list[int] = []
+    real = sim.store.update_status
+
+    def update_status(*args: Any, **kwargs: Any) -> bool:
+        attempts.append(kwargs.get("attempts", 10))
+        if len(attempts) <= conflicts:
+            raise StoreError(409, "Conflict", "the object has been modified; please apply your changes to the latest version")
+        return real(*args, **kwargs)
+
+    sim.store.update_status = update_status  # type: ignore[method-assign]
+    return attempts
+
+
+@pytest.mark.parametrize(("conflicts", "written"), [(3, True), (4, False)], ids=["written-on-the-4th-try", "dropped-after-4"])
+def test_a_conflicting_status_write_is_tried_4_times_then_dropped_without_failing_the_sync(conflicts, written):
+    """As AtomicStatusUpdate under RetryOnConflict(DefaultBackoff): a fresh GET and a PUT, 4 times;
+    a conflict left after that is not a sync error (Metacontroller syncs again on the change that caused it)."""
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    attempts = _conflicting_status_writes(sim, conflicts)
+    sim.apply({"status": {"note": "new"}, "children": []})
+    assert attempts == [1] * min(conflicts + 1, 4)  # one PUT per try, each over its own fresh read
+    assert (sim.parent.get("status", {}).get("note") == "new") is written
+    assert sim.emulation.last_error(sim.uid) is None
+
+
 # --- related objects (the customize hook) --------------------------------------------------------------
 
 
@@ -460,9 +487,9 @@ class _CountingStore(_HeldWatch):
         self.requests += 1
         return self._store.update(obj)
 
-    def update_status(self, *args: Any, current: KubeObject | None = None) -> bool:
+    def update_status(self, *args: Any, current: KubeObject | None = None, attempts: int = 10) -> bool:
         self.requests += 1 if current is not None else 2
-        return self._store.update_status(*args, current=current)
+        return self._store.update_status(*args, current=current, attempts=attempts)
 
     def delete(self, *args: Any) -> None:
         self.requests += 1
