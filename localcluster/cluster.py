@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 import re
 import shutil
 import sys
@@ -14,14 +15,20 @@ from typing import Any, TypeVar, cast
 from .apistore import ApiStore
 from .config import ControllerConfig, load_controller_configs
 from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
-from .dns import ClusterDNS
+from .dns import HOST_HOSTS, ClusterDNS, strict_dns_unavailable
 from .gang import GangGate
 from .hooks_server import FaultProxy, HooksServer
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
-from .metacontroller_binary import MetacontrollerBinary, check_binary, install_controllers
+from .metacontroller_binary import (
+    MetacontrollerBinary,
+    check_binary,
+    install_controllers,
+    install_controllers_as_shipped,
+    service_hooks,
+)
 from .podprocess import RESTART_BACKOFF
 from .store import StoreError, controller_uid, json_copy
 from .types import KubeObject
@@ -104,7 +111,10 @@ class LocalCluster:
         CompositeControllers installed, their hooks pointed at the local hooks server. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
         hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
-        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn)."""
+        the hooks server stands in for its endpoints): for checking an install's URLs. The emulation
+        resolves them itself (MetacontrollerStandIn); a binary gets the CompositeControllers as they are
+        and a hosts file naming the hooks' Service at a loopback address where the fault proxy listens
+        on the Service's port (root only: a mount namespace of its own)."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
@@ -195,8 +205,11 @@ class LocalCluster:
             if self.hooks is not None:
                 self.hooks.start()
             backend = self._hook_url or self.hooks.url  # type: ignore[union-attr]
-            if self._want_proxy:
+            if self.metacontroller_binary is not None and self._service_dns:
+                self.proxy = self._service_proxy(backend)
+            elif self._want_proxy:
                 self.proxy = FaultProxy(backend)
+            if self.proxy is not None:
                 self.proxy.start()
                 backend = self.proxy.url
             self._backend = backend
@@ -206,13 +219,39 @@ class LocalCluster:
                 controller.start()
             if self.metacontroller_binary is not None:
                 assert self.control_plane is not None
-                install_controllers(self.control_plane, self.configs, backend)
+                if self._service_dns:
+                    install_controllers_as_shipped(self.control_plane, self.configs)
+                else:
+                    install_controllers(self.control_plane, self.configs, backend)
                 self.metacontroller_binary.start(self.control_plane)
             self.kubelet.start()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _service_proxy(self, backend: str) -> FaultProxy:
+        """For a real Metacontroller calling the hooks by Service name: the fault proxy listening on the
+        Services' port at a loopback address of its own, and that address under those names in the hosts
+        file the binary runs with. A cluster's DNS answers every Service; this file knows only the hooks'."""
+        reason = strict_dns_unavailable()
+        if reason:
+            raise RuntimeError(f"a real Metacontroller cannot reach the hooks by Service name here: {reason}")
+        names, port = service_hooks(self.configs)
+        last_error: OSError | None = None
+        for _ in range(20):
+            address = f"127.0.{random.randint(1, 254)}.{random.randint(2, 254)}"
+            try:
+                proxy = FaultProxy(backend, (address, port))
+            except OSError as err:  # that address's port is taken (another cluster's)
+                last_error = err
+                continue
+            hosts = self.state_dir / "metacontroller-hosts"
+            hosts.write_text(HOST_HOSTS.read_text() + f"\n{address} {' '.join(names)}\n")
+            assert self.metacontroller_binary is not None
+            self.metacontroller_binary.hosts = hosts
+            return proxy
+        raise RuntimeError(f"no loopback address with port {port} free for the hooks: {last_error}")
 
     def _stand_in(self, config: ControllerConfig) -> MetacontrollerStandIn:
         return MetacontrollerStandIn(self.store, config, self._backend, time_scale=self._time_scale, throttle=self.throttle,

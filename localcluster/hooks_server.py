@@ -113,7 +113,9 @@ class FaultProxy:
     the sync requests each parent gets (by uid), whichever Metacontroller sends them: the tests' way to
     see a sync happen under the real engine as under the emulation."""
 
-    def __init__(self, backend_url: str):
+    def __init__(self, backend_url: str, address: tuple[str, int] = (LOOPBACK, 0)):
+        """`address`: where it listens (a free loopback port by default; a Service's port on an address of
+        its own when a real Metacontroller reaches the hooks by a Service name: LocalCluster(service_dns=True))."""
         self.backend_url = backend_url.rstrip("/")
         self._fail_until = 0.0
         self._fail_status = 500
@@ -151,13 +153,14 @@ class FaultProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server = ThreadingHTTPServer(address, Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def start(self) -> None:
         self._thread.start()

@@ -24,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .config import MANIFEST_DIR, ControllerConfig
 from .controlplane import Component, ControlPlane, _die_with_parent, free_port
@@ -86,6 +87,25 @@ def controller_manifest(config: ControllerConfig, hooks_url: str) -> dict[str, A
     return manifest
 
 
+def service_hooks(configs: list[ControllerConfig]) -> tuple[list[str], int]:
+    """The host names the CompositeControllers' hook URLs name (`<service>.<namespace>`, as Metacontroller
+    builds a URL from `webhook.service`), and their one port; a ValueError when they name several ports."""
+    urls = [url for config in configs for url in (config.hook_url, config.customize_url) if url]
+    parts = [urlsplit(url) for url in urls]
+    ports = {part.port or 80 for part in parts}
+    if len(ports) != 1:
+        raise ValueError(f"the CompositeControllers' hooks name {len(ports)} ports ({sorted(ports)}); the local cluster "
+                         "serves them on one")
+    return sorted({part.hostname or "" for part in parts}), ports.pop()
+
+
+def install_controllers_as_shipped(cp: ControlPlane, configs: list[ControllerConfig]) -> None:
+    """The CompositeControllers as they are (hooks named by Service) and metacontroller/rbac.yaml."""
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [config.raw for config in configs]}))
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFEST_DIR / "rbac.yaml"))
+
+
 def install_controllers(cp: ControlPlane, configs: list[ControllerConfig], hooks_url: str) -> None:
     """The CompositeControllers (hook URLs local) and the RBAC Metacontroller runs with (metacontroller/rbac.yaml)."""
     items = [controller_manifest(config, hooks_url) for config in configs]
@@ -106,6 +126,9 @@ class MetacontrollerBinary:
     # How often it re-reads discovery: 2 s, so a CRD installed after it started is picked up at once
     # (its default, 30 s, is for a cluster whose CRDs are all there long before).
     discovery_interval: str = "2s"
+    # A hosts file to run it with (bind-mounted over /etc/hosts in a mount namespace of its own), so
+    # the Service names its hooks are called by resolve here: LocalCluster(service_dns=True).
+    hosts: Path | None = None
     component: Component | None = field(default=None, init=False)
     health_port: int = field(default=0, init=False)
 
@@ -130,6 +153,9 @@ class MetacontrollerBinary:
                 f"--client-go-qps={self.client_qps:g}", f"--client-go-burst={self.client_burst}",
                 "--metrics-address=0", f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
                 "--zap-time-encoding=iso8601"]
+        if self.hosts is not None:
+            args = ["unshare", "--mount", "--propagation", "private", "--",
+                    "/bin/sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(self.hosts), *args]
         with self.log.open("wb") as out:
             try:
                 process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
