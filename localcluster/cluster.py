@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import sys
@@ -20,6 +21,7 @@ from .hooks_server import FaultProxy, HooksServer
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
+from .kueue import Kueue
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .podprocess import RESTART_BACKOFF
 from .store import StoreError, controller_uid, json_copy
@@ -94,6 +96,7 @@ class LocalCluster:
         metacontroller: bool = True,
         kubelet_mode: str = "process",
         service_dns: bool = False,
+        kueue: bool = False,
     ):
         """It runs on the real control plane `control_plane` (a test session's, say), or on one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
@@ -101,7 +104,13 @@ class LocalCluster:
         pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
         hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
-        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn)."""
+        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn).
+        `kueue` installs and starts a real Kueue (localcluster/kueue.py, built by `make kueue`) before any pod can
+        be created; it needs a control plane of its own: its webhooks and its finalizers on pods would outlive it
+        on a shared one."""
+        if kueue and control_plane is not None:
+            raise ValueError("LocalCluster(kueue=True) starts its own control plane: Kueue's webhooks and pod finalizers "
+                             "would outlive it on a shared one")
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
@@ -118,6 +127,8 @@ class LocalCluster:
         self.throttle = ClientThrottle(client_qps, client_burst)
         self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self._service_dns = service_dns
+        self.want_kueue = kueue
+        self.kueue: Kueue | None = None
         self.controllers: dict[str, MetacontrollerStandIn] = {}
         self._backend = ""
 
@@ -146,6 +157,9 @@ class LocalCluster:
         prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
         if self._own_control_plane:
             self.control_plane.start_controllers()  # after the CRDs: the garbage collector knows the jobs at once
+        if self.want_kueue:  # before the kubelet and the controllers: no pod is created before its webhook answers
+            self.kueue = Kueue(self.control_plane)
+            self.kueue.start()
         kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
         for config in self.configs:
             kinds.add((config.parent_api_version, config.parent_kind))
@@ -230,6 +244,8 @@ class LocalCluster:
         store = getattr(self, "store", None)
         if store is not None:
             steps.append(store.stop)
+        if self.kueue is not None:
+            steps.append(self.kueue.stop)
         if self._own_control_plane and self.control_plane is not None:
             steps.append(self.control_plane.stop)
         if self.proxy is not None:
@@ -277,6 +293,17 @@ class LocalCluster:
         if self.control_plane is not None:
             ensure_namespace(self.control_plane, meta["namespace"])
         return self.store.create(job, field_validation=field_validation, warn=warn)
+
+    def apply(self, objects: list[KubeObject]) -> None:
+        """`kubectl apply --server-side` of other objects (Kueue's queues, say), their namespaces made first;
+        ValueError with kubectl's message when the server refuses one."""
+        assert self.control_plane is not None, "start() first"
+        for namespace in sorted({str(obj["metadata"]["namespace"]) for obj in objects if obj.get("metadata", {}).get("namespace")}):
+            ensure_namespace(self.control_plane, namespace)
+        result = self.control_plane.kubectl("apply", "--server-side", "-f", "-", check=False,
+                                            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        if result.returncode != 0:
+            raise ValueError(result.stderr.strip() or f"kubectl apply exited with {result.returncode}")
 
     def job_dir(self, name: object, namespace: object = "default") -> Path:
         """Where the logs of a job's pods go: `<state dir>/<namespace>/<name>`; ValueError for a bad name."""
