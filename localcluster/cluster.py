@@ -119,7 +119,11 @@ class LocalCluster:
         self._kubelet_mode = kubelet_mode
         self.run_metacontroller = metacontroller
         self.log_server: KubeletLogServer | None = None
-        self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
+        # With the real Kueue (v0.17: no MXJob integration) the hooks form plain-pod groups, unless the
+        # environment says otherwise (docs/ecosystem.md, "Kueue").
+        settings = {"MXJOB_KUEUE_POD_GROUPS": "true"} if kueue else {}
+        self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log",
+                                                                           settings=settings)
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from localcluster import cli, kueue
-from localcluster.cluster import LocalCluster
+from localcluster.cluster import LocalCluster, finished
 from localcluster.types import KubeObject
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
@@ -47,6 +47,7 @@ def _kueue_or_skip() -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     _kueue_or_skip()
+    # Its hooks server forms pod groups of queued MXJobs (MXJOB_KUEUE_POD_GROUPS=true), as LocalCluster(kueue=True) sets it.
     with LocalCluster(tmp_path_factory.mktemp("kueue") / "state", kueue=True) as c:
         yield c
 
@@ -158,18 +159,63 @@ def test_two_pods_that_do_not_fit_the_quota_together_run_one_after_the_other(clu
     cluster.wait_for(released, TIMEOUT, what="the ClusterQueue to hold no quota")
 
 
+def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int = 2, cpu: str = "300m") -> KubeObject:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+            "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
+            "spec": {"mxReplicaSpecs": {"Worker": {"replicas": workers, "restartPolicy": "Never", "template": {
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "mxnet", "image": "busybox:1.37", "command": command,
+                    "resources": {"requests": {"cpu": cpu}}}]}}}}}}
+
+
+def group_workload(cluster: LocalCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    """The one Workload of a job's pod group (Kueue names it after the group)."""
+    found = [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
+    assert len(found) <= 1, [w["metadata"]["name"] for w in found]
+    return found[0] if found else None
+
+
+def test_two_mxjobs_that_do_not_fit_together_are_admitted_each_as_one_pod_group(cluster: LocalCluster, queue: str) -> None:
+    # Two workers of 300m each: 600m a job, against 1 CPU. The first job's workers run until told to end.
+    release = Path(cluster.state_dir) / f"{queue}-release"
+    cluster.submit(queued_mxjob("first", queue, ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.2; done"]))
+    cluster.wait_for(lambda: len(cluster.pods("first", queue)) == 2
+                     and all(phase(p) == "Running" for p in cluster.pods("first", queue)), TIMEOUT,
+                     what="the first job's two pods to be admitted together and run")
+    first = group_workload(cluster, queue, "first")
+    assert first is not None and cond(first, "Admitted").get("status") == "True"
+    assert sum(p["count"] for p in first["spec"]["podSets"]) == 2  # one Workload for both pods
+
+    cluster.submit(queued_mxjob("second", queue, ["true"]))
+    waiting = cluster.wait_for(
+        lambda: (w := group_workload(cluster, queue, "second")) and cond(w, "QuotaReserved").get("status") == "False" and w,
+        TIMEOUT, what="the second job's group to wait for quota")
+    assert "insufficient unused quota for cpu" in cond(waiting, "QuotaReserved")["message"]
+    pods = cluster.pods("second", queue)
+    assert len(pods) == 2 and all(gated(p) and phase(p) == "Pending" for p in pods)
+
+    release.touch()
+    for name in ("first", "second"):
+        job = cluster.wait_finished(name, TIMEOUT, namespace=queue)
+        assert finished(job) == "Succeeded", job.get("status")
+    cluster.wait_for(lambda: all(cond(group_workload(cluster, queue, name), "Finished").get("status") == "True"
+                                 for name in ("first", "second")), TIMEOUT, what="both groups' Workloads to finish")
+
+
 def test_run_kueue_applies_the_files_queues_before_the_job_and_kueue_manages_its_pods(tmp_path: Path) -> None:
-    """`localcluster run --kueue FILE`: the file's quota first, then an MXJob whose template carries the queue
-    label by hand. The worker exits 0 only if Kueue managed its pod (its label, read through the downward API),
-    and no pod is admitted without the LocalQueue: success says both happened."""
+    """`localcluster run --kueue FILE`: the file's quota first, then a queued MXJob, whose pods the hooks server
+    puts in a Kueue pod group (run --kueue sets MXJOB_KUEUE_POD_GROUPS=true). The worker exits 0 only if Kueue
+    manages its pod (its label, read through the downward API), and nothing is admitted without the LocalQueue:
+    success says all of it happened."""
     _kueue_or_skip()
     managed_env = {"name": "MANAGED", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/managed']"}}}
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "queued", "namespace": "kq-run"},
+    group_env = {"name": "GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/pod-group-name']"}}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+           "metadata": {"name": "queued", "namespace": "kq-run", "labels": {QUEUE_LABEL: "q"}},
            "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": {
-               "metadata": {"labels": {QUEUE_LABEL: "q"}},
                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                   "name": "mxnet", "image": "busybox:1.37", "command": ["sh", "-c", 'test "$MANAGED" = true'],
-                   "env": [managed_env], "resources": {"requests": {"cpu": "100m"}}}]}}}}}}
+                   "name": "mxnet", "image": "busybox:1.37", "command": ["sh", "-c", 'test "$MANAGED" = true && test -n "$GROUP"'],
+                   "env": [managed_env, group_env], "resources": {"requests": {"cpu": "100m"}}}]}}}}}}
     path = tmp_path / "queued.yaml"
     path.write_text(yaml.safe_dump_all([*quota("kq-run", cpu="1"), job]))
     out, err = io.StringIO(), io.StringIO()
