@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 TOOLS := kubectl git
 IS_PY311 := import sys; sys.exit(sys.version_info[:2] != (3, 11))
 
-.PHONY: help setup check-python check-tools run check test image-check bench bench-scale lint clean constraints controlplane monitoring-tools
+.PHONY: help setup check-python check-tools run check test image-check bench bench-scale lint clean constraints controlplane kueue monitoring-tools
 
 ## Show the targets and what they do.
 help:
@@ -68,29 +68,44 @@ CONTROLPLANE_BIN := .controlplane/bin
 controlplane:
 	controlplane/build.sh $(CONTROLPLANE_BIN)
 
+## Build the pinned Kueue manager (controlplane/kueue/go.mod) into .controlplane/bin, its manifests beside (needs Go).
+# A target of its own, not a step of `controlplane`: its own module and dependencies, and 8 more cold
+# minutes that `make run` without --kueue does not need.
+kueue:
+	controlplane/build-kueue.sh $(CONTROLPLANE_BIN)
+
 ## Build kube-state-metrics and promtool into .tools/bin, which tests/install/test_monitoring.py checks monitoring/ with (optional).
 monitoring-tools:
 	scripts/build-monitoring-tools.sh .tools/bin
 
 
+# `make test KUEUE=skip` leaves the Kueue manager unbuilt (8 minutes cold): the tests against a real Kueue are
+# then skipped, loudly. Anything else builds it.
+KUEUE ?= run
+
 # `make test IMAGE_CHECK=skip` leaves the images out (for a machine where buildah and podman cannot be
 # installed: image-check needs root and apt-get); it says so loudly. Anything else runs it.
 IMAGE_CHECK ?= run
 
-## Lint, build the control plane (CONTROLPLANE=skip: none), image check (IMAGE_CHECK=skip: none), then all the tests.
+## Lint, build the control plane and Kueue (CONTROLPLANE=skip: none; KUEUE=skip: no Kueue), image check (IMAGE_CHECK=skip: none), then all the tests.
 # The control plane first: without Go, that is said before minutes of image builds.
 test: lint check-tools
 ifeq ($(CONTROLPLANE),skip)
 	@echo "*** CONTROLPLANE=skip: nothing was checked against a real API server (make controlplane builds one) ***"
 else
 	@$(MAKE) --no-print-directory controlplane
+ifeq ($(KUEUE),skip)
+	@echo "*** KUEUE=skip: nothing was checked against a real Kueue (make kueue builds one) ***"
+else
+	@$(MAKE) --no-print-directory kueue
+endif
 endif
 ifeq ($(IMAGE_CHECK),skip)
 	@echo "*** IMAGE_CHECK=skip: the images were NOT built or run (make image-check does that) ***"
 else
 	@$(MAKE) --no-print-directory image-check
 endif
-	CONTROLPLANE=$(CONTROLPLANE) $(BIN)/python -m pytest $(DURATIONS)
+	CONTROLPLANE=$(CONTROLPLANE) KUEUE=$(KUEUE) $(BIN)/python -m pytest $(DURATIONS)
 
 # The tests that start no real process and no control plane (pyproject.toml's markers).
 FAST := not e2e and not mxnet and not chainer and not apiserver

@@ -17,8 +17,8 @@ from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob import vocabulary as mxjob_vocabulary
+from hooks.mxjob.sync import KUEUE_POD_GROUPS_SETTING, sync_mxjob
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
-from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.k8s import JSON, SyncResponse
 
 # A kind's pure sync: `sync(request, *, now, **settings)`, the request, the time and the kind's
@@ -55,6 +55,7 @@ MXJOB = Kind(
     # `/sync` is the MXJob route every installed CompositeController already calls.
     routes=("/sync", "/mxjob/sync"),
     sync=sync_mxjob,
+    settings={"kueue_pod_groups": (KUEUE_POD_GROUPS_SETTING, "false")},
     observed_fields=MXJOB_OBSERVED_FIELDS,
 )
 

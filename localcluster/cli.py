@@ -34,6 +34,7 @@ from .cluster import LocalCluster, check_dns_label
 from .config import PARENT_KINDS
 from .crds import ServedKind, served_kinds
 from .jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
+from .kueue import API_GROUP as KUEUE_GROUP
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
 from .metacontroller_binary import MetacontrollerBinaryError, check_binary
 from .postmortem import diagnosis, job_results, log_files, post_mortem
@@ -83,6 +84,13 @@ def load_job(path: Path, warn: Callable[[str], None] | None = None) -> KubeObjec
     if problem := _name_problem(job.get("metadata")):
         raise InputError(f"{path}: {problem}")
     return cast(KubeObject, job)
+
+
+def kueue_objects(path: Path) -> list[KubeObject]:
+    """The file's Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue, WorkloadPriorityClass...), which
+    `run --kueue` applies before the job; InputError as for the job."""
+    return [kubectlyaml.without_nulls(doc) for doc in _documents(path)
+            if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/")]
 
 
 def _documents(path: Path) -> list[Any]:
@@ -232,13 +240,14 @@ class RunOptions:
     client_burst: int = CLIENT_BURST
     stale_reads: str | None = None
     metacontroller: str = "emulation"  # or the path of a Metacontroller binary the cluster runs
+    kueue: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
         # Namespaces built by hand (tests, callers) may leave out the newer options: their defaults apply.
         given = vars(args)
         optional = {name: given[name] for name in ("report_every", "silent_after", "client_qps", "client_burst",
-                                                   "stale_reads", "metacontroller") if name in given}
+                                                   "stale_reads", "metacontroller", "kueue") if name in given}
         return cls(file=Path(args.file), state_dir=Path(args.state_dir).resolve(), timeout=float(args.timeout),
                    validate=VALIDATE_CHOICES[given.get("validate", "strict")], **optional)
 
@@ -254,10 +263,11 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 
     try:
         job = load_job(options.file, warn=warn)
+        queues = kueue_objects(options.file) if options.kueue else []
     except InputError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
-    code, reason, results = _run_locked(job, options, out, err, warn)
+    code, reason, results = _run_locked(job, options, out, err, warn, queues)
     if reason is None:  # said already: the cluster could not start, or the run was stopped
         return code
     if warnings:  # said at the start, long scrolled away by now: once more, next to the outcome
@@ -270,7 +280,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 
 
 def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO,
-                warn: Callable[[str], None]) -> tuple[int, str | None, list[str]]:
+                warn: Callable[[str], None], queues: list[KubeObject]) -> tuple[int, str | None, list[str]]:
     """(exit code, closing message, result lines) of one run, under the job's lock and the stop signals; the
     message is None when the run ended before the job did (said on `err` already)."""
     name = job["metadata"]["name"]
@@ -279,7 +289,7 @@ def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO,
     with signals.installed():
         try:
             with job_lock(options.state_dir, namespace, name):
-                return _run_cluster(job, options, signals, out, err, warn)
+                return _run_cluster(job, options, signals, out, err, warn, queues)
         except RuntimeError as error:
             print(f"error: {error}", file=err)
             return EXIT_CANNOT_START, None, []
@@ -290,16 +300,17 @@ def _run_locked(job: KubeObject, options: RunOptions, out: TextIO, err: TextIO,
 
 
 def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out: TextIO,
-                 err: TextIO, warn: Callable[[str], None]) -> tuple[int, str | None, list[str]]:
+                 err: TextIO, warn: Callable[[str], None], queues: list[KubeObject]) -> tuple[int, str | None, list[str]]:
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace") or "default"
     job_dir = options.state_dir / namespace / name
     cluster = LocalCluster(options.state_dir, hooks_log=job_dir / "hooks-server.log", client_qps=options.client_qps,
                            client_burst=options.client_burst, stale=cast("Stale | None", options.stale_reads),
-                           control_plane_dir=job_dir / "controlplane", metacontroller=options.metacontroller)
+                           control_plane_dir=job_dir / "controlplane", metacontroller=options.metacontroller,
+                           kueue=options.kueue)
     signals.cluster = cluster
     try:
-        _start(cluster, job, options.validate, warn)
+        _start(cluster, job, options.validate, warn, queues)
     except StoreError as error:
         signals.stopping = True
         cluster.stop()
@@ -322,11 +333,13 @@ def _run_cluster(job: KubeObject, options: RunOptions, signals: StopSignals, out
         cluster.stop()
 
 
-def _start(cluster: LocalCluster, job: KubeObject, validate: str, warn: Callable[[str], None]) -> None:
+def _start(cluster: LocalCluster, job: KubeObject, validate: str, warn: Callable[[str], None], queues: list[KubeObject]) -> None:
     name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or "default"
     # The control plane keeps its files in the job's folder: empty it first (only under the lock), submit after.
     shutil.rmtree(cluster.job_dir(name, namespace), ignore_errors=True)
     cluster.start()
+    if queues:
+        cluster.apply(queues)
     cluster.submit(job, clear_logs=False, field_validation=validate, warn=warn)
 
 
@@ -517,6 +530,12 @@ def parser() -> argparse.ArgumentParser:
                                 "that role to a real Metacontroller run against the printed kubeconfig; PATH: run the "
                                 "Metacontroller binary there, as its ServiceAccount (docs/localcluster.md)")
     up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (nothing checks it)")
+    for subparser in (run_parser, up_parser):
+        subparser.add_argument("--kueue", action="store_true",
+                               help="also install and start a real Kueue (built by `make kueue`) with its pod integration on; "
+                                    + ("run applies the file's Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue...) "
+                                       "before the job" if subparser is run_parser else
+                                       "up prints how to give it a quota"))
     down_parser = sub.add_parser("down", help="stop the cluster `localcluster up` runs from this state dir")
     # `--state-dir` after the subcommand too (`localcluster run job.yaml --state-dir DIR`): there it wins.
     for subparser in (run_parser, logs_parser, up_parser, down_parser):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 import re
 import shutil
@@ -21,6 +22,7 @@ from .hooks_server import FaultProxy, HooksServer
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
+from .kueue import Kueue
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
 from .metacontroller_binary import (
     MetacontrollerBinary,
@@ -102,6 +104,7 @@ class LocalCluster:
         metacontroller: str = "emulation",
         kubelet_mode: str = "process",
         service_dns: bool = False,
+        kueue: bool = False,
     ):
         """It runs on the real control plane `control_plane` (a test session's, say), or on one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
@@ -114,7 +117,13 @@ class LocalCluster:
         the hooks server stands in for its endpoints): for checking an install's URLs. The emulation
         resolves them itself (MetacontrollerStandIn); a binary gets the CompositeControllers as they are
         and a hosts file naming the hooks' Service at a loopback address where the fault proxy listens
-        on the Service's port (root only: a mount namespace of its own)."""
+        on the Service's port (root only: a mount namespace of its own).
+        `kueue` installs and starts a real Kueue (localcluster/kueue.py, built by `make kueue`) before any pod can
+        be created; it needs a control plane of its own: its webhooks and its finalizers on pods would outlive it
+        on a shared one."""
+        if kueue and control_plane is not None:
+            raise ValueError("LocalCluster(kueue=True) starts its own control plane: Kueue's webhooks and pod finalizers "
+                             "would outlive it on a shared one")
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
@@ -127,7 +136,11 @@ class LocalCluster:
             self.metacontroller_binary = MetacontrollerBinary(
                 check_binary(metacontroller), self.state_dir / "metacontroller", client_qps=client_qps, client_burst=client_burst)
         self.log_server: KubeletLogServer | None = None
-        self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log")
+        # With the real Kueue (v0.17: no MXJob integration) the hooks form plain-pod groups, unless the
+        # environment says otherwise (docs/ecosystem.md, "Kueue").
+        settings = {"MXJOB_KUEUE_POD_GROUPS": "true"} if kueue else {}
+        self.hooks: HooksServer | None = None if hook_url else HooksServer(hooks_log or self.state_dir / "hooks-server.log",
+                                                                           settings=settings)
         self._hook_url = hook_url
         self.proxy: FaultProxy | None = None
         self._want_proxy = fault_proxy
@@ -135,6 +148,8 @@ class LocalCluster:
         self.throttle = ClientThrottle(client_qps, client_burst)
         self._time_scale, self._stale, self._hot_loop_syncs = time_scale, stale, hot_loop_syncs
         self._service_dns = service_dns
+        self.want_kueue = kueue
+        self.kueue: Kueue | None = None
         self.controllers: dict[str, MetacontrollerStandIn] = {}
         self._backend = ""
 
@@ -163,6 +178,9 @@ class LocalCluster:
         prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
         if self._own_control_plane:
             self.control_plane.start_controllers()  # after the CRDs: the garbage collector knows the jobs at once
+        if self.want_kueue:  # before the kubelet and the controllers: no pod is created before its webhook answers
+            self.kueue = Kueue(self.control_plane)
+            self.kueue.start()
         kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
         for config in self.configs:
             kinds.add((config.parent_api_version, config.parent_kind))
@@ -282,6 +300,8 @@ class LocalCluster:
         store = getattr(self, "store", None)
         if store is not None:
             steps.append(store.stop)
+        if self.kueue is not None:
+            steps.append(self.kueue.stop)
         if self._own_control_plane and self.control_plane is not None:
             steps.append(self.control_plane.stop)
         if self.proxy is not None:
@@ -329,6 +349,17 @@ class LocalCluster:
         if self.control_plane is not None:
             ensure_namespace(self.control_plane, meta["namespace"])
         return self.store.create(job, field_validation=field_validation, warn=warn)
+
+    def apply(self, objects: list[KubeObject]) -> None:
+        """`kubectl apply --server-side` of other objects (Kueue's queues, say), their namespaces made first;
+        ValueError with kubectl's message when the server refuses one."""
+        assert self.control_plane is not None, "start() first"
+        for namespace in sorted({str(obj["metadata"]["namespace"]) for obj in objects if obj.get("metadata", {}).get("namespace")}):
+            ensure_namespace(self.control_plane, namespace)
+        result = self.control_plane.kubectl("apply", "--server-side", "-f", "-", check=False,
+                                            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        if result.returncode != 0:
+            raise ValueError(result.stderr.strip() or f"kubectl apply exited with {result.returncode}")
 
     def job_dir(self, name: object, namespace: object = "default") -> Path:
         """Where the logs of a job's pods go: `<state dir>/<namespace>/<name>`; ValueError for a bad name."""

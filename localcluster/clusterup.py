@@ -21,6 +21,8 @@ from typing import TextIO
 
 from .cluster import LocalCluster
 from .controlplane import ControlPlane
+from .kueue import Kueue
+from .kueue import version as kueue_version
 from .metacontroller_binary import install_controllers
 from .store import StoreError
 
@@ -52,7 +54,7 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     cluster = LocalCluster(state_dir, control_plane_dir=state_dir / "cluster",
                            hooks_log=state_dir / "hooks-server.log", gpus=args.gpus,
-                           metacontroller=args.metacontroller)
+                           metacontroller=args.metacontroller, kueue=getattr(args, "kueue", False))
     try:
         started = time.monotonic()
         try:
@@ -76,6 +78,8 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"pods run here as processes; their logs: {state_dir}/<namespace>/<job>/<pod>.log "
               "(localcluster logs <job> <pod>)", file=out)
         print(f"kubectl: {cluster.control_plane.binaries / 'kubectl'} (any kubectl works)", file=out)
+        if cluster.kueue is not None:
+            print(kueue_notice(cluster.kueue), file=out)
         print(f"\nexport KUBECONFIG={kubeconfig}\n", file=out)
         print("Ctrl-C or `localcluster down` stops everything.", file=out, flush=True)
         while not stop["signum"]:
@@ -87,6 +91,17 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         lock.close()
+
+
+def kueue_notice(kueue: Kueue) -> str:
+    """What `up --kueue` says about Kueue: where it runs, and how to give it a quota to queue against."""
+    return (f"Kueue {kueue_version()} (started in {kueue.startup_seconds:.1f} s): webhooks at "
+            f"https://127.0.0.1:{kueue.webhook_port} (log {kueue.log}); it queues pods "
+            "labelled kueue.x-k8s.io/queue-name in every namespace but kube-system and kueue-system.\n"
+            "  Nothing is admitted until there is a quota: a ResourceFlavor, a ClusterQueue and a LocalQueue, e.g.\n"
+            "    kubectl apply -f examples/kueue/queues.yaml        (1 CPU, 2Gi; LocalQueue user-queue in default)\n"
+            "    kubectl create -f examples/kueue/plain-pods.yaml   (two pods that do not fit together)\n"
+            "    kubectl get pods,workloads,clusterqueues           (docs/localcluster.md, 'Kueue')")
 
 
 def _server_version(cp: ControlPlane) -> str:

@@ -32,10 +32,13 @@ def gunicorn_command() -> list[str]:
 class HooksServer:
     """gunicorn serving hooks.server.app on 127.0.0.1:<port>; start, stop and restart on the same port."""
 
-    def __init__(self, log_path: Path, port: int | None = None, *, startup_timeout: float = 30.0):
+    def __init__(self, log_path: Path, port: int | None = None, *, startup_timeout: float = 30.0,
+                 settings: dict[str, str] | None = None):
+        """`settings`: hooks server settings (docs/hooks-server.md) the environment does not set already."""
         self.port = port or free_port()
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
+        self.settings = settings or {}
         self._process: subprocess.Popen[bytes] | None = None
         self._metrics_dir: str | None = None
 
@@ -48,7 +51,7 @@ class HooksServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # Made per start and removed by stop, so no run leaves a metrics directory behind.
         self._metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
-        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": self._metrics_dir}
+        env = {**self.settings, **os.environ, "PROMETHEUS_MULTIPROC_DIR": self._metrics_dir}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with self.log_path.open("a") as log:
             self._process = subprocess.Popen(

@@ -23,7 +23,9 @@ Decisions (docs/localcluster.md says the same):
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
 - Scheduling: a pod is bound at once unless the `gate` (the gang scheduler, localcluster/gang.py)
-  holds it back; it then stays Pending with PodScheduled False, reason Unschedulable.
+  holds it back; it then stays Pending with PodScheduled False, reason Unschedulable. A pod with
+  `spec.schedulingGates` (Kueue's `kueue.x-k8s.io/admission`) waits, as the scheduler leaves it, with the
+  API server's own PodScheduled False, reason SchedulingGated, until the last gate is removed.
 - Volumes (volumes.py): emptyDir, configMap and projected volumes are directories under the pod's
   state dir (the ServiceAccount token requested from the API server, bound to the pod), and
   mountPaths are rewritten to them in command, args, workingDir and env; the `kubernetes` Service
@@ -384,11 +386,17 @@ class PodWorker(threading.Thread):
     def _wait_for_gate(self) -> bool:
         """Stay Pending while the gate holds the pod back; False if the pod ends meanwhile."""
         gate = self.kubelet.gate
-        while gate is not None and not self._stopping():
+        while not self._stopping():
             current = self.kubelet.store.get("v1", "Pod", *self.key)
             if current is None or current["metadata"]["uid"] != self.uid:
                 return False
-            reason = gate(current)
+            if current.get("spec", {}).get("schedulingGates"):
+                # The API server refuses the binding and wrote SchedulingGated itself; the watch that
+                # removes the gate may come before this worker is gone, so it waits here, not elsewhere.
+                self._wake.wait(GATE_POLL_SECONDS)
+                self._wake.clear()
+                continue
+            reason = gate(current) if gate is not None else None
             if reason is None:
                 self.report.unschedulable = None
                 return True

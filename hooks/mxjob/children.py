@@ -9,17 +9,20 @@ from typing import Any
 from hooks.mxjob.env import CLUSTER_KEY, LAYOUT_SERVICE_KEY, ClusterWiring, env_builder, merge_env
 from hooks.mxjob.names import (
     JOB_ATTEMPT_LABEL,
+    KUEUE_POD_GROUP_LABEL,
+    KUEUE_POD_GROUP_TOTAL_ANNOTATION,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
     child_name,
     job_labels,
     job_selector,
     labels_for,
+    pod_group_name,
     selector_for,
 )
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION, job_service_name
 from hooks.mxjob.observed import Slot, is_live
-from hooks.mxjob.spec import MXJob, ReplicaSpec, SpecError
+from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob, ReplicaSpec, SpecError
 from hooks.mxjob.template import MAIN_CONTAINER, main_ports
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
@@ -43,9 +46,10 @@ def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
 
 
 def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
-                gang: Gang | None = None) -> Callable[[int, int, int], JSON]:
+                gang: Gang | None = None, kueue_pod_groups: bool = False) -> Callable[[int, int, int], JSON]:
     """The builder of the desired Pods of one replica type: the template with the operator's
-    changes, nothing else. What every pod of the type shares is prepared once."""
+    changes, nothing else. What every pod of the type shares is prepared once. `kueue_pod_groups`: the
+    installation's Kueue (v0.11 and later) queues a queued job's pods as one plain-pod group per attempt."""
     template = spec.template
     meta = template.get("metadata") or {}
     template_labels = meta.get("labels") or {}
@@ -87,6 +91,10 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             # So does the job's attempt: pods of an earlier one are told apart by it.
             metadata["labels"][JOB_ATTEMPT_LABEL] = str(job_attempt)
         metadata["annotations"] = {**(annotations or {}), LAYOUT_ANNOTATION: wiring.layout}
+        if kueue_pod_groups and job.queue:
+            metadata["labels"][KUEUE_QUEUE_KEY] = job.queue
+            metadata["labels"][KUEUE_POD_GROUP_LABEL] = pod_group_name(job.name, job.uid, job_attempt)
+            metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(job.total_replicas)
         if gang is not None:
             mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
                      priority_class=job.run_policy.scheduling.priority_class)

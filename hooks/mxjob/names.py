@@ -23,11 +23,25 @@ JOB_ATTEMPT_LABEL = "training.kubeflow.org/job-attempt"
 # On every pod: the replica layout it was built with (each type's count and port), so the layout
 # guard can tell a started job's layout from its pods when the cluster ConfigMap is not observed.
 LAYOUT_ANNOTATION = "training.kubeflow.org/replica-layout"
+# Kueue v0.11 and later queue an MXJob's pods as one plain-pod group (docs/ecosystem.md, "Kueue"):
+# every pod names its LocalQueue (hooks.mxjob.spec.KUEUE_QUEUE_KEY), its group and the group's size.
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# The job name's share of a group name: the rest is `-<uid prefix>-<attempt>` within a label value's 63.
+_GROUP_NAME_PREFIX = 45
 
 
 def child_name(job_name: str, rtype: str, index: int) -> str:
     """Name of the Pod and the Service of one replica: `<job>-<type>-<index>`."""
     return f"{job_name}-{rtype.lower()}-{index}"
+
+
+def pod_group_name(job_name: str, uid: str, job_attempt: int) -> str:
+    """The Kueue pod group of one attempt of a job: `<job>-<uid prefix>-<attempt>`.
+
+    One group per attempt: Kueue finishes a group once, so a restarted job's pods form a new one. The
+    uid keeps a job created again under the same name out of the old one's group."""
+    return f"{job_name[:_GROUP_NAME_PREFIX]}-{uid[:8]}-{job_attempt}"
 
 
 def cluster_config_map_name(job_name: str) -> str:

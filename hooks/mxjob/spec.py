@@ -78,6 +78,7 @@ class MXJob(JobIdentity):
     run_policy: RunPolicy
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
     service_layout: str = PER_REPLICA  # hooks.mxjob.network
+    queue: str = ""  # Kueue's LocalQueue (KUEUE_QUEUE_KEY), "" when the job is not queued
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -152,7 +153,16 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas,
-                 service_layout=service_layout)
+                 service_layout=service_layout, queue=_queue_name(meta))
+
+
+def _queue_name(meta: Mapping[str, Any]) -> str:
+    """The job's Kueue LocalQueue: its label, else (deprecated) its annotation; "" for none."""
+    for key in ("labels", "annotations"):
+        found = meta.get(key)
+        if isinstance(found, Mapping) and isinstance(found.get(KUEUE_QUEUE_KEY), str):
+            return str(found[KUEUE_QUEUE_KEY])
+    return ""
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:

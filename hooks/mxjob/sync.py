@@ -80,8 +80,24 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
 }
 
 
-def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
-    """Answer one sync request: desired children, status and, when a timer is due, a resync."""
+KUEUE_POD_GROUPS_SETTING = "MXJOB_KUEUE_POD_GROUPS"
+
+
+def kueue_setting(value: str) -> bool:
+    """MXJOB_KUEUE_POD_GROUPS read: "true" or "false"; anything else is the installation's error (ValueError)."""
+    if value not in ("true", "false"):
+        raise ValueError(f"{KUEUE_POD_GROUPS_SETTING}={value!r}: use true (Kueue v0.11 and later: plain-pod groups) "
+                         "or false (Kueue v0.5-v0.10, or none: the default)")
+    return value == "true"
+
+
+def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: str = "false") -> SyncResponse:
+    """Answer one sync request: desired children, status and, when a timer is due, a resync.
+
+    `kueue_pod_groups` (the hooks server's MXJOB_KUEUE_POD_GROUPS, "true" or "false"): whether a queued job's
+    pods form Kueue plain-pod groups (Kueue v0.11 and later) rather than Kueue queueing the job itself (v0.5-v0.10).
+    """
+    pod_groups = kueue_setting(kueue_pod_groups)
     parent, gang, observed = _read_request(request)
     old_status = parent.get("status")
     try:
@@ -113,7 +129,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime) -> SyncResponse:
     plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
                   observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
                   gang=gang_view)
-    pods = {rtype: pod_builder(job, spec, wiring, gang=gang) for rtype, spec in job.replicas.items()}
+    pods = {rtype: pod_builder(job, spec, wiring, gang=gang, kueue_pod_groups=pod_groups)
+            for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in plan.pods]
     if progress.enabled:
         children = [wire_pod(pod, job.name, job.namespace,

@@ -288,8 +288,10 @@ class Stepped:
 class Sim(Stepped):
     """One MXJob and its children, synced step by step."""
 
-    def __init__(self, parent: Any, now: datetime = T0, controller: dict | None = None, *, stale: Stale | None = None):
-        super().__init__(parent, sync_mxjob, MXJOB_CONTROLLER, now=now, controller=controller, stale=stale, settings={})
+    def __init__(self, parent: Any, now: datetime = T0, controller: dict | None = None, *, stale: Stale | None = None,
+                 settings: dict[str, Any] | None = None):
+        super().__init__(parent, sync_mxjob, MXJOB_CONTROLLER, now=now, controller=controller, stale=stale,
+                         settings=settings or {})
 
     @property
     def pods(self) -> dict[str, dict]:

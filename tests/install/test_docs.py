@@ -322,9 +322,11 @@ def test_kueue_is_said_plainly_with_its_version_range():
     assert "Kueue v0.5 to\nv0.10" in readme
     assert "**Kueue v0.11 and later have no MXJob\nintegration**: there the `kueue.x-k8s.io/queue-name` label does nothing" in readme
     kueue = (ROOT / "docs" / "ecosystem.md").read_text().split("\n## Kueue\n", 1)[1].split("\n## ", 1)[0]
-    assert kueue.startswith("\n**Supported: Kueue v0.5 to v0.10.**")
+    assert kueue.startswith("\n**Supported: Kueue v0.5 to v0.10; Kueue v0.11 and later in part (below).**")
     assert "the job runs at once, outside any quota" in kueue
-    assert "What the project plans:" in kueue
+    # The part that works on Kueue v0.11 and later, how to turn it on, and what does not work yet.
+    assert "**Kueue v0.11 and later: plain-pod groups (in progress).**" in kueue
+    assert "`MXJOB_KUEUE_POD_GROUPS=true`" in kueue and "Not done yet:" in kueue
 
 
 def test_the_readme_says_what_make_test_leaves_on_disk_and_how_to_remove_it():

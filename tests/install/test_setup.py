@@ -80,20 +80,29 @@ def test_missing_tools_are_named_at_set_up(tmp_path: Path):
     assert result.returncode != 0 and "kubectl" in result.stderr and "git" in result.stderr
 
 
-def test_without_go_the_control_plane_target_says_what_to_install(tmp_path: Path):
-    """`make run` and `make test` build the control plane first (make controlplane); with no Go on PATH
-    that step fails, naming the Go version the pinned go.mod files ask for and the target to run."""
+@pytest.mark.parametrize(("target", "module"), [("controlplane", "kubernetes"), ("kueue", "kueue")])
+def test_without_go_the_control_plane_target_says_what_to_install(tmp_path: Path, target: str, module: str):
+    """`make run` and `make test` build the control plane first (make controlplane; make test also make kueue);
+    with no Go on PATH that step fails, naming the Go version the pinned go.mod files ask for and the target to run."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("sh", "bash", "dirname", "mkdir", "sed"):
         found = shutil.which(tool)
         if found:
             (bin_dir / tool).symlink_to(found)
-    result = make("controlplane", f"CONTROLPLANE_BIN={tmp_path / 'cp'}", path=str(bin_dir))
-    go = re.search(r"^go (\S+)$", (ROOT / "controlplane" / "kubernetes" / "go.mod").read_text(), re.M)
+    result = make(target, f"CONTROLPLANE_BIN={tmp_path / 'cp'}", path=str(bin_dir))
+    go = re.search(r"^go (\S+)$", (ROOT / "controlplane" / module / "go.mod").read_text(), re.M)
     assert go is not None
     assert result.returncode != 0
-    assert f"Go {go.group(1)} or newer" in result.stderr and "make controlplane" in result.stderr, result.stderr
+    assert f"Go {go.group(1)} or newer" in result.stderr and f"make {target}" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("setting", "builds"), [((), True), (("KUEUE=skip",), False)], ids=["default", "KUEUE=skip"])
+def test_make_test_builds_kueue_unless_told_not_to_and_says_so(setting: tuple[str, ...], builds: bool):
+    test = make("-n", "test", "STAMP=/dev/null", "IMAGE_CHECK=skip", "CONTROLPLANE=run", *setting).stdout
+    assert ("build-kueue.sh" in test) is builds, test
+    assert ("KUEUE=skip: nothing was checked against a real Kueue" in test) is not builds, test
+    assert "KUEUE=" in test[test.index("pytest") - 80:test.index("pytest")], "pytest is told whether Kueue was built"
 
 
 def test_every_installed_package_is_pinned_in_the_constraints_file():

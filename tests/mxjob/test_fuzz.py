@@ -138,9 +138,9 @@ def test_a_malformed_request_is_a_400_or_a_sound_answer(admission, sim, data, va
 SEEN: list[datetime] = []
 
 
-def _timed_core(body: dict, *, now: datetime) -> Any:
+def _timed_core(body: dict, *, now: datetime, **settings: str) -> Any:
     SEEN.append(now)
-    return sync_mxjob(body, now=now)
+    return sync_mxjob(body, now=now, **settings)
 
 
 SHELL = create_app(kinds=tuple(replace(kind, sync=_timed_core) if kind is MXJOB else kind for kind in KINDS)).test_client()

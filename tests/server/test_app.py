@@ -59,7 +59,7 @@ class FakeCore:
         self.raises = raises
         self.calls: list[tuple[dict, datetime]] = []
 
-    def __call__(self, request, *, now):
+    def __call__(self, request, *, now, **settings):  # settings: the MXJob kind's (MXJOB_KUEUE_POD_GROUPS)
         self.calls.append((request, now))
         if self.raises is not None:
             raise self.raises
@@ -565,7 +565,7 @@ def test_a_worker_answers_one_sync_at_a_time_while_probes_go_through():
 
     running, overlaps, release = [], [], threading.Event()
 
-    def slow_core(request, *, now):
+    def slow_core(request, *, now, **settings):
         running.append(1)
         overlaps.append(len(running))
         release.wait(5)

@@ -49,9 +49,9 @@ def core_calls() -> list:
 
 def recording_app(calls: list, config: dict[str, Any] | None = None) -> Flask:
     """The real app, whose MXJob core records every request in `calls` before answering it."""
-    def core(request: dict, *, now: Any) -> Any:
+    def core(request: dict, *, now: Any, **settings: str) -> Any:
         calls.append(request)
-        return sync_mxjob(request, now=now)
+        return sync_mxjob(request, now=now, **settings)
 
     return create_app(config, kinds=tuple(replace(kind, sync=core) if kind is MXJOB else kind for kind in KINDS))
 

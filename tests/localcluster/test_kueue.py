@@ -1,0 +1,223 @@
+"""A real Kueue on the local cluster (`LocalCluster(kueue=True)`, `localcluster up --kueue`): Kueue v0.17.0 as
+`make kueue` builds it, installed from its own manifests with the adaptations docs/real-apiserver.md lists.
+
+What is under test is Kueue's pod integration doing its work against the real API server and the process
+kubelet: plain pods labelled for a LocalQueue are gated, and admitted only within their ClusterQueue's quota.
+One cluster serves the module (Kueue's start, about 10 s, is paid once); each test queues in a namespace
+and a ClusterQueue of its own.
+
+Without the Kueue build the module is skipped and says how to get one; `make test` builds it first and
+sets KUEUE=run, under which a missing build fails instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster import cli, kueue
+from localcluster.cluster import LocalCluster, finished
+from localcluster.types import KubeObject
+
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GATE = "kueue.x-k8s.io/admission"
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+TIMEOUT = 60.0
+
+
+def _kueue_or_skip() -> None:
+    problem = kueue.missing()
+    if problem is None:
+        return
+    if os.environ.get("KUEUE") == "run":
+        pytest.fail(f"KUEUE=run, but {problem}", pytrace=False)
+    pytest.skip(f"not run against a real Kueue: {problem}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    _kueue_or_skip()
+    # Its hooks server forms pod groups of queued MXJobs (MXJOB_KUEUE_POD_GROUPS=true), as LocalCluster(kueue=True) sets it.
+    with LocalCluster(tmp_path_factory.mktemp("kueue") / "state", kueue=True) as c:
+        yield c
+
+
+@pytest.fixture
+def queue(cluster: LocalCluster) -> str:
+    """A namespace of its own with a LocalQueue `q` over a ClusterQueue of 1 CPU; the namespace's name."""
+    name = f"kq-{uuid.uuid4().hex[:8]}"
+    cluster.apply(quota(name, cpu="1"))
+    return name
+
+
+def quota(name: str, *, cpu: str) -> list[KubeObject]:
+    """A ResourceFlavor, a ClusterQueue `name` lending `cpu`, and a LocalQueue `q` for it in namespace `name`."""
+    flavor: Any = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}}
+    cluster_queue: Any = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu"],
+            "flavors": [{"name": name, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]},
+    }
+    local_queue: Any = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                        "metadata": {"name": "q", "namespace": name}, "spec": {"clusterQueue": name}}
+    return [flavor, cluster_queue, local_queue]
+
+
+def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", queue: str | None = "q") -> KubeObject:
+    labels = {QUEUE_LABEL: queue} if queue else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": "busybox:1.37", "command": command,
+                                     "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+def gated(obj: KubeObject | None) -> bool:
+    return GATE in [gate.get("name") for gate in (obj or {}).get("spec", {}).get("schedulingGates") or []]
+
+
+def phase(obj: KubeObject | None) -> str | None:
+    return (obj or {}).get("status", {}).get("phase")
+
+
+def workloads(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
+    assert cluster.control_plane is not None
+    items: list[dict[str, Any]] = cluster.control_plane.get(f"{KUEUE_API}/namespaces/{namespace}/workloads")["items"]
+    return items
+
+
+def workload_of(cluster: LocalCluster, pod_name: str, namespace: str) -> dict[str, Any] | None:
+    """The Workload Kueue made for a plain pod (it owns it by an ownerReference)."""
+    for workload in workloads(cluster, namespace):
+        if any(ref.get("name") == pod_name for ref in workload["metadata"].get("ownerReferences") or []):
+            return workload
+    return None
+
+
+def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    found: dict[str, Any] = next((c for c in (obj or {}).get("status", {}).get("conditions") or [] if c["type"] == type_), {})
+    return found
+
+
+def test_a_pod_without_the_queue_label_runs_untouched(cluster: LocalCluster, queue: str) -> None:
+    cluster.store.create(pod("plain", queue, ["true"], queue=None))
+    done = cluster.wait_for(lambda: phase(cluster.pod("plain", queue)) == "Succeeded" and cluster.pod("plain", queue),
+                            TIMEOUT, what="the unqueued pod to succeed")
+    assert "kueue.x-k8s.io/managed" not in (done["metadata"].get("labels") or {})
+    assert workloads(cluster, queue) == []
+
+
+def test_two_pods_that_do_not_fit_the_quota_together_run_one_after_the_other(cluster: LocalCluster, queue: str) -> None:
+    # 600m each against 1 CPU: the second waits for the first's quota. The first runs until told to end, so
+    # the wait is observed, not raced.
+    release = Path(cluster.state_dir) / f"{queue}-release"
+    cluster.store.create(pod("first", queue, ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.2; done"]))
+    first = cluster.wait_for(lambda: phase(cluster.pod("first", queue)) == "Running" and cluster.pod("first", queue),
+                             TIMEOUT, what="the first pod to be admitted and run")
+    # What Kueue's webhook did to it, and what admission undid.
+    assert first["metadata"]["labels"]["kueue.x-k8s.io/managed"] == "true"
+    assert "kueue.x-k8s.io/managed" in first["metadata"].get("finalizers", [])
+    assert not gated(first)
+    assert cond(workload_of(cluster, "first", queue), "Admitted").get("status") == "True"
+
+    cluster.store.create(pod("second", queue, ["true"]))
+    waiting = cluster.wait_for(
+        lambda: (w := workload_of(cluster, "second", queue)) and cond(w, "QuotaReserved").get("status") == "False" and w,
+        TIMEOUT, what="the second pod's Workload to wait for quota")
+    second = cluster.pod("second", queue)
+    assert gated(second) and phase(second) == "Pending"
+    assert cond(second, "PodScheduled").get("reason") == "SchedulingGated"
+    assert "insufficient unused quota for cpu" in cond(waiting, "QuotaReserved")["message"]
+
+    release.touch()
+    cluster.wait_for(lambda: phase(cluster.pod("second", queue)) == "Succeeded", TIMEOUT,
+                     what="the second pod to be admitted and succeed once the first has ended")
+    assert phase(cluster.pod("first", queue)) == "Succeeded"
+
+    def all_finished() -> bool:
+        found = workloads(cluster, queue)
+        return len(found) == 2 and all(cond(w, "Finished").get("status") == "True" for w in found)
+
+    cluster.wait_for(all_finished, TIMEOUT, what="both Workloads to finish")
+
+    def released() -> bool:  # the ClusterQueue's status follows a moment after the Workloads'
+        assert cluster.control_plane is not None
+        status = cluster.control_plane.get(f"{KUEUE_API}/clusterqueues/{queue}")["status"]
+        used = [r["total"] for f in status.get("flavorsUsage") or [] for r in f["resources"]]
+        return status.get("admittedWorkloads", 0) == 0 and status.get("pendingWorkloads", 0) == 0 and set(used) <= {"0"}
+
+    cluster.wait_for(released, TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int = 2, cpu: str = "300m") -> KubeObject:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+            "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
+            "spec": {"mxReplicaSpecs": {"Worker": {"replicas": workers, "restartPolicy": "Never", "template": {
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "mxnet", "image": "busybox:1.37", "command": command,
+                    "resources": {"requests": {"cpu": cpu}}}]}}}}}}
+
+
+def group_workload(cluster: LocalCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    """The one Workload of a job's pod group (Kueue names it after the group)."""
+    found = [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
+    assert len(found) <= 1, [w["metadata"]["name"] for w in found]
+    return found[0] if found else None
+
+
+def test_two_mxjobs_that_do_not_fit_together_are_admitted_each_as_one_pod_group(cluster: LocalCluster, queue: str) -> None:
+    # Two workers of 300m each: 600m a job, against 1 CPU. The first job's workers run until told to end.
+    release = Path(cluster.state_dir) / f"{queue}-release"
+    cluster.submit(queued_mxjob("first", queue, ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.2; done"]))
+    cluster.wait_for(lambda: len(cluster.pods("first", queue)) == 2
+                     and all(phase(p) == "Running" for p in cluster.pods("first", queue)), TIMEOUT,
+                     what="the first job's two pods to be admitted together and run")
+    first = group_workload(cluster, queue, "first")
+    assert first is not None and cond(first, "Admitted").get("status") == "True"
+    assert sum(p["count"] for p in first["spec"]["podSets"]) == 2  # one Workload for both pods
+
+    cluster.submit(queued_mxjob("second", queue, ["true"]))
+    waiting = cluster.wait_for(
+        lambda: (w := group_workload(cluster, queue, "second")) and cond(w, "QuotaReserved").get("status") == "False" and w,
+        TIMEOUT, what="the second job's group to wait for quota")
+    assert "insufficient unused quota for cpu" in cond(waiting, "QuotaReserved")["message"]
+    pods = cluster.pods("second", queue)
+    assert len(pods) == 2 and all(gated(p) and phase(p) == "Pending" for p in pods)
+
+    release.touch()
+    for name in ("first", "second"):
+        job = cluster.wait_finished(name, TIMEOUT, namespace=queue)
+        assert finished(job) == "Succeeded", job.get("status")
+    cluster.wait_for(lambda: all(cond(group_workload(cluster, queue, name), "Finished").get("status") == "True"
+                                 for name in ("first", "second")), TIMEOUT, what="both groups' Workloads to finish")
+
+
+def test_run_kueue_applies_the_files_queues_before_the_job_and_kueue_manages_its_pods(tmp_path: Path) -> None:
+    """`localcluster run --kueue FILE`: the file's quota first, then a queued MXJob, whose pods the hooks server
+    puts in a Kueue pod group (run --kueue sets MXJOB_KUEUE_POD_GROUPS=true). The worker exits 0 only if Kueue
+    manages its pod (its label, read through the downward API), and nothing is admitted without the LocalQueue:
+    success says all of it happened."""
+    _kueue_or_skip()
+    managed_env = {"name": "MANAGED", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/managed']"}}}
+    group_env = {"name": "GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/pod-group-name']"}}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+           "metadata": {"name": "queued", "namespace": "kq-run", "labels": {QUEUE_LABEL: "q"}},
+           "spec": {"mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": {
+               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                   "name": "mxnet", "image": "busybox:1.37", "command": ["sh", "-c", 'test "$MANAGED" = true && test -n "$GROUP"'],
+                   "env": [managed_env, group_env], "resources": {"requests": {"cpu": "100m"}}}]}}}}}}
+    path = tmp_path / "queued.yaml"
+    path.write_text(yaml.safe_dump_all([*quota("kq-run", cpu="1"), job]))
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(file=str(path), state_dir=str(tmp_path / "state"), timeout=120, kueue=True)
+    assert cli.run(args, out=out, err=err) == cli.EXIT_SUCCEEDED, out.getvalue() + err.getvalue()

@@ -1,0 +1,85 @@
+"""Kueue v0.11 and later: a queued MXJob's pods form one plain-pod group per job attempt
+(MXJOB_KUEUE_POD_GROUPS=true on the hooks server; docs/ecosystem.md, "Kueue"). Each pod states the LocalQueue, the
+attempt's group name and the group's size, which is all Kueue's pod integration reads to make one
+Workload of them. Without the setting (Kueue v0.5-v0.10, whose MXJob integration queues the job
+itself) the hooks add nothing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers.mcsim import Sim, mxjob
+
+from hooks.mxjob.names import pod_group_name
+from hooks.mxjob.sync import sync_mxjob
+
+QUEUE = "kueue.x-k8s.io/queue-name"
+GROUP = "kueue.x-k8s.io/pod-group-name"
+TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+ON = {"kueue_pod_groups": "true"}
+PODS = ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
+
+
+def queued(label: bool = True, **spec) -> dict:
+    job = mxjob(**spec)
+    job["metadata"]["uid"] = "0123456789abcdef"
+    if label:
+        job["metadata"]["labels"] = {QUEUE: "team-a"}
+    return job
+
+
+def kueue_marks(pod: dict) -> dict[str, str | None]:
+    meta = pod["metadata"]
+    return {"queue": meta["labels"].get(QUEUE), "group": meta["labels"].get(GROUP),
+            "total": (meta.get("annotations") or {}).get(TOTAL)}
+
+
+def test_every_pod_of_a_queued_job_names_its_queue_its_attempts_group_and_the_groups_size():
+    sim = Sim(queued(), settings=ON)
+    sim.sync()
+    assert sorted(sim.pods) == PODS
+    assert {name: kueue_marks(pod) for name, pod in sim.pods.items()} == {
+        name: {"queue": "team-a", "group": "mx-01234567-0", "total": "4"} for name in PODS}
+
+
+@pytest.mark.parametrize(("settings", "label"), [({}, True), ({"kueue_pod_groups": "false"}, True), (ON, False)],
+                         ids=["default-setting", "setting-false", "job-not-queued"])
+def test_no_kueue_marks_unless_the_setting_is_on_and_the_job_is_queued(settings, label):
+    sim = Sim(queued(label), settings=settings)
+    sim.sync()
+    assert all(kueue_marks(pod) == {"queue": None, "group": None, "total": None} for pod in sim.pods.values())
+
+
+def test_the_queue_annotation_kueue_once_read_counts_as_the_label():
+    job = queued(label=False)
+    job["metadata"]["annotations"] = {QUEUE: "team-b"}
+    sim = Sim(job, settings=ON)
+    sim.sync()
+    assert {kueue_marks(pod)["queue"] for pod in sim.pods.values()} == {"team-b"}
+
+
+def test_a_restarted_job_forms_a_new_group_for_its_new_attempt():
+    # Kueue finishes a group once: the pods of attempt 1 must not join attempt 0's.
+    every = {"restartPolicy": "ExitCode"}
+    sim = Sim(queued(replicas={"Scheduler": {"replicas": 1, **every}, "Server": {"replicas": 1, **every},
+                               "Worker": {"replicas": 2, **every}}, runPolicy={"backoffLimit": 3}), settings=ON)
+    sim.sync()
+    sim.run()
+    sim.sync()
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
+    for _ in range(3):  # the attempt's record, the old pods deleted, the new ones created
+        sim.sync()
+    assert sim.status["attempt"] == 1
+    assert {name: kueue_marks(pod)["group"] for name, pod in sim.pods.items()} == {name: "mx-01234567-1" for name in PODS}
+
+
+@pytest.mark.parametrize("attempt", [0, 99999])
+def test_a_group_name_is_a_label_value_whatever_the_job_name(attempt):
+    name = pod_group_name("j" * 63, "0123456789abcdef", attempt)
+    assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+
+
+def test_an_unknown_setting_is_an_installation_error_that_names_the_setting():
+    with pytest.raises(ValueError, match="MXJOB_KUEUE_POD_GROUPS='yes': use true"):
+        sync_mxjob({"parent": queued()}, now=None, kueue_pod_groups="yes")  # type: ignore[arg-type]
