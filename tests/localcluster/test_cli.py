@@ -212,11 +212,13 @@ def test_logs_follow_prints_what_is_written_while_the_run_goes_on_and_stops_with
 
     def hold_the_run_lock() -> None:
         with cli.job_lock(state, "default", "fjob"):
-            release.wait(10)
+            release.wait(120)  # the test sets it; the bound only keeps a failed test from hanging for ever
 
-    holder = threading.Thread(target=hold_the_run_lock)
+    holder = threading.Thread(target=hold_the_run_lock, daemon=True)
     holder.start()
+    deadline = time.monotonic() + 30  # on a loaded machine the thread may take a while to get the lock
     while not cli.job_running(state, "default", "fjob"):
+        assert time.monotonic() < deadline, "the run lock was never taken"
         time.sleep(0.01)
     follower = threading.Thread(target=lambda: codes.append(cli.logs(args, out=out, err=io.StringIO())))
     follower.start()
@@ -269,7 +271,8 @@ def test_a_stop_signal_stops_every_process(tmp_path: Path, signals: tuple[int, .
     path = write(tmp_path, job("stopme", pod, grace=30))
     proc = start_cli(tmp_path, "run", str(path), "--timeout", "100", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: processes_with(marker), 60, "the pod's process")
+        # Start-up (a control plane, the hooks server, a sync) took over 60 s at a load average of 13.
+        wait_until(lambda: processes_with(marker), 90, "the pod's process")
         port = next(line.split(":")[-1].split()[0] for line in iter(proc.stdout.readline, "")  # type: ignore[union-attr]
                     if line.startswith("hooks server:"))
         assert processes_with(f"127.0.0.1:{port}"), "the hooks server runs"
