@@ -510,7 +510,11 @@ def parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--metacontroller", choices=("emulation", "none"), default="emulation",
                            help="emulation (default): the project's Metacontroller stand-in syncs the jobs; none: leave "
                                 "that role to a real Metacontroller run against the printed kubeconfig")
-    up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (nothing checks it)")
+    up_parser.add_argument("--cpus", help="the node's CPU capacity as a quantity (4, 500m; default: this machine's CPUs): "
+                                          "what kube-scheduler fits pods' requests into")
+    up_parser.add_argument("--memory", help="the node's memory capacity as a quantity (16Gi; default: this machine's memory)")
+    up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (default 0; pods that ask "
+                                                               "for GPUs are placed within it and run without any)")
     down_parser = sub.add_parser("down", help="stop the cluster `localcluster up` runs from this state dir")
     # `--state-dir` after the subcommand too (`localcluster run job.yaml --state-dir DIR`): there it wins.
     for subparser in (run_parser, logs_parser, up_parser, down_parser):

@@ -1,4 +1,5 @@
-"""LocalCluster: the real control plane, the Metacontroller stand-in, the process kubelet and the hooks server, wired."""
+"""LocalCluster: the real control plane, the Metacontroller stand-in, the process kubelet with its Node, the gang
+stand-in and the hooks server, wired."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from .apistore import ApiStore
 from .config import ControllerConfig, load_controller_configs
 from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
 from .dns import ClusterDNS
-from .gang import GangGate
+from .gang import GangScheduler
 from .hooks_server import FaultProxy, HooksServer
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
 from .kubeletapi import ContainerLog, KubeletLogServer
 from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
+from .node import NodeHeartbeat, NodeSize, machine_size
 from .podprocess import RESTART_BACKOFF
 from .store import StoreError, controller_uid, json_copy
 from .types import KubeObject
@@ -91,6 +93,8 @@ class LocalCluster:
         control_plane: ControlPlane | None = None,
         control_plane_dir: Path | None = None,
         gpus: int = 0,
+        cpus: str | None = None,
+        memory: str | None = None,
         metacontroller: bool = True,
         kubelet_mode: str = "process",
         service_dns: bool = False,
@@ -101,12 +105,15 @@ class LocalCluster:
         pointed at the control plane's kubeconfig takes that role. `kubelet_mode` "noprocess" runs every
         pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
         hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
-        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn)."""
+        the hooks server stands in for its endpoints): for checking an install's URLs (MetacontrollerStandIn).
+        `cpus`, `memory` and `gpus` size the Node the pods are scheduled to (node.py: this machine's CPUs and
+        memory by default); a bad value is a ValueError naming the option."""
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
-        self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
+        self._strict_dns, self._restart_backoff = strict_dns, restart_backoff
+        self.node_size: NodeSize = machine_size(cpus, memory, gpus)
         self._kubelet_mode = kubelet_mode
         self.run_metacontroller = metacontroller
         self.log_server: KubeletLogServer | None = None
@@ -122,15 +129,17 @@ class LocalCluster:
         self._backend = ""
 
     def _wire(self, store: ApiStore) -> None:
-        """The store and what reads it: DNS, the kubelet and its gang gate."""
+        """The store and what reads it: DNS, the kubelet with its Node, the gang stand-in."""
         self.store = store
         self.dns = ClusterDNS(self.store, strict=self._strict_dns)
         if self._strict_dns and not self.dns.strict:
             print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
                   "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
                   "(docs/localcluster.md, 'DNS').", file=sys.stderr)
+        port = self.log_server.port if self.log_server is not None else 0
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=self._restart_backoff,
-                                      gate=GangGate(self.store), mode=self._kubelet_mode)
+                                      node=NodeHeartbeat(store, self.node_size, kubelet_port=port), mode=self._kubelet_mode)
+        self.gang = GangScheduler(self.store)
 
     def _start_kubernetes(self) -> None:
         """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""
@@ -143,7 +152,7 @@ class LocalCluster:
             self.control_plane.start()
         self.log_server = KubeletLogServer(self._log_file, self._pod_running)
         self.log_server.start()
-        prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
+        prepare_cluster(self.control_plane)
         if self._own_control_plane:
             self.control_plane.start_controllers()  # after the CRDs: the garbage collector knows the jobs at once
         kinds = {("v1", "Pod"), ("v1", "Service"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet")}
@@ -198,6 +207,7 @@ class LocalCluster:
             for controller in self.controllers.values():
                 controller.start()
             self.kubelet.start()
+            self.gang.start()
         except BaseException:
             self.stop()
             raise
@@ -223,6 +233,8 @@ class LocalCluster:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
         # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
         steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
+        if hasattr(self, "gang"):
+            steps.append(self.gang.stop)
         if hasattr(self, "kubelet"):
             steps.append(self.kubelet.stop)
         if self.log_server is not None:
