@@ -30,7 +30,7 @@ import kubernetes
 import urllib3
 
 from .config import KNOWN_KINDS, PARENT_KINDS
-from .store import ADDED, DELETED, MODIFIED, StoreError, Watcher, json_copy
+from .store import ADDED, DELETED, MODIFIED, NewStatus, StoreError, Watcher, json_copy
 from .types import KubeObject
 
 # (apiVersion, kind) -> plural: every parent and child kind the stand-in knows (config.py), read
@@ -281,18 +281,20 @@ class ApiStore:
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._object("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
 
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: NewStatus, *,
                       current: KubeObject | None = None, attempts: int = 10) -> bool:
         """Replace .status through the status subresource over `current` (the object as just read; read
-        here when not given), read again and retried on conflict up to `attempts` times in all; True if it changed."""
+        here when not given), read again and retried on conflict up to `attempts` times in all; True if it changed. A callable `status`
+        makes the new status from the one read, on every attempt."""
         for attempt in range(attempts):
             if attempt or current is None:
                 current = self.get(api_version, kind, namespace, name)
             if current is None:
                 raise StoreError(404, "NotFound", f"{kind} {name!r} not found")
-            if current.get("status") == status:
+            new = status(current.get("status") or {}) if callable(status) else status
+            if current.get("status") == new:
                 return False
-            body = {**current, "status": copy.deepcopy(status)}
+            body = {**current, "status": copy.deepcopy(new)}
             try:
                 self.request("PUT", self._object_path(api_version, kind, namespace, name, "status"), body)
                 return True

@@ -529,7 +529,11 @@ def parser() -> argparse.ArgumentParser:
                            help="emulation (default): the project's Metacontroller stand-in syncs the jobs; none: leave "
                                 "that role to a real Metacontroller run against the printed kubeconfig; PATH: run the "
                                 "Metacontroller binary there, as its ServiceAccount (docs/localcluster.md)")
-    up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (nothing checks it)")
+    up_parser.add_argument("--cpus", help="the node's CPU capacity as a quantity (4, 500m; default: this machine's CPUs): "
+                                          "what kube-scheduler fits pods' requests into")
+    up_parser.add_argument("--memory", help="the node's memory capacity as a quantity (16Gi; default: this machine's memory)")
+    up_parser.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the node (default 0; pods that ask "
+                                                               "for GPUs are placed within it and run without any)")
     for subparser in (run_parser, up_parser):
         subparser.add_argument("--kueue", action="store_true",
                                help="also install and start a real Kueue (built by `make kueue`) with its pod integration on; "

@@ -1,4 +1,5 @@
-"""LocalCluster: the real control plane, the Metacontroller stand-in, the process kubelet and the hooks server, wired."""
+"""LocalCluster: the real control plane, the Metacontroller stand-in, the process kubelet with its Node, the gang
+stand-in and the hooks server, wired."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .apistore import ApiStore
 from .config import ControllerConfig, load_controller_configs
 from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
 from .dns import HOST_HOSTS, ClusterDNS, strict_dns_unavailable
-from .gang import GangGate
+from .gang import GangScheduler
 from .hooks_server import FaultProxy, HooksServer
 from .jobstatus import status_reader_for
 from .kubelet import ProcessKubelet
@@ -31,6 +32,7 @@ from .metacontroller_binary import (
     install_controllers_as_shipped,
     service_hooks,
 )
+from .node import NodeHeartbeat, NodeSize, machine_size
 from .podprocess import RESTART_BACKOFF
 from .store import StoreError, controller_uid, json_copy
 from .types import KubeObject
@@ -101,6 +103,8 @@ class LocalCluster:
         control_plane: ControlPlane | None = None,
         control_plane_dir: Path | None = None,
         gpus: int = 0,
+        cpus: str | None = None,
+        memory: str | None = None,
         metacontroller: str = "emulation",
         kubelet_mode: str = "process",
         service_dns: bool = False,
@@ -120,7 +124,8 @@ class LocalCluster:
         on the Service's port (root only: a mount namespace of its own).
         `kueue` installs and starts a real Kueue (localcluster/kueue.py, built by `make kueue`) before any pod can
         be created; it needs a control plane of its own: its webhooks and its finalizers on pods would outlive it
-        on a shared one."""
+        on a shared one. `cpus`, `memory` and `gpus` size the Node the pods are scheduled to (node.py: this
+        machine's CPUs and memory by default); a bad value is a ValueError naming the option."""
         if kueue and control_plane is not None:
             raise ValueError("LocalCluster(kueue=True) starts its own control plane: Kueue's webhooks and pod finalizers "
                              "would outlive it on a shared one")
@@ -128,7 +133,8 @@ class LocalCluster:
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
         self._own_control_plane = False
-        self._strict_dns, self._restart_backoff, self.gpus = strict_dns, restart_backoff, gpus
+        self._strict_dns, self._restart_backoff = strict_dns, restart_backoff
+        self.node_size: NodeSize = machine_size(cpus, memory, gpus)
         self._kubelet_mode = kubelet_mode
         self.engine = metacontroller if metacontroller in ("emulation", "none") else "binary"
         self.metacontroller_binary: MetacontrollerBinary | None = None
@@ -154,15 +160,17 @@ class LocalCluster:
         self._backend = ""
 
     def _wire(self, store: ApiStore) -> None:
-        """The store and what reads it: DNS, the kubelet and its gang gate."""
+        """The store and what reads it: DNS, the kubelet with its Node, the gang stand-in."""
         self.store = store
         self.dns = ClusterDNS(self.store, strict=self._strict_dns)
         if self._strict_dns and not self.dns.strict:
             print(f"localcluster: names cannot resolve as in a cluster here: {self.dns.fallback_reason}. Service names are "
                   "rewritten to 127.0.0.1 in each container's env instead, so they resolve from the start "
                   "(docs/localcluster.md, 'DNS').", file=sys.stderr)
+        port = self.log_server.port if self.log_server is not None else 0
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=self._restart_backoff,
-                                      gate=GangGate(self.store), mode=self._kubelet_mode)
+                                      node=NodeHeartbeat(store, self.node_size, kubelet_port=port), mode=self._kubelet_mode)
+        self.gang = GangScheduler(self.store)
 
     def _start_kubernetes(self) -> None:
         """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""
@@ -175,7 +183,7 @@ class LocalCluster:
             self.control_plane.start()
         self.log_server = KubeletLogServer(self._log_file, self._pod_running)
         self.log_server.start()
-        prepare_cluster(self.control_plane, gpus=self.gpus, kubelet_port=self.log_server.port)
+        prepare_cluster(self.control_plane)
         if self._own_control_plane:
             self.control_plane.start_controllers()  # after the CRDs: the garbage collector knows the jobs at once
         if self.want_kueue:  # before the kubelet and the controllers: no pod is created before its webhook answers
@@ -243,6 +251,7 @@ class LocalCluster:
                     install_controllers(self.control_plane, self.configs, backend)
                 self.metacontroller_binary.start(self.control_plane)
             self.kubelet.start()
+            self.gang.start()
         except BaseException:
             self.stop()
             raise
@@ -289,25 +298,12 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every process this cluster started (containers, hooks server) and its threads."""
-        # Each part is stopped even if an earlier one fails, so no process outlives the cluster.
-        steps: list[Callable[..., None]] = [c.stop for c in self.controllers.values()]
-        if self.metacontroller_binary is not None:
-            steps.append(self.metacontroller_binary.stop)
-        if hasattr(self, "kubelet"):
-            steps.append(self.kubelet.stop)
-        if self.log_server is not None:
-            steps.append(self.log_server.stop)
-        store = getattr(self, "store", None)
-        if store is not None:
-            steps.append(store.stop)
-        if self.kueue is not None:
-            steps.append(self.kueue.stop)
-        if self._own_control_plane and self.control_plane is not None:
-            steps.append(self.control_plane.stop)
-        if self.proxy is not None:
-            steps.append(self.proxy.stop)
-        if self.hooks is not None:
-            steps.append(self.hooks.stop)
+        # Each part is stopped even if an earlier one fails, so no process outlives the cluster. In this
+        # order: what writes (Metacontroller, the schedulers, the kubelet) before what it writes to.
+        parts = [*self.controllers.values(), self.metacontroller_binary, getattr(self, "gang", None),
+                 getattr(self, "kubelet", None), self.log_server, getattr(self, "store", None), self.kueue,
+                 self.control_plane if self._own_control_plane else None, self.proxy, self.hooks]
+        steps: list[Callable[..., None]] = [part.stop for part in parts if part is not None]
         errors: list[BaseException] = []
         for step in steps:
             try:

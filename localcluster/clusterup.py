@@ -1,12 +1,13 @@
 """`localcluster up` and `down`: a Kubernetes cluster on this machine that plain kubectl talks to.
 
-`up` starts the real control plane (etcd, kube-apiserver, kube-controller-manager), the hooks
-server, one Metacontroller stand-in per shipped CompositeController (or, with `--metacontroller
-PATH`, that Metacontroller binary; with `none`, nothing in that role) and the process kubelet;
-installs the CRDs, the CompositeControllers with their hook URLs pointed at the local hooks server,
-and Metacontroller's RBAC; writes a kubeconfig; then stays in the foreground until Ctrl-C, SIGTERM
-or `localcluster down`. Every job kubectl creates runs as it would in a cluster; pod logs go to
-`<state dir>/<namespace>/<job>/<pod>.log`.
+`up` starts the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler),
+the hooks server, one Metacontroller stand-in per shipped CompositeController (or, with
+`--metacontroller PATH`, that Metacontroller binary; with `none`, nothing in that role), the
+process kubelet with its Node (this machine's CPUs and memory, or `--cpus`, `--memory`, `--gpus`)
+and the gang stand-in; installs the CRDs, the CompositeControllers with their hook URLs pointed at
+the local hooks server, and Metacontroller's RBAC; writes a kubeconfig; then stays in the
+foreground until Ctrl-C, SIGTERM or `localcluster down`. Every job kubectl creates runs as it
+would in a cluster; pod logs go to `<state dir>/<namespace>/<job>/<pod>.log`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .controlplane import ControlPlane
 from .kueue import Kueue
 from .kueue import version as kueue_version
 from .metacontroller_binary import install_controllers
+from .node import NODE_NAME
 from .store import StoreError
 
 UP_LOCK = "up.lock"
@@ -52,9 +54,17 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         stop["signum"] = signum
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    cluster = LocalCluster(state_dir, control_plane_dir=state_dir / "cluster",
-                           hooks_log=state_dir / "hooks-server.log", gpus=args.gpus,
-                           metacontroller=args.metacontroller, kueue=getattr(args, "kueue", False))
+    try:
+        cluster = LocalCluster(state_dir, control_plane_dir=state_dir / "cluster",
+                               hooks_log=state_dir / "hooks-server.log", gpus=args.gpus, cpus=args.cpus, memory=args.memory,
+                               metacontroller=args.metacontroller,
+                               kueue=getattr(args, "kueue", False))
+    except ValueError as error:
+        print(f"error: {error}", file=err)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        lock.close()
+        return EXIT_CANNOT_START
     try:
         started = time.monotonic()
         try:
@@ -75,6 +85,9 @@ def up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               f"API server {cluster.control_plane.server}", file=out)
         print(role, file=out)
         print(f"hooks server: {cluster.hooks.url} (log {cluster.hooks.log_path})", file=out)
+        size = cluster.node_size
+        print(f"node {NODE_NAME}: cpu {size.cpu}, memory {size.memory}" + (f", nvidia.com/gpu {size.gpus}" if size.gpus else "")
+              + " (kube-scheduler fits pods' requests into it)", file=out)
         print(f"pods run here as processes; their logs: {state_dir}/<namespace>/<job>/<pod>.log "
               "(localcluster logs <job> <pod>)", file=out)
         print(f"kubectl: {cluster.control_plane.binaries / 'kubectl'} (any kubectl works)", file=out)

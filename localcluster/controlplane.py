@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager, built
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built
 from source by `make controlplane` (controlplane/, docs/real-apiserver.md), started as child processes.
 
 This is the project's envtest: the tests start one per session, and the local cluster can run on it.
@@ -11,9 +11,15 @@ What it sets up, and why:
   the certificate then its CA, so it is also the kubeconfig's `certificate-authority`), a bearer token in
   `system:masters` for the admin, RBAC authorization (so Metacontroller's rights can be checked for
   real), default admission plugins, a service-account signing key;
-- kube-controller-manager with the controllers the children need (CONTROLLERS below) and nothing that
-  needs a kubelet's heartbeats (node lifecycle, pod GC, endpoints: pods here have no real network), and the
-  ClusterRole aggregation every cluster runs (so the built-in admin, edit and view roles take in an operator's rules).
+- kube-controller-manager with the controllers the children need (CONTROLLERS below), the node lifecycle
+  controller (it takes the not-ready taint off a Node whose kubelet reports Ready, and puts it back when
+  the heartbeat stops), the ClusterRole aggregation every cluster runs (so the built-in admin, edit and
+  view roles take in an operator's rules), and nothing that acts on what pods here lack (pod GC, taint
+  eviction, endpoints: pods have no real network);
+- kube-scheduler, as `system:kube-scheduler` with its own token and kubeconfig (the RBAC the API server's
+  bootstrap policy gives that user on every cluster), leader election off: it binds every pod whose
+  schedulerName is `default-scheduler` to a Node that fits it, preempts by PriorityClass, and honours
+  scheduling gates. The Node is the process kubelet's (localcluster/node.py).
 
 Every process runs in a process group of its own and is stopped with it (SIGTERM, then SIGKILL), on
 `stop()`, on leaving the `with` block, at interpreter exit, and, through PR_SET_PDEATHSIG, when the
@@ -46,12 +52,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from .types import KubeObject
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 # The controllers the children need (Job, StatefulSet), the ones that clean up after them (garbage
 # collector, namespace, TTL after finished), and the ones admission relies on (a `default`
@@ -66,7 +70,11 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
     "clusterrole-aggregation-controller",
+    # Takes the not-ready taint TaintNodesByCondition puts on a new Node off once its kubelet reports
+    # Ready (else the scheduler places nothing there), and marks the Node when the heartbeat stops.
+    "node-lifecycle-controller",
 )
+SCHEDULER_USER = "system:kube-scheduler"  # the user the bootstrap RBAC binds the system:kube-scheduler role to
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 START_TIMEOUT = 60.0
 STOP_GRACE_SECONDS = 5.0
@@ -149,6 +157,7 @@ class ControlPlane:
     controllers: tuple[str, ...] = CONTROLLERS
     extra_apiserver_flags: tuple[str, ...] = ()
     hold_controllers: bool = False
+    scheduler: bool = True
     components: list[Component] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     token: str = ""
@@ -164,6 +173,10 @@ class ControlPlane:
     @property
     def kubeconfig(self) -> Path:
         return self.root / "admin.kubeconfig"
+
+    @property
+    def scheduler_kubeconfig(self) -> Path:
+        return self.root / "scheduler.kubeconfig"
 
     @property
     def ca_file(self) -> Path:
@@ -213,7 +226,9 @@ class ControlPlane:
         self.token = secrets.token_hex(16)
         sa_key = self.root / "pki" / "service-account.key"
         sa_key.write_bytes(_rsa_key_pem())
-        (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        scheduler_token = secrets.token_hex(16)
+        (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n"
+                                              f"{scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n")
 
         etcd_port, etcd_peer = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
@@ -248,16 +263,26 @@ class ControlPlane:
         ])
         self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
         self.startup_seconds["kube-apiserver"] = time.monotonic() - begin - self.startup_seconds["etcd"]
-        self._write_kubeconfig()
+        self._write_kubeconfig(self.kubeconfig, "admin", self.token)
+        self._write_kubeconfig(self.scheduler_kubeconfig, SCHEDULER_USER, scheduler_token)
 
         if not self.hold_controllers:
             self.start_controllers()
         self.startup_seconds["total"] = time.monotonic() - begin
 
     def start_controllers(self) -> None:
-        """Start kube-controller-manager (start() does, unless `hold_controllers`: install CRDs first, so its
-        garbage collector knows their kinds from the start instead of after its next 30 s discovery)."""
+        """Start kube-controller-manager and kube-scheduler (start() does, unless `hold_controllers`: install
+        CRDs first, so the garbage collector knows their kinds from the start instead of after its next 30 s
+        discovery). Both start before either is waited for: they come up side by side."""
         mark = time.monotonic()
+        scheduler_port = free_port()
+        if self.scheduler:
+            self._spawn("kube-scheduler", [
+                f"--kubeconfig={self.scheduler_kubeconfig}",
+                # Its /readyz (always allowed, no client certificate needed) says when its informers have synced.
+                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={scheduler_port}",
+                f"--cert-dir={self.root / 'pki' / 'kube-scheduler'}",
+            ])
         sa_key = self.root / "pki" / "service-account.key"
         self._spawn("kube-controller-manager", [
             f"--kubeconfig={self.kubeconfig}",
@@ -270,6 +295,10 @@ class ControlPlane:
             # The controller manager is working once the serviceaccount controller has made `default`.
             self._wait("kube-controller-manager", lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"))
         self.startup_seconds["kube-controller-manager"] = time.monotonic() - mark
+        if self.scheduler:
+            self._wait("kube-scheduler", lambda: _http_ok(f"https://127.0.0.1:{scheduler_port}/readyz",
+                                                          context=_unverified_context()))
+            self.startup_seconds["kube-scheduler"] = time.monotonic() - mark
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = self.root / f"{name}.log"
@@ -337,14 +366,14 @@ class ControlPlane:
                 time.sleep(0.05)
         self.kubectl("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *(f"crd/{n}" for n in crd_names))
 
-    def _write_kubeconfig(self) -> None:
+    def _write_kubeconfig(self, path: Path, user: str, token: str) -> None:
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "local",
             "clusters": [{"name": "local", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
         }
-        self.kubeconfig.write_text(json.dumps(config, indent=2))
+        path.write_text(json.dumps(config, indent=2))
 
     def request_counts(self) -> dict[tuple[str, str, str], int]:
         """Requests the API server has served since it started, by (verb, resource, subresource), from
@@ -367,39 +396,15 @@ class ControlPlane:
             yield component.name, component.tail()
 
 
-NODE_NAME = "localcluster"  # the process kubelet's node (podsandbox.NODE_NAME names the same)
-
-
-def node_object(gpus: int = 0, kubelet_port: int = 0) -> KubeObject:
-    """The process kubelet's Node: Ready, generous capacity, and `nvidia.com/gpu` when asked (nothing checks it)."""
-    capacity = {"cpu": "64", "memory": "256Gi", "pods": "10000", "ephemeral-storage": "1Ti"}
-    if gpus:
-        capacity["nvidia.com/gpu"] = str(gpus)
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
-                                                   "node.kubernetes.io/instance-type": "localcluster"}},
-        "status": {
-            "capacity": capacity, "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "localcluster's process kubelet"}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE_NAME}],
-            # Where the API server finds the kubelet's log endpoint (kubeletapi.py), for `kubectl logs`.
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
-            "nodeInfo": {"kubeletVersion": "localcluster", "operatingSystem": "linux", "architecture": "amd64",
-                         "containerRuntimeVersion": "localcluster://processes", "kernelVersion": "", "osImage": "",
-                         "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
-        },
-    }
-
-
-def prepare_cluster(cp: ControlPlane, *, gpus: int = 0, kubelet_port: int = 0) -> None:
-    """What the local cluster needs on a fresh control plane: the project's CRDs (crd/), the third-party
-    CRDs its children and CompositeControllers use (localcluster/thirdparty), and the kubelet's Node."""
+def prepare_cluster(cp: ControlPlane) -> None:
+    """What the local cluster needs on a fresh control plane: the project's CRDs (crd/) and the third-party
+    CRDs its children and CompositeControllers use (localcluster/thirdparty). The Node is the kubelet's to
+    register (node.py)."""
     from .thirdparty import third_party_crds
 
     crds = third_party_crds()
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [*crds, node_object(gpus, kubelet_port)]}))
+               input=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO_ROOT / "crd"))
     cp.wait_established(*(crd["metadata"]["name"] for crd in crds), "mxjobs.kubeflow.org", "chainerjobs.kubeflow.org")
 
@@ -418,6 +423,14 @@ def _http_ok(url: str, *, token: str = "", context: ssl.SSLContext | None = None
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ssl.SSLError):
         return False
+
+
+def _unverified_context() -> ssl.SSLContext:
+    """For a component's own health endpoint on loopback: it serves a certificate it made itself at start."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _rsa_key_pem() -> bytes:

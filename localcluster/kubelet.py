@@ -1,6 +1,6 @@
 """The process kubelet: watches the store for Pods and runs each one's lifecycle in a PodWorker thread.
 
-Owns: admission (the scheduling gate, the binding), the order of a pod's life (volumes, init
+Owns: running the pods bound to its Node, the order of a pod's life (volumes, init
 containers one after another, app containers together, restarts, eviction, termination and removal
 from the store), the requests other threads make (delete, evict, kill, stop), `pod.json` copies for
 the kubectl stand-in, log file locations and the cleanup of pod folders. The parts it drives live
@@ -22,10 +22,9 @@ Decisions (docs/localcluster.md says the same):
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
-- Scheduling: a pod is bound at once unless the `gate` (the gang scheduler, localcluster/gang.py)
-  holds it back; it then stays Pending with PodScheduled False, reason Unschedulable. A pod with
-  `spec.schedulingGates` (Kueue's `kueue.x-k8s.io/admission`) waits, as the scheduler leaves it, with the
-  API server's own PodScheduled False, reason SchedulingGated, until the last gate is removed.
+- Scheduling is not the kubelet's: it runs only the pods bound to its Node (node.py, which it
+  registers and keeps Ready with a heartbeat), by kube-scheduler or, for a gang's pods, by the gang
+  stand-in (gang.py). A pod nothing has bound is not its business.
 - Volumes (volumes.py): emptyDir, configMap and projected volumes are directories under the pod's
   state dir (the ServiceAccount token requested from the API server, bound to the pod), and
   mountPaths are rewritten to them in command, args, workingDir and env; the `kubernetes` Service
@@ -44,12 +43,12 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .config import REPO_ROOT
 from .dns import ClusterDNS
+from .node import NODE_NAME, NodeHeartbeat
 from .noprocess import NOPROCESS, NoProcessNode, wants_noprocess
 from .podenv import EnvError
 from .podprocess import (
@@ -67,14 +66,12 @@ from .podprocess import (
     signal_one,
     spawn,
 )
-from .podsandbox import NODE_NAME, PodSandbox
+from .podsandbox import PodSandbox
 from .podstatus import PodStatusReport, pod_phase
-from .store import DELETED, ObjectStore, StoreError, controller_of, now_rfc3339
+from .store import DELETED, ObjectStore, controller_of, now_rfc3339
 from .types import KubeObject
 from .volumes import VolumeNotReady
 
-GATE_POLL_SECONDS = 0.1
-SchedulingGate = Callable[[KubeObject], "str | None"]  # why a pod may not be bound yet, or None
 CONFIG_RETRY_SECONDS = 0.5  # how soon a container waiting for its ConfigMap tries again
 VOLUME_RETRY_SECONDS = 0.2  # how soon a pod waiting for a configMap volume's ConfigMap tries again
 
@@ -83,11 +80,12 @@ class ProcessKubelet:
     """Watches the store for Pods and runs each in a PodWorker thread."""
 
     def __init__(self, store: ObjectStore, dns: ClusterDNS, log_dir: Path, *, workdir: Path = REPO_ROOT,
-                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, gate: SchedulingGate | None = None,
+                 restart_backoff: tuple[float, float] = RESTART_BACKOFF, node: NodeHeartbeat | None = None,
                  mode: str = "process"):
         """`mode` "noprocess" runs every pod on the no-process node (noprocess.py: Running without a
         process, for scale measurements); "process" runs processes, except for pods whose
-        `localcluster.kubeflow.org/kubelet` annotation is "noprocess"."""
+        `localcluster.kubeflow.org/kubelet` annotation is "noprocess". `node` registers the Node and keeps
+        it Ready while the kubelet runs (None: a test's store that has no scheduler)."""
         if mode not in ("process", NOPROCESS):
             raise ValueError(f"kubelet mode must be 'process' or 'noprocess', not {mode!r}")
         self.store, self.dns, self.log_dir, self.workdir = store, dns, Path(log_dir), Path(workdir)
@@ -95,7 +93,7 @@ class ProcessKubelet:
         self._noprocess: NoProcessNode | None = None
         self.pods_dir = self.log_dir / "pods"  # volumes, stand-in binaries and exec registrations per pod
         self.restart_backoff = restart_backoff
-        self.gate = gate
+        self.node = node
         self._workers: dict[tuple[str, str], PodWorker] = {}
         self._pod_dirs: set[Path] = set()  # every pod folder this kubelet made, removed at stop
         self._recorded: dict[Path, tuple[str, int, bool]] = {}  # pod.json: (uid, resourceVersion, deleted)
@@ -104,7 +102,10 @@ class ProcessKubelet:
         self._stopped = False
 
     def start(self) -> None:
-        """Begin running Pods (existing and future)."""
+        """Register the Node, then begin running the Pods bound to it (existing and future)."""
+        if self.node is not None:
+            self.node.register()
+            self.node.start()
         self.store.watch(self._on_event)
         for pod in self.store.list("v1", "Pod"):
             self._on_event("ADDED", pod)
@@ -112,6 +113,8 @@ class ProcessKubelet:
     def _on_event(self, event: str, obj: KubeObject) -> None:
         if obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1" or self._stopped:
             return
+        if obj.get("spec", {}).get("nodeName") != NODE_NAME:
+            return  # not bound yet (the scheduler's), or another node's; a binding comes as a MODIFIED event
         if self.mode == NOPROCESS or wants_noprocess(obj):
             self.noprocess.on_event(event, obj)
             return
@@ -129,10 +132,9 @@ class ProcessKubelet:
                 return
             if worker is None:
                 if meta.get("deletionTimestamp"):
-                    if obj.get("spec", {}).get("nodeName") == NODE_NAME:
-                        # Bound here, but nothing runs it (a kubelet restart): confirm the deletion, as a kubelet does.
-                        threading.Thread(target=self.store.remove, args=("v1", "Pod", meta["namespace"], meta["name"]),
-                                         daemon=True).start()
+                    # Bound here, but nothing runs it (a kubelet restart): confirm the deletion, as a kubelet does.
+                    threading.Thread(target=self.store.remove, args=("v1", "Pod", meta["namespace"], meta["name"]),
+                                     daemon=True).start()
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
@@ -146,7 +148,7 @@ class ProcessKubelet:
         """The no-process node, made when the first pod goes there."""
         with self._lock:
             if self._noprocess is None:
-                self._noprocess = NoProcessNode(self.store, node_name=NODE_NAME, gate=self.gate)
+                self._noprocess = NoProcessNode(self.store, node_name=NODE_NAME)
             return self._noprocess
 
     def _record(self, event: str, pod: KubeObject) -> None:
@@ -225,6 +227,8 @@ class ProcessKubelet:
     def stop(self, grace: float = 2.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
         self._stopped = True
+        if self.node is not None:
+            self.node.stop()
         if self._noprocess is not None:
             self._noprocess.stop()
         with self._lock:
@@ -328,10 +332,8 @@ class PodWorker(threading.Thread):
             self.kubelet._forget(self)
 
     def _run(self) -> None:
-        if not self._wait_for_gate():
+        if self._stopping():
             self._terminate()
-            return
-        if not self._bind():
             return
         self._write_status()
         init_ok = self._prepare() and self._run_init_containers()
@@ -382,44 +384,6 @@ class PodWorker(threading.Thread):
         with self._lock:
             evicting = self._evict_message is not None and not self.report.evicted
             return self._terminate_grace is not None or evicting
-
-    def _wait_for_gate(self) -> bool:
-        """Stay Pending while the gate holds the pod back; False if the pod ends meanwhile."""
-        gate = self.kubelet.gate
-        while not self._stopping():
-            current = self.kubelet.store.get("v1", "Pod", *self.key)
-            if current is None or current["metadata"]["uid"] != self.uid:
-                return False
-            if current.get("spec", {}).get("schedulingGates"):
-                # The API server refuses the binding and wrote SchedulingGated itself; the watch that
-                # removes the gate may come before this worker is gone, so it waits here, not elsewhere.
-                self._wake.wait(GATE_POLL_SECONDS)
-                self._wake.clear()
-                continue
-            reason = gate(current) if gate is not None else None
-            if reason is None:
-                self.report.unschedulable = None
-                return True
-            if reason != self.report.unschedulable:
-                self.report.unschedulable = reason
-                self.report.condition("PodScheduled", "False")
-                self._write_status()
-            self._wake.wait(GATE_POLL_SECONDS)
-            self._wake.clear()
-        return not self._stopping()
-
-    def _bind(self) -> bool:
-        """Bind the pod to this node (the scheduler's binding), so deletion becomes graceful."""
-        current = self.kubelet.store.get("v1", "Pod", *self.key)
-        if current is None or current["metadata"]["uid"] != self.uid:
-            return False
-        if not current.get("spec", {}).get("nodeName"):
-            try:
-                self.kubelet.store.bind(self.key[0], self.key[1], NODE_NAME)
-            except StoreError:
-                return False  # gone, or deleting: nothing to run
-        self.report.condition("PodScheduled", "True")
-        return True
 
     def _run_init_containers(self) -> bool:
         """Run init containers in order; False if the Pod ends (failed or stopping) before app containers."""

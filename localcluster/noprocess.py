@@ -1,4 +1,4 @@
-"""A node without processes, as kwok's fake nodes: pods are bound and reported Running (Ready) and
+"""A node without processes, as kwok's fake nodes: pods bound to it are reported Running (Ready) and
 nothing runs. For scale measurements only (benchmarks/scale_bench.py); never for the tests that run
 real MXNet or ChainerMN.
 
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dns import LOOPBACK
+from .podstatus import keep_others
 from .store import ObjectStore, StoreError, now_rfc3339
 from .types import KubeObject
 
@@ -37,8 +38,7 @@ KUBELET_ANNOTATION = ANNOTATION_PREFIX + "kubelet"  # "noprocess": this pod goes
 EXIT_CODE_ANNOTATION = ANNOTATION_PREFIX + "exit-code"
 EXIT_AFTER_ANNOTATION = ANNOTATION_PREFIX + "exit-after-seconds"
 NOPROCESS = "noprocess"
-WRITERS = 4  # concurrent API writers (binding and status writes)
-GATE_RETRY_SECONDS = 0.5
+WRITERS = 4  # concurrent API writers (status writes)
 
 
 def wants_noprocess(pod: KubeObject) -> bool:
@@ -77,16 +77,14 @@ class _Pod:
     restarts: int = 0
     last_state: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
-    unschedulable: str | None = None
     gone: bool = False
 
 
 class NoProcessNode:
-    """Runs pods without processes: bind, report Running, and end them when their annotations say."""
+    """Runs pods bound to the node without processes: report Running, and end them when their annotations say."""
 
-    def __init__(self, store: ObjectStore, *, node_name: str, gate: Callable[[KubeObject], str | None] | None = None,
-                 writers: int = WRITERS):
-        self.store, self.node_name, self.gate = store, node_name, gate
+    def __init__(self, store: ObjectStore, *, node_name: str, writers: int = WRITERS):
+        self.store, self.node_name = store, node_name
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -129,7 +127,7 @@ class NoProcessNode:
             seconds, code = exit_plan(obj)
             pod = _Pod(key[0], key[1], meta["uid"], obj.get("spec") or {}, seconds, code)
             self._pods[key] = pod
-        self._submit(lambda: self._admit(pod, obj))
+        self._submit(lambda: self._admit(pod))
 
     def _submit(self, step: Callable[[], None]) -> None:
         if not self._stopped:
@@ -165,25 +163,10 @@ class NoProcessNode:
 
     # --- a pod's life ----------------------------------------------------------------------------
 
-    def _admit(self, pod: _Pod, obj: KubeObject) -> None:
+    def _admit(self, pod: _Pod) -> None:
         with pod.lock:
-            if pod.gone:
-                return
-            if self.gate is not None and self.gate(obj) is not None:  # only a held pod costs a fresh read
-                current = self.store.get("v1", "Pod", pod.namespace, pod.name)
-                if current is None or current["metadata"]["uid"] != pod.uid:
-                    return
-                reason = self.gate(current)
-                if reason is not None:
-                    if reason != pod.unschedulable:
-                        pod.unschedulable = reason
-                        self._write(pod)
-                    self._later(GATE_RETRY_SECONDS, lambda: self._admit(pod, obj))
-                    return
-            pod.unschedulable = None
-            if not (obj.get("spec") or {}).get("nodeName"):
-                self.store.bind(pod.namespace, pod.name, self.node_name)
-            self._start(pod)
+            if not pod.gone:
+                self._start(pod)
 
     def _start(self, pod: _Pod) -> None:
         pod.phase, pod.started_at = "Running", now_rfc3339()
@@ -222,14 +205,10 @@ class NoProcessNode:
         """The status as the kubelet reports it; every container shares the main one's state."""
         now = now_rfc3339()
         ready = "True" if pod.phase == "Running" else "False"
-        scheduled = "False" if pod.unschedulable is not None else "True"
-        conditions: list[dict[str, Any]] = [{"type": "PodScheduled", "status": scheduled, "lastTransitionTime": pod.start_time}]
-        if pod.unschedulable is not None:
-            conditions[0].update(reason="Unschedulable", message=pod.unschedulable)
-        else:
-            conditions += [{"type": "Initialized", "status": "True", "lastTransitionTime": pod.start_time},
-                           {"type": "ContainersReady", "status": ready, "lastTransitionTime": pod.ready_since or now},
-                           {"type": "Ready", "status": ready, "lastTransitionTime": pod.ready_since or now}]
+        conditions: list[dict[str, Any]] = [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": pod.start_time},
+            {"type": "ContainersReady", "status": ready, "lastTransitionTime": pod.ready_since or now},
+            {"type": "Ready", "status": ready, "lastTransitionTime": pod.ready_since or now}]
         status: dict[str, Any] = {"phase": pod.phase, "hostIP": LOOPBACK, "podIP": LOOPBACK, "startTime": pod.start_time,
                                   "conditions": conditions}
         if pod.state:
@@ -237,7 +216,7 @@ class NoProcessNode:
                 {"name": c.get("name", ""), "image": c.get("image", ""), "ready": ready == "True", "started": ready == "True",
                  "restartCount": pod.restarts, "state": pod.state, "lastState": pod.last_state}
                 for c in pod.spec.get("containers") or []]
-        self.store.update_status("v1", "Pod", pod.namespace, pod.name, status)
+        self.store.update_status("v1", "Pod", pod.namespace, pod.name, lambda current: keep_others(current, status))
         self.status_writes += 1
 
     # --- life ------------------------------------------------------------------------------------

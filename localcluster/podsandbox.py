@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .config import REPO_ROOT
 from .dns import LOOPBACK, ClusterDNS
+from .node import NODE_NAME
 from .podenv import expand, resolve_env
 from .store import ObjectStore, StoreError
 from .types import Container, KubeObject
@@ -37,7 +38,6 @@ from .volumes import (
     rewrite_configmap_files,
 )
 
-NODE_NAME = "localcluster"
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
 # use of DMLC_USE_KUBERNETES is to make the scheduler bind 0.0.0.0 (in a cluster its Service name
 # does not resolve to its own address); locally that would leave loopback, so it is turned off.

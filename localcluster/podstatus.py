@@ -1,17 +1,18 @@
 """A Pod's status as the kubelet reports it, and its write to the store.
 
 Owns: the phase (Pending → Running → Succeeded/Failed under the restart policy, Failed when
-evicted or an init container failed under Never), the conditions (PodScheduled with its
-Unschedulable reason, Initialized, ContainersReady, Ready) and their transition times, readiness
-(every app container running), the containerStatuses and initContainerStatuses entries, the
-pod-level reason (Evicted), and the status subresource write. Which processes run is
+evicted or an init container failed under Never), the conditions the kubelet owns (Initialized,
+ContainersReady, Ready) and their transition times, readiness (every app container running), the
+containerStatuses and initContainerStatuses entries, the pod-level reason (Evicted), and the status
+subresource write. The write keeps the conditions others own as the pod has them (the scheduler's
+PodScheduled and DisruptionTarget, a readiness gate's), as a kubelet does. Which processes run is
 podprocess.py's; this module only reads the ContainerRun records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from .dns import LOOPBACK
 from .podprocess import ContainerRun, will_restart
@@ -19,6 +20,15 @@ from .store import ObjectStore, StoreError, now_rfc3339
 from .types import ContainerState, ContainerStatus, PodStatus
 
 EVICTED = "Evicted"
+# The conditions a kubelet writes; every other type belongs to someone else and is kept as it is.
+KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
+
+
+def keep_others(current: dict[str, Any], kubelet: PodStatus | dict[str, Any]) -> dict[str, Any]:
+    """The kubelet's status over the pod's current one: its own conditions, then the others' as they are."""
+    mine = [dict(c) for c in kubelet.get("conditions", [])]
+    others = [c for c in current.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
+    return {**dict(kubelet), "conditions": others + mine}
 
 
 def container_status(run: ContainerRun) -> ContainerStatus:
@@ -64,7 +74,6 @@ class PodStatusReport:
         self.store, self.namespace, self.name = store, namespace, name
         self.start_time = now_rfc3339()
         self.conditions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
-        self.unschedulable: str | None = None  # why the scheduling gate holds the pod back
         self.reason: str | None = None
         self.message = ""
 
@@ -97,10 +106,6 @@ class PodStatusReport:
         }
         if init_runs:
             status["initContainerStatuses"] = [container_status(r) for r in init_runs]
-        if self.unschedulable is not None:
-            for cond in status["conditions"]:
-                if cond["type"] == "PodScheduled":
-                    cond.update(reason="Unschedulable", message=self.unschedulable)
         if self.reason:
             status["reason"], status["message"] = self.reason, self.message
         return status
@@ -108,6 +113,6 @@ class PodStatusReport:
     def write(self, status: PodStatus) -> None:
         """Write the status subresource (each write wakes the controller); a Pod that is gone is skipped."""
         try:
-            self.store.update_status("v1", "Pod", self.namespace, self.name, dict(status))
+            self.store.update_status("v1", "Pod", self.namespace, self.name, lambda current: keep_others(current, status))
         except StoreError:
             pass  # the Pod is gone; nothing to report to

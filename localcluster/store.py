@@ -70,6 +70,11 @@ def controller_uid(obj: KubeObject) -> str | None:
     return None if ref is None else ref.get("uid")
 
 
+# A status to write, or how to make it from the status the object has now (read fresh on every retry, so
+# what another writer added meanwhile is kept: the scheduler's DisruptionTarget beside the kubelet's status).
+NewStatus = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
 class ObjectStore(Protocol):
     """What the Metacontroller emulation, the kubelet and the DNS stand-in need of an API server."""
 
@@ -80,7 +85,7 @@ class ObjectStore(Protocol):
     def list(self, api_version: str | None = None, kind: str | None = None, namespace: str | None = None) -> list[KubeObject]: ...
     def create(self, obj: KubeObject) -> KubeObject: ...
     def update(self, obj: KubeObject) -> KubeObject: ...
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: NewStatus, *,
                       current: KubeObject | None = None, attempts: int = 10) -> bool: ...
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
     def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...

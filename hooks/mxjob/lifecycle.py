@@ -41,6 +41,7 @@ from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.outcome import OUTCOME_FIELDS, read_outcome, recorded_status, status_fields
 from hooks.mxjob.replicas import final_counts, frozen_from, replica_counts
 from hooks.mxjob.restarts import (
+    MAX_NAMED,
     awaiting_recreation,
     fatal_message,
     in_job_order,
@@ -186,11 +187,12 @@ def judge(obs: Observation) -> Verdict | GraceWait | None:
         return Verdict("Failed", FAILED, f"{subject(job.key)} has reached failurePolicy.maxRestarts "
                                          f"({max_restarts}): {losses(obs) or 'no lost pod is observed'}.")
     if deadline is not None and obs.now >= deadline:
-        lost = losses(obs)
+        lost, unplaced = losses(obs), not_scheduled(obs)
         return Verdict("Failed", FAILED,
                        f"{subject(job.key)} was active longer than activeDeadlineSeconds "
                        f"({job.run_policy.active_deadline_seconds} s) and is stopped; "
-                       f"{f'pods lost before: {lost}' if lost else 'no pod was lost'}.")
+                       f"{f'pods lost before: {lost}' if lost else 'no pod was lost'}"
+                       f"{f'; {unplaced}' if unplaced else ''}.")
     return None
 
 
@@ -236,8 +238,10 @@ def running(obs: Observation, slots: Mapping[str, Slot], gang: GangView) -> Plan
     # pod exists yet (an existing pod is never updated: OnDelete).
     attempts = {name: obs.history[name]["recreations"] for name in pods
                 if obs.history.get(name, {}).get("recreations")}
-    # Under gang scheduling a new pod waits until its PodGroup is observed; Created says so.
-    created = f"{subject(job.key)} is created."
+    # Under gang scheduling a new pod waits until its PodGroup is observed; Created says so, and
+    # says which pods the scheduler has not placed, and why.
+    unplaced = not_scheduled(obs)
+    created = f"{subject(job.key)} is created" + (f"; it waits for the scheduler: {unplaced}." if unplaced else ".")
     if gang.wait_message is not None and any(name not in obs.all_pods for name in pods):
         pods, created = [name for name in pods if name in obs.all_pods], gang.wait_message
     records = dict(failures.new_records)
@@ -286,7 +290,10 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
                   f"\"Recovery measured\": such a job waits until activeDeadlineSeconds); "
                   f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.")
     else:
-        conds.set("Running", True, RUNNING, f"{subject(key)} is running.")
+        # The deciding pods run while another waits for room (ps-lite then waits for it too): say which, and why.
+        unplaced = not_scheduled(obs)
+        conds.set("Running", True, RUNNING,
+                  f"{subject(key)} is running" + (f"; it waits for the scheduler: {unplaced}." if unplaced else "."))
 
 
 def record_outcome(obs: Observation, slots: Mapping[str, Slot], observed_services: Mapping[str, Any],
@@ -355,6 +362,21 @@ def _started(obs: Observation, created: str) -> Conditions[ConditionType]:
         conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.")
     conds.set("Created", True, CREATED, created)
     return conds
+
+
+def not_scheduled(obs: Observation) -> str:
+    """The live pods the scheduler has not placed, each with its reason (hooks.shared.scheduling),
+    pods with the same reason together: the first MAX_NAMED pods, then how many more; "" when none.
+    A job that waits for room on its nodes says so while it waits, and in its Failed message when
+    activeDeadlineSeconds (the only timeout; there is no separate one for scheduling) ends it."""
+    pods = [p for p in in_job_order(obs.job, obs.pods.values()) if p.unscheduled and not p.terminating]
+    groups: dict[str, list[str]] = {}
+    for pod in pods[:MAX_NAMED]:
+        groups.setdefault(str(pod.unscheduled).rstrip("."), []).append(pod.name)
+    words = [f"pod {names[0]} is not scheduled: {reason}" if len(names) == 1 else
+             f"pods {', '.join(names)} are not scheduled: {reason}" for reason, names in groups.items()]
+    more = f"; and {len(pods) - MAX_NAMED} more" if len(pods) > MAX_NAMED else ""
+    return "; ".join(words) + more
 
 
 def active_deadline(obs: Observation) -> datetime | None:

@@ -10,6 +10,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
+from hooks.shared.scheduling import unscheduled
 from hooks.shared.termination import MAX_REASON, Said, end_of, exit_code, is_log_tail, terminated, terminated_said
 
 # A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
@@ -67,6 +68,8 @@ class PodView:
     # (hooks.shared.termination.quoted_line); log_line: it is only the last line of a log tail.
     message: str | None = None
     log_line: bool = False
+    # Why the scheduler has not placed it (its PodScheduled condition; hooks.shared.scheduling), while Pending.
+    unscheduled: str | None = None
     last_reason: str | None = None  # the container's previous run's reason and message, after an in-place restart
     last_message: str | None = None
     last_log_line: bool = False
@@ -136,6 +139,7 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
             finished_at=_finished_at(state),
             job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
             reason=reason, message=said.text if said else None, log_line=bool(said and said.log),
+            unscheduled=unscheduled(status) if _phase(status.get("phase")) == "Pending" else None,
             last_reason=terminated(last_state, "reason", MAX_REASON),
             last_message=last_said.text if last_said else None, last_log_line=bool(last_said and last_said.log),
         )

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from localcluster.store import ADDED, DELETED, MODIFIED, Key, StoreError, Watcher, key_of, now_rfc3339
+from localcluster.store import ADDED, DELETED, MODIFIED, Key, NewStatus, StoreError, Watcher, key_of, now_rfc3339
 from localcluster.types import KubeObject
 
 SYSTEM_FIELDS = ("uid", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace")
@@ -128,13 +128,15 @@ class ObjectBag:
         self._emit(MODIFIED, updated)
         return updated
 
-    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], *,
+    def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: NewStatus, *,
                       current: KubeObject | None = None, attempts: int = 10) -> bool:
         """Replace .status wholesale (the status subresource); True if it changed. `current` (the fresh read an
         API client makes before its PUT) is not needed here, nor `attempts`: the bag holds the object itself, so
         nothing conflicts."""
         with self._lock:
             stored = self._stored(api_version, kind, namespace, name)
+            if callable(status):
+                status = status(copy.deepcopy(stored.get("status") or {}))
             if stored.get("status") == status:
                 return False
             stored["status"] = copy.deepcopy(status)

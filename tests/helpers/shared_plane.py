@@ -1,9 +1,10 @@
 """Local clusters on the test session's control plane (tests/conftest.py), one after another.
 
 A `LocalCluster(control_plane=...)` installs its CRDs and Node on the plane it is given and stops
-without touching what it wrote. The next one must not meet it: its process kubelet runs every Pod
-it sees (it is the node's scheduler too), and the tests' jobs go to `default` under names that
-repeat. `clear_local_clusters` removes what earlier clusters left: every job, Job, StatefulSet and
+without touching what it wrote. The next one must not meet it: kube-scheduler binds every Pod it
+can to the Node, whose next kubelet runs every Pod bound there, and the tests' jobs go to `default`
+under names that repeat. (The Node stays, with the size the last cluster gave it, until the next
+kubelet writes its own.) `clear_local_clusters` removes what earlier clusters left: every job, Job, StatefulSet and
 Pod in any namespace (Pods at once: nothing runs them any more), and every other child kind in
 `default` but what the cluster itself keeps there (the `kubernetes` Service, the root CA ConfigMap).
 """

@@ -12,6 +12,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
 from localcluster.dns import ClusterDNS
 from localcluster.kubelet import ProcessKubelet
+from localcluster.node import NODE_NAME
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
@@ -26,8 +27,8 @@ def watch_pod(tmp_path: Path, policy: str, seconds: float) -> tuple[list[str], d
     store.watch(lambda event, obj: phases.append(obj.get("status", {}).get("phase", "")) if obj.get("kind") == "Pod" else None)
     kubelet.start()
     try:
-        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                      "spec": {"restartPolicy": policy, "containers": [{"name": "mxnet", "command": [MISSING]}]}})
+        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},  # bound: no scheduler here
+                      "spec": {"nodeName": NODE_NAME, "restartPolicy": policy, "containers": [{"name": "mxnet", "command": [MISSING]}]}})
         time.sleep(seconds)
         return phases, store.get("v1", "Pod", "default", "p")["status"]
     finally:

@@ -41,7 +41,8 @@ JOB_RESOURCES = frozenset(PLURALS.values())
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "state", restart_backoff=(0.2, 1.0)) as c:
+    # GPUs for the shipped GPU example (5 asked for), which kube-scheduler fits; nothing runs on them.
+    with LocalCluster(tmp_path / "state", restart_backoff=(0.2, 1.0), gpus=8) as c:
         yield c
 
 

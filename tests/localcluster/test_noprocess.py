@@ -85,12 +85,12 @@ def test_on_the_real_api_server_a_noprocess_job_runs_and_settles(tmp_path: Path,
         cluster.wait_for(lambda: running(cluster, "real", 22), 120, what="22 pods Running")
 
 
-def test_the_gang_gate_holds_noprocess_pods_until_their_podgroup_exists(tmp_path: Path, cluster_plane: ControlPlane):
-    """The gate holds no-process pods Pending (Unschedulable) as it holds process pods."""
+def test_the_gang_stand_in_holds_noprocess_pods_until_their_podgroup_exists(tmp_path: Path, cluster_plane: ControlPlane):
+    """The gang stand-in holds no-process pods Pending (Unschedulable) as it holds process pods."""
     with LocalCluster(tmp_path, control_plane=cluster_plane, kubelet_mode="noprocess", client_qps=1000, client_burst=1000) as cluster:
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "held", "namespace": "default", "annotations": {"scheduling.k8s.io/group-name": "g"}},
-               "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}
+               "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "x", "command": ["true"]}]}}
         cluster.store.create(pod)
 
         def scheduled() -> dict | None:

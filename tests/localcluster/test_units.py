@@ -193,17 +193,14 @@ def test_the_restart_backoff_doubles_up_to_its_cap():
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
 
 
-def test_the_status_reports_readiness_an_unschedulable_reason_and_an_eviction():
+def test_the_status_reports_readiness_and_an_eviction():
     store = ObjectBag()
     report = PodStatusReport(store, "default", "p")
-    report.unschedulable = "waiting for 2 more pods"
-    report.condition("PodScheduled", "False")
     running = ContainerRun({"name": "c", "image": "img"}, state={"running": {"startedAt": "t"}})
     status = report.compose("Running", [running], [])
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == conditions["ContainersReady"]["status"] == "True"
-    assert conditions["PodScheduled"]["reason"] == "Unschedulable"
-    assert conditions["PodScheduled"]["message"] == "waiting for 2 more pods"
+    assert "PodScheduled" not in conditions  # the scheduler's
     assert status["containerStatuses"][0]["ready"] is True and "initContainerStatuses" not in status
     report.evict("The node was low on resource.")
     status = report.compose("Failed", [_ended(137)], [ContainerRun({"name": "i"}, init=True)])
@@ -289,3 +286,18 @@ def test_the_composite_controller_is_found_by_kind_in_any_file(tmp_path):
     assert config.name == "other" and config.hook_path == "/hooks/sync" and config.hook_timeout_seconds == 0.5
     assert config.children[0]["updateStrategy"] == "Recreate"
     assert parse_composite_controller(DEFAULT_COMPOSITE_CONTROLLER, "default").children[1]["kind"] == "Service"
+
+
+def test_the_kubelets_status_write_keeps_the_conditions_others_own():
+    """The scheduler's PodScheduled and DisruptionTarget stay as the pod has them; the kubelet's own are replaced."""
+    store = ObjectBag()
+    store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "localcluster"}})
+    theirs = [{"type": "PodScheduled", "status": "True"},
+              {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "m"}]
+    store.update_status("v1", "Pod", "default", "p", {"phase": "Running", "conditions": [*theirs, {"type": "Ready", "status": "True"}]})
+    report = PodStatusReport(store, "default", "p")
+    report.write(report.compose("Failed", [_ended(137)], []))
+    written = store.get("v1", "Pod", "default", "p")["status"]
+    conditions = {c["type"]: c for c in written["conditions"]}
+    assert [conditions["PodScheduled"], conditions["DisruptionTarget"]] == theirs
+    assert conditions["Ready"]["status"] == "False" and written["phase"] == "Failed"

@@ -856,3 +856,63 @@ def test_an_evicted_pod_names_its_reason():
     sim.set_phase("mx-worker-0", "Failed", pod_reason="Evicted")
     step(sim)
     assert "failed with no exit code, reason Evicted; restartPolicy Never" in sim.condition("Failed")["message"]
+
+
+NO_ROOM = ("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption "
+           "victims found for incoming pod.")
+
+
+def unschedulable(sim: Sim, name: str, message: str = NO_ROOM, reason: str = "Unschedulable") -> None:
+    """The scheduler cannot place a pod: it stays Pending, PodScheduled False with the scheduler's words."""
+    sim.write_status("v1", "Pod", name, {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}]})
+
+
+WAITS = ("it waits for the scheduler: pod mx-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient "
+         "cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
+
+
+@pytest.mark.parametrize(("running", "state"), [
+    pytest.param((), "Created", id="nothing-runs-yet"),
+    pytest.param(("mx-scheduler-0", "mx-server-0", "mx-worker-1"), "Running", id="the-deciding-scheduler-runs"),
+])
+def test_a_job_whose_pod_does_not_fit_says_it_waits_for_the_scheduler_and_why(running, state):
+    sim = Sim(mxjob())
+    step(sim)
+    if running:
+        sim.run(*running)
+    unschedulable(sim, "mx-worker-0")
+    step(sim)
+    assert sim.state() == state
+    assert sim.condition(state)["message"] == f"MXJob ns/mx is {state.lower()}; {WAITS}"
+    sim.run()  # placed at last: the wait is over, and the message says so
+    step(sim)
+    assert sim.condition("Created")["message"] == "MXJob ns/mx is created."
+    assert sim.condition("Running")["message"] == "MXJob ns/mx is running."
+
+
+def test_pods_waiting_for_the_same_reason_are_named_together_and_a_gate_is_a_reason():
+    sim = Sim(mxjob())
+    step(sim)
+    for name in ("mx-scheduler-0", "mx-server-0", "mx-worker-0"):
+        unschedulable(sim, name, "Scheduling is blocked due to non-empty scheduling gates", reason="SchedulingGated")
+    unschedulable(sim, "mx-worker-1")
+    step(sim)
+    assert sim.condition("Created")["message"] == (
+        "MXJob ns/mx is created; it waits for the scheduler: pods mx-scheduler-0, mx-server-0, mx-worker-0 are "
+        "not scheduled: Scheduling is blocked due to non-empty scheduling gates; and 1 more.")
+
+
+def test_the_deadline_that_ends_a_job_waiting_for_room_names_the_pods_not_scheduled():
+    sim = Sim(mxjob(runPolicy={"activeDeadlineSeconds": 60}))
+    step(sim)
+    sim.run("mx-scheduler-0", "mx-server-0", "mx-worker-1")
+    unschedulable(sim, "mx-worker-0")
+    step(sim)
+    sim.tick(60)
+    step(sim)
+    assert sim.state() == "Failed"
+    assert sim.condition("Failed")["message"] == (
+        "MXJob ns/mx was active longer than activeDeadlineSeconds (60 s) and is stopped; no pod was lost; pod "
+        "mx-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are "
+        "available: 1 No preemption victims found for incoming pod.")

@@ -1,0 +1,170 @@
+"""Real scheduling on the local cluster: kube-scheduler places the pods on the process kubelet's Node.
+
+On the real control plane, against a Node of 2 CPUs and 4 GiB (whatever this machine has): a pod
+that does not fit stays Pending with the scheduler's own message, and the job says it waits and why
+until activeDeadlineSeconds ends it, naming the pod; a scheduling gate holds a pod unbound until it
+is removed; a high-priority pod preempts a running low-priority MXJob's pod (DisruptionTarget from
+the scheduler), whose job gets it back and succeeds once there is room again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster.cluster import LocalCluster, condition, finished
+from localcluster.controlplane import ControlPlane
+from localcluster.node import NODE_NAME
+
+pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
+
+SLEEP = ["sh", "-c", "trap exit TERM; while true; do sleep 1 & wait; done"]
+
+
+def mxjob(name: str, *, cpu: str, command: list[str] = SLEEP, priority_class: str | None = None,
+          run_policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A worker-only MXJob of one worker asking for `cpu`."""
+    pod_spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [
+        {"name": "mxnet", "image": "busybox:1.36", "command": command, "resources": {"requests": {"cpu": cpu}}}]}
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name},
+            "spec": {"jobMode": "MXTrain", "runPolicy": run_policy or {},
+                     "mxReplicaSpecs": {"Worker": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": pod_spec}}}}}
+
+
+def pod_condition(pod: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next((c for c in (pod or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, cpus="2", memory="4Gi") as c:
+        yield c
+
+
+def test_a_worker_asking_for_more_cpu_than_the_node_has_waits_with_the_schedulers_reason_until_the_deadline(
+        cluster: LocalCluster):
+    cluster.submit(mxjob("big", cpu="3", run_policy={"activeDeadlineSeconds": 15}))
+
+    def held() -> dict[str, Any]:
+        scheduled = pod_condition(cluster.pod("big-worker-0"), "PodScheduled")
+        return scheduled if scheduled.get("status") == "False" else {}
+
+    scheduled = cluster.wait_for(held, 30, what="the scheduler's verdict on big-worker-0")
+    assert scheduled["reason"] == "Unschedulable"
+    assert scheduled["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    assert not cluster.pod("big-worker-0")["spec"].get("nodeName")  # type: ignore[index]
+    why = f"pod big-worker-0 is not scheduled: {scheduled['message'].rstrip('.')}"
+    waiting = cluster.wait_for(lambda: (condition(cluster.get_job("big"), "Created") or {}).get("message", "").endswith(
+        f"{why}."), 15, what="the job to say it waits")
+    assert waiting
+    assert condition(cluster.get_job("big"), "Created")["message"] == (  # type: ignore[index]
+        f"MXJob default/big is created; it waits for the scheduler: {why}.")
+    assert cluster.control_plane is not None
+    described = cluster.control_plane.kubectl("describe", "mxjob", "big").stdout
+    assert "it waits for the scheduler: pod big-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient" in \
+        " ".join(described.split())  # describe wraps long values
+
+    ended = cluster.wait_finished("big", 40)
+    assert finished(ended) == "Failed"
+    assert condition(ended, "Failed")["message"] == (  # type: ignore[index]
+        f"MXJob default/big was active longer than activeDeadlineSeconds (15 s) and is stopped; no pod was lost; {why}.")
+
+
+def test_a_gated_pod_is_not_bound_until_its_last_gate_is_removed(cluster: LocalCluster):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated", "namespace": "default"},
+           "spec": {"schedulingGates": [{"name": "example.com/queue"}, {"name": "example.com/quota"}],
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": "busybox:1.36", "command": SLEEP}]}}
+    cluster.store.create(pod)
+    for gates in ([{"name": "example.com/quota"}], []):
+        gated = cluster.wait_for(lambda: pod_condition(cluster.pod("gated"), "PodScheduled").get("reason") == "SchedulingGated",
+                                 15, what="the scheduler to see the gate")
+        assert gated
+        time.sleep(2)  # the scheduler had every chance to bind it
+        current = cluster.pod("gated")
+        assert current is not None and not current["spec"].get("nodeName")
+        assert current["status"]["phase"] == "Pending"
+        current["spec"]["schedulingGates"] = gates
+        cluster.store.update(current)
+    running = cluster.wait_for(lambda: (cluster.pod("gated") or {}).get("status", {}).get("phase") == "Running", 30,
+                               what="the pod Running once ungated")
+    assert running and cluster.pod("gated")["spec"]["nodeName"] == NODE_NAME  # type: ignore[index]
+    assert pod_condition(cluster.pod("gated"), "PodScheduled")["status"] == "True"
+    cluster.store.delete("v1", "Pod", "default", "gated")
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value,
+            "description": "tests/localcluster/test_scheduling.py"}
+
+
+def test_a_high_priority_pod_preempts_a_low_priority_job_which_gets_its_pod_back_and_succeeds(
+        cluster: LocalCluster, tmp_path: Path):
+    assert cluster.control_plane is not None
+    cluster.control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        priority_class("test-low", 100), priority_class("test-high", 1000)]}))
+    seen: list[tuple[str, str, dict[str, Any]]] = []  # (pod, uid, its DisruptionTarget condition), as they come
+    cluster.store.watch(lambda event, obj: seen.append((obj["metadata"]["name"], obj["metadata"]["uid"],
+                                                        pod_condition(obj, "DisruptionTarget")))
+                        if obj.get("kind") == "Pod" else None)
+    # Its first run holds the CPU until it is stopped; the one after the preemption succeeds at once.
+    mark = tmp_path / "first-run"
+    low = mxjob("low", cpu="1500m", priority_class="test-low", command=[
+        "sh", "-c", f"[ -e {mark} ] && exit 0; touch {mark}; trap 'exit 143' TERM; while true; do sleep 1 & wait; done"])
+    cluster.submit(low)
+    first = cluster.wait_for(lambda: (p := cluster.pod("low-worker-0")) and p.get("status", {}).get("phase") == "Running" and p,
+                             30, what="the low-priority worker running")
+    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "default"},
+                          "spec": {"priorityClassName": "test-high", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                                   "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 6"],
+                                                   "resources": {"requests": {"cpu": "1500m"}}}]}})
+
+    messages: set[str] = set()
+
+    def recreated_and_waiting() -> bool:
+        job = cluster.get_job("low")
+        messages.update(c.get("message", "") for c in (job or {}).get("status", {}).get("conditions", []))
+        pod = cluster.pod("low-worker-0")
+        return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
+
+    cluster.wait_for(recreated_and_waiting, 30, what="the preempted worker recreated")
+    disrupted = [c for name, uid, c in seen if name == "low-worker-0" and uid == first["metadata"]["uid"] and c]
+    assert disrupted and disrupted[-1]["status"] == "True" and disrupted[-1]["reason"] == "PreemptionByScheduler"
+    assert disrupted[-1]["message"] == "default-scheduler: preempting to accommodate a higher priority pod"
+    cluster.wait_for(lambda: (cluster.pod("urgent") or {}).get("spec", {}).get("nodeName") == NODE_NAME, 15,
+                     what="the high-priority pod bound")
+
+    def done() -> dict[str, Any] | None:
+        recreated_and_waiting()
+        job = cluster.get_job("low")
+        return job if finished(job) else None
+
+    ended = cluster.wait_for(done, 60, what="the low-priority job to finish")
+    assert finished(ended) == "Succeeded"
+    # While the high-priority pod held the CPU, the job said which pod waited and why.
+    assert any("it waits for the scheduler: pod low-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient cpu"
+               in m for m in messages), messages
+    assert cluster.pod("urgent")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+
+
+def test_the_kubelet_registers_its_node_with_the_size_asked_for_and_keeps_it_untainted(cluster: LocalCluster):
+    assert cluster.control_plane is not None
+    cp = cluster.control_plane
+
+    def untainted() -> dict[str, Any] | None:
+        node = cp.get(f"/api/v1/nodes/{NODE_NAME}")
+        return node if not node["spec"].get("taints") else None
+
+    node = cluster.wait_for(untainted, 20, what="the node lifecycle controller to take the not-ready taint off")
+    assert {k: node["status"]["allocatable"][k] for k in ("cpu", "memory")} == {"cpu": "2", "memory": "4Gi"}
+    assert next(c for c in node["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE_NAME}"
+    renewed = cp.get(lease)["spec"]["renewTime"]
+    cluster.wait_for(lambda: cp.get(lease)["spec"]["renewTime"] != renewed, 15, what="the Lease renewed")
