@@ -63,6 +63,9 @@ def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path)
     assert float(accuracy.group(1)) >= 0.9
     # The three ranks ran in three pods: the two workers through kubectl exec, then the master.
     assert "succeeded: 1" in result.stdout and "replicas: 0" in result.stdout
+    # The example asks for progress: rank 0, in the first worker's pod, reported with that pod's token
+    # (docs/progress.md, "ChainerJob"); its last report, the final step, is written at once.
+    assert re.search(r"progress: step (\d+)/\1 100% \(reporter rank-0, attempt 0", result.stdout), result.stdout[-3000:]
 
 
 @pytest.mark.chainer
