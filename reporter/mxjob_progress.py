@@ -1,13 +1,19 @@
-"""Report training progress to the MXJob operator: one small module, standard library only, Python 3.8+.
+"""Report training progress to the MXJob and ChainerJob operator: one small module, standard library
+only, Python 3.8+.
 
     import mxjob_progress
     mxjob_progress.report(step, total=steps, loss=0.25)           # from any training loop
     mod.fit(..., batch_end_callback=mxjob_progress.batch_end_callback(total=steps))  # MXNet Module
+    trainer.extend(mxjob_progress.chainer_extension())            # a Chainer Trainer
 
 A job with `runPolicy.progress` (or a `stallPolicy`) gets a ConfigMap `<job>-progress` and the
 right to patch it; the operator points its pods at it with MXJOB_PROGRESS_CONFIGMAP and
 MXJOB_PROGRESS_NAMESPACE, and names the pods that report with MXJOB_PROGRESS_REPORTER (index 0
-of each replica type by default). A report is a JSON merge PATCH of that ConfigMap's entry for
+of each replica type by default). A ChainerJob's reporters are MPI ranks instead (a pod may hold
+several, and the master's pod is renamed on every retry): its pods get MXJOB_PROGRESS_MPI_RANKS
+("0" by default, or "all"), and a process of a listed rank reports as `rank-<N>`, N read from the
+environment MPI gives each rank (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK; 0 for a process
+started without mpiexec). A report is a JSON merge PATCH of that ConfigMap's entry for
 this reporter, over HTTPS to the API server with the pod's ServiceAccount token, as any in-cluster
 client makes it (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, the token and CA files).
 
@@ -33,12 +39,27 @@ import time
 import urllib.request
 from typing import Any, Callable, Dict, Mapping, Optional
 
-__all__ = ["Reporter", "batch_end_callback", "report"]
+__all__ = ["Reporter", "batch_end_callback", "chainer_extension", "report"]
 __version__ = "0.1.0"
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_INTERVAL = 30.0
 DEFAULT_TIMEOUT = 5.0
+# Where an MPI launcher puts a process's rank: OpenMPI (4 and 5), PMIx, and MPICH's PMI.
+RANK_ENV_NAMES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+
+
+def mpi_reporter_name(env: Mapping[str, str]) -> str:
+    """`rank-<N>` when MXJOB_PROGRESS_MPI_RANKS lists this process's MPI rank ("all" lists every
+    rank), else "" (this process does not report)."""
+    ranks = env.get("MXJOB_PROGRESS_MPI_RANKS", "").strip()
+    if not ranks:
+        return ""
+    rank = next((env[name].strip() for name in RANK_ENV_NAMES if env.get(name, "").strip()), "0")
+    if not rank.isdigit():
+        return ""
+    listed = {r.strip() for r in ranks.split(",")}
+    return f"rank-{int(rank)}" if "all" in listed or str(int(rank)) in listed else ""
 
 
 def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
@@ -58,7 +79,7 @@ class Reporter:
         env = os.environ if env is None else env
         self.config_map = env.get("MXJOB_PROGRESS_CONFIGMAP", "")
         self.namespace = env.get("MXJOB_PROGRESS_NAMESPACE", "")
-        self.name = env.get("MXJOB_PROGRESS_REPORTER", "")
+        self.name = env.get("MXJOB_PROGRESS_REPORTER", "") or mpi_reporter_name(env)
         host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "443")
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"  # an IPv6 address
@@ -211,3 +232,38 @@ def batch_end_callback(total: Optional[int] = None, reporter: Optional[Reporter]
             pass
 
     return callback
+
+
+def chainer_extension(total: Optional[int] = None, reporter: Optional[Reporter] = None) -> Callable[[Any], None]:
+    """A Chainer Trainer extension (`trainer.extend(chainer_extension())`, run every iteration): the
+    step is the updater's iteration, the metrics the trainer's observation (`main/loss`, ...) and
+    the epoch. `total`: the iterations the run will make; by default read from a stop trigger given
+    in iterations (`stop_trigger=(1000, "iteration")`), else left out."""
+
+    def extension(trainer: Any) -> None:
+        try:
+            updater = trainer.updater
+            metrics: Dict[str, Any] = {}
+            for name, value in (getattr(trainer, "observation", None) or {}).items():
+                value = getattr(value, "array", value)  # a chainer.Variable
+                try:
+                    metrics[str(name)] = float(value)
+                except (TypeError, ValueError):
+                    continue
+            epoch = getattr(updater, "epoch", None)
+            if isinstance(epoch, int):
+                metrics["epoch"] = epoch
+            (reporter or _reporter()).report(int(updater.iteration), total or _iterations(trainer), **metrics)
+        except Exception:
+            pass
+
+    # What Trainer.extend reads of an extension: run it after every iteration, by this name.
+    extension.trigger = (1, "iteration")  # type: ignore[attr-defined]
+    extension.default_name = "mxjob_progress"  # type: ignore[attr-defined]
+    return extension
+
+
+def _iterations(trainer: Any) -> Optional[int]:
+    trigger = getattr(trainer, "stop_trigger", None)
+    period, unit = getattr(trigger, "period", None), getattr(trigger, "unit", None)
+    return int(period) if unit == "iteration" and isinstance(period, int) else None

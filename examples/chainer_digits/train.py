@@ -4,11 +4,15 @@ Run under mpiexec: rank 0 loads and splits the data, `scatter_dataset` hands eac
 the multi-node optimizer allreduces gradients through the communicator every step, and the test
 accuracy is computed across ranks and printed by rank 0. Every rank exits 1 when it is below
 --min-accuracy, so the master's mpiexec (and its Job) fails.
+
+Under a ChainerJob that asks for progress (spec.runPolicy.progress; docs/progress.md), rank 0
+reports its step and test accuracy with reporter/mxjob_progress.py; elsewhere those calls do nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 
@@ -31,6 +35,21 @@ class MLP(chainer.Chain):
 
     def forward(self, x):  # type: ignore[no-untyped-def]
         return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
+
+
+def progress_reporter():  # type: ignore[no-untyped-def]
+    """The progress helper (reporter/mxjob_progress.py, next to this script in an image), or None
+    when it is not there: the job then trains the same, unreported. It reports from the ranks the
+    job lists (rank 0 by default) and does nothing anywhere else."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (here, os.path.join(here, "..", "..", "reporter")):
+        if os.path.exists(os.path.join(folder, "mxjob_progress.py")) and folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        import mxjob_progress
+    except ImportError:
+        return None
+    return mxjob_progress.Reporter()
 
 
 def main() -> int:
@@ -69,12 +88,17 @@ def main() -> int:
     # Every rank must run the same number of steps (each one allreduces): the smallest shard decides.
     steps = min(comm.mpi_comm.allgather(len(train))) // args.batch_size
     rng = np.random.RandomState(comm.rank)
+    progress, total = progress_reporter(), args.epochs * steps
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(train))
         for step in range(steps):
             batch = order[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.update(model, x_all[batch], y_all[batch])
+            if progress is not None:  # at most one write per 30 s
+                progress.report((epoch - 1) * steps + step + 1, total, epoch=epoch)
         accuracy = evaluate(model, test, comm)
+        if progress is not None:
+            progress.report(epoch * steps, total, epoch=epoch, test_accuracy=accuracy)
         if comm.rank == 0:
             print(f"epoch {epoch:2d}  test accuracy {accuracy:.4f}", flush=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hooks.chainerjob import launch, names
+from hooks.chainerjob import launch, names, progress
 from hooks.chainerjob.names import ASSETS_VOLUME, KUBECTL_INIT_CONTAINER, KUBECTL_VOLUME
 from hooks.chainerjob.spec import ChainerJob, WorkerSet
 from hooks.shared.canonical import pod_template_spec
@@ -102,6 +102,7 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     pod_spec = pod_template_spec(ws.template.get("spec") or {})
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), _assets_volume(job)]
     _decorate_containers(pod_spec, [_assets_mount()])
+    progress.wire(job, pod_spec, master=False)
     _log_fallback(pod_spec, ws.main_container)
     template_meta = _template_meta(ws.template, labels)
     if gang is not None:
@@ -142,6 +143,7 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
             "command": ["cp", KUBECTL_IN_IMAGE, f"{names.KUBECTL_DIR}/kubectl"],
             "volumeMounts": [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}],
         })
+    progress.wire(job, pod_spec, master=True)
     _log_fallback(pod_spec, job.master.main_container)
     spec: JSON = {"parallelism": 1, "completions": 1}
     if job.master.backoff_limit is not None:

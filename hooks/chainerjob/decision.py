@@ -11,7 +11,13 @@ from typing import Any
 
 from hooks.chainerjob import names
 from hooks.chainerjob.spec import ChainerJob
-from hooks.chainerjob.vocabulary import KIND, JobCondition
+from hooks.chainerjob.vocabulary import (
+    KIND,
+    WAITING_FOR_PODGROUP,
+    WAITING_FOR_SERVICE_ACCOUNT,
+    JobCondition,
+    subject,
+)
 from hooks.shared.gang import new_pods_wait, podgroup_wait_message
 
 
@@ -27,6 +33,7 @@ class Decision:
     held_back: frozenset[str]
     # Why the master Job or a StatefulSet is held back, for the Waiting condition.
     waiting_message: str | None
+    waiting_reason: str = WAITING_FOR_PODGROUP
 
     @property
     def done(self) -> bool:
@@ -41,15 +48,16 @@ def ready_workers(job: ChainerJob, statefulsets: Mapping[str, Any]) -> dict[str,
 
 def decide(job: ChainerJob, *, outcome: JobCondition | None, master_observed: bool, ready: Mapping[str, int],
            statefulsets: Mapping[str, Any], podgroup: Mapping[str, Any] | None,
-           observed_podgroups: Mapping[str, Any]) -> Decision:
+           observed_podgroups: Mapping[str, Any], account: str | None = None) -> Decision:
     """The decision from the observations: the master Job's outcome, whether the master Job exists,
     the ready workers, the observed StatefulSets and PodGroups. `podgroup` is the job's PodGroup
-    when it is gang scheduled."""
+    when it is gang scheduled; `account` a ServiceAccount new pods would use that is not observed
+    yet (the API server refuses a pod whose account does not exist: docs/progress.md)."""
     # Only while the job runs: a finished job's PodGroup would keep its queue's share.
     wants_podgroup = podgroup is not None and outcome is None
     # Under a gang, what makes pods (the master Job, the StatefulSets) is created only once the
     # PodGroup exists (hooks.shared.gang.new_pods_wait); what exists is kept.
-    gated = new_pods_wait(podgroup if wants_podgroup else None, observed_podgroups)
+    gated = new_pods_wait(podgroup if wants_podgroup else None, observed_podgroups) or account is not None
     workers_ready = all(ready[name] >= ws.replicas for name, ws in job.worker_sets.items())
     # Once it exists the master is kept (OnDelete, so never changed); it is first created only
     # when every worker can be reached, and never again after the job has finished.
@@ -59,11 +67,14 @@ def decide(job: ChainerJob, *, outcome: JobCondition | None, master_observed: bo
                                  and (workers_ready or podgroup is not None))
     held_back = frozenset(name for name in job.worker_sets
                           if gated and names.worker_set(job.name, name) not in statefulsets)
-    waiting = None
-    if podgroup is not None and gated and (not master_observed or held_back):
+    waiting, reason = None, WAITING_FOR_PODGROUP
+    if podgroup is not None and gated and (not master_observed or held_back) and account is None:
         waiting = podgroup_wait_message(KIND, job.key, podgroup, "its master Job and worker StatefulSets")
+    elif account is not None and (not master_observed or held_back):
+        waiting, reason = (f"{subject(job.key)} is created; its pods wait for their ServiceAccount {account}.",
+                           WAITING_FOR_SERVICE_ACCOUNT)
     return Decision(outcome=outcome, master=master, podgroup=wants_podgroup, gang=podgroup is not None,
-                    held_back=held_back, waiting_message=waiting)
+                    held_back=held_back, waiting_message=waiting, waiting_reason=reason)
 
 
 def _ready_replicas(statefulset: Mapping[str, Any] | None) -> int:

@@ -24,6 +24,7 @@ from hooks.shared.podtemplate import (
     check_template_metadata,
     optional_map,
 )
+from hooks.shared.progress import NO_PROGRESS, ProgressPolicy, parse_progress_policy
 from hooks.shared.quantity import parse_quantity
 from hooks.shared.validation import DNS_1035_LABEL, DNS_1123_LABEL, MAX_INT32, MAX_LABEL_LENGTH, is_non_negative_int
 
@@ -39,6 +40,12 @@ MAX_STATEFULSET_NAME = 52
 # 1,000 workers with the longest names fill about half of it. Checked before any work is sized by
 # it; the CRD declares the same maximum per set.
 MAX_WORKERS = 1000
+# spec.runPolicy of a ChainerJob holds only progress reporting (docs/chainerjob.md, "Progress"):
+# v1alpha1 keeps its other run settings on the master (spec.master.backoffLimit, ...).
+RUN_POLICY_FIELDS = ("progress", "stallPolicy")
+# A ChainerJob has no whole-job restart: its master Job retries mpiexec in a new pod instead.
+UNSUPPORTED_STALL_ACTIONS = {"RestartJob": "a ChainerJob has no whole-job restart (its master Job retries "
+                                           "its pod up to spec.master.backoffLimit)"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class ChainerJob(JobIdentity):
     master: Master
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
     backend: Backend | Literal[""] = ""  # "" for a job without workerSets
+    progress: ProgressPolicy = NO_PROGRESS  # spec.runPolicy.progress and stallPolicy (hooks.shared.progress)
 
     @property
     def distributed(self) -> bool:
@@ -108,13 +116,28 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
         problems.append(f"spec.workerSets: {total} workers in all; at most {MAX_WORKERS} fit (the launcher "
                         f"Role and the hostfile list every worker pod)")
     _check_names(name, worker_sets, problems)
+    progress = _parse_run_policy(spec.get("runPolicy"), problems)
     if problems or master is None:
         raise SpecError(problems)
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
     return ChainerJob(name=name, namespace=meta.get("namespace") or "default", uid=meta.get("uid", ""),
                       labels=dict(labels or {}), master=master, worker_sets=worker_sets,
                       # Checked above: a distributed job's backend is one of BACKENDS.
-                      backend=next(b for b in BACKENDS if b == backend) if distributed else "")
+                      backend=next(b for b in BACKENDS if b == backend) if distributed else "",
+                      progress=progress)
+
+
+def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
+    """spec.runPolicy: {progress, stallPolicy}, in the shape and meaning of an MXJob's runPolicy."""
+    if raw is None:
+        return NO_PROGRESS
+    if not isinstance(raw, Mapping):
+        problems.append("spec.runPolicy: must be an object with progress and stallPolicy")
+        return NO_PROGRESS
+    for key in sorted(set(raw) - set(RUN_POLICY_FIELDS)):
+        problems.append(f"spec.runPolicy.{key}: a ChainerJob's runPolicy has only {' and '.join(RUN_POLICY_FIELDS)}; "
+                        f"the master's run settings are under spec.master (backoffLimit, activeDeadlineSeconds)")
+    return parse_progress_policy(raw, problems, "spec.runPolicy", UNSUPPORTED_STALL_ACTIONS)
 
 
 def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob.decision import Decision
+from hooks.chainerjob.progress import stopped_by_stall
 from hooks.chainerjob.related import FAILURE_KEY, failure_words, master_failure, recorded_failure
 from hooks.chainerjob.spec import ChainerJob
 from hooks.chainerjob.vocabulary import (
@@ -23,9 +24,9 @@ from hooks.chainerjob.vocabulary import (
     OWN_CONDITIONS,
     PODGROUP_CREATED,
     RUNNING,
+    STALLED,
     STATE_ORDER,
     SUCCEEDED,
-    WAITING_FOR_PODGROUP,
     WAITING_FOR_WORKERS,
     WORKERS_READY,
     JobCondition,
@@ -54,6 +55,10 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
     the status leaves out). Once an outcome record is observed, only what it kept is said, so the
     message stays the same after the pods are gone.
     """
+    if master_job is not None and (stopped_by_stall(recorded) or stopped_by_stall(old_status)):
+        # The hook failed the job for a stall (spec.runPolicy.stallPolicy FailJob) and deleted its
+        # master Job: the Job read now is one about to go, and its status says nothing of the end.
+        master_job = None
     if master_job is not None:
         source = master_job.get("status") or {}
     else:
@@ -102,16 +107,17 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
 
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
-               ready: Mapping[str, int], decision: Decision, now: datetime) -> JSON:
+               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
-    `master_status` is the master Job's part (master_record), `ready` the ready workers of each set.
+    `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
+    `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress).
     """
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
     own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.")
     if decision.waiting_message is not None and outcome is None:
-        own.set("Waiting", WAITING_FOR_PODGROUP, decision.waiting_message)
+        own.set("Waiting", decision.waiting_reason, decision.waiting_message)
     elif decision.master and decision.gang:
         own.clear("Waiting", PODGROUP_CREATED, f"{subject(job.key)}: its PodGroup exists, so the master "
                                                f"and the workers were created; the gang starts them together.")
@@ -122,6 +128,8 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready))
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
+    elif master_status.get("active") and stall is not None:  # spec.runPolicy.stallPolicy action Report
+        own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
     elif master_status.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
         own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
@@ -172,6 +180,9 @@ class _OwnConditions:
 def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], outcome: JobCondition) -> None:
     reason = SUCCEEDED if outcome == "Complete" else FAILED
     final = next(c for c in master_status["conditions"] if c["type"] == outcome and c.get("status") == "True")
+    if final.get("reason") == STALLED:  # the hook ended it (hooks.chainerjob.progress): its message says how
+        own.clear("Running", STALLED, final.get("message", ""))
+        return
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
     own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.")
 

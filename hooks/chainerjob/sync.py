@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.chainerjob import children, names
+from hooks.chainerjob import children, names, progress
 from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.related import read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
@@ -21,6 +21,7 @@ from hooks.shared.answers import invalid_spec_message, keep_children, kept_statu
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, SERVICE_KEY, SyncResponse
 from hooks.shared.memory import outcome_child, outcome_name, read_record
+from hooks.shared.progress import progress_name, progress_status
 from hooks.shared.request import parent_key, read_children, read_parent
 from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
 
@@ -110,13 +111,30 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
     master_status = _master_status(master_job, observed, job.name, old_status, master_pods, job.master.main_container)
+    reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress")) \
+        if job.progress.enabled else {}
+    stall = progress.StallCheck()
+    if finished(master_status) is None and master_status.get("active"):
+        stall = progress.check_stall(job, reports, old_status["conditions"], now=now)
+        if stall.failed is not None:  # spec.runPolicy.stallPolicy FailJob
+            master_status = progress.failed_by_stall(master_status, stall.failed)
     ready = ready_workers(job, observed[STATEFULSET_KEY])
-    decision = decide(job, outcome=finished(master_status), master_observed=master_job is not None, ready=ready,
-                      statefulsets=observed[STATEFULSET_KEY], podgroup=podgroup,
-                      observed_podgroups=observed[gang.child_key] if gang is not None else {})
+    account = progress_name(job.name) if progress.waits_for_account(job, observed[SERVICE_ACCOUNT_KEY]) else None
+    # A master Job the hook stopped for a stall is deleted: left out, and never created again.
+    decision = decide(job, outcome=finished(master_status),
+                      master_observed=master_job is not None and not progress.stopped_by_stall(master_status),
+                      ready=ready, statefulsets=observed[STATEFULSET_KEY], podgroup=podgroup,
+                      observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=observed, master_status=master_status,
                               kubectl_image=kubectl_image, gang=gang)
-    return {"status": status_for(job, old_status, master_status, ready, decision, now), "children": wanted}
+    status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause)
+    if (shown := progress_status(reports)) is not None:
+        status["progress"] = shown
+    answer: SyncResponse = {"status": status, "children": wanted}
+    if stall.resync_after is not None:
+        # Never 0: Metacontroller reads 0 as "no resync"; a due deadline should fire at once.
+        answer["resyncAfterSeconds"] = max(stall.resync_after, 0.001)
+    return answer
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
@@ -166,9 +184,11 @@ def _scaled_to_zero(statefulset: JSON) -> JSON:
 def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | None,
                      observed: Mapping[str, Mapping[str, Any]], master_status: Mapping[str, Any],
                      kubectl_image: str, gang: Gang | None = None) -> list[JSON]:
-    """Exactly the children the decision names, in a fixed order: the PodGroup, launcher RBAC and
-    assets, then per worker set, then the master, then the outcome record."""
+    """Exactly the children the decision names, in a fixed order: the PodGroup, progress reporting's,
+    launcher RBAC and assets, then per worker set, then the master, then the outcome record."""
     wanted: list[JSON] = [podgroup] if decision.podgroup and podgroup is not None else []
+    if job.progress.enabled:
+        wanted += progress.reporting_children(job)
     if job.distributed:
         wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
                    children.assets_for(job, gang=gang)]

@@ -35,11 +35,15 @@ RUNNING = f"{KIND}Running"
 SUCCEEDED = f"{KIND}Succeeded"
 FAILED = f"{KIND}Failed"
 FAILED_VALIDATION = f"{KIND}FailedValidation"
+# A running job whose reporters fell silent (spec.runPolicy.stallPolicy; docs/progress.md): the
+# Running condition's reason while it may have stalled, and the Failed condition's under FailJob.
+STALLED = f"{KIND}Stalled"
 # Reasons of the Waiting condition: what the master waits for, or what ended the wait.
 WAITING_FOR_PODGROUP = "WaitingForPodGroup"
 WAITING_FOR_WORKERS = "WaitingForWorkers"
 PODGROUP_CREATED = "PodGroupCreated"
 WORKERS_READY = "WorkersReady"
+WAITING_FOR_SERVICE_ACCOUNT = "WaitingForServiceAccount"
 
 
 def subject(key: str) -> str:

@@ -1,17 +1,18 @@
 """runPolicy.stallPolicy for an MXJob: a running job whose reporters fall silent (docs/progress.md).
 
-The reports are read in hooks.shared.progress; this module decides, for one sync of a job that
-runs, whether it has stalled and what follows: a Running condition that says so (Report), a
-whole-job restart counted as one more attempt (RestartJob, reason MXJobStalled), or Failed
-(FailJob). The stall clock starts at the later of the Running condition's transition and the
-current attempt's record (a child, so a stale parent cannot move it back to before a restart),
-and each reporter's clock at its last report of the current attempt.
+The reports are read, and their silence judged, in hooks.shared.progress (one rule for every
+kind); this module decides, for one sync of a job that runs, whether it has stalled and what
+follows: a Running condition that says so (Report), a whole-job restart counted as one more
+attempt (RestartJob, reason MXJobStalled), or Failed (FailJob). The stall clock starts at the
+later of the Running condition's transition and the current attempt's record (a child, so a stale
+parent cannot move it back to before a restart), and each reporter's clock at its last report of
+the current attempt.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.mxjob.attempts import attempt_runs, deciding_pods_run
@@ -20,19 +21,17 @@ from hooks.mxjob.observed import Slot
 from hooks.mxjob.restarts import restart_total
 from hooks.mxjob.vocabulary import STALLED, subject
 from hooks.shared.progress import (
+    CONFIRM_SECONDS,
     Report,
     current_reports,
-    describe_silence,
+    judge_stall,
     reporter_name,
-    silence,
     status_reports,
+    warned_at,
 )
 from hooks.shared.status import parse_time
 
-# How long after a stall is first reported RestartJob or FailJob acts, if no report comes meanwhile.
-CONFIRM_SECONDS = 10
-# The words the Running condition says a stall with (hooks.mxjob.lifecycle), and _warned_at finds.
-STALL_WARNING = "may have stalled: no progress report"
+__all__ = ["CONFIRM_SECONDS", "StallCheck", "check_stall", "job_reports", "running_since"]
 
 
 class StallCheck(NamedTuple):
@@ -64,36 +63,17 @@ def check_stall(obs: Observation, slots: Mapping[str, Slot], observed: Mapping[s
     reports = job_reports(obs, observed, obs.known_attempt)
     finished = frozenset(reporter_name(s.rtype, s.index) for s in slots.values()
                          if s.index in obs.completed[s.rtype])
-    found = silence(reports, since=since, now=obs.now, timeout=policy.timeout_seconds, finished=finished)
-    resync = (found.next_deadline - obs.now).total_seconds() if found.next_deadline is not None else None
-    if not found.silent:
-        return StallCheck(obs, resync_after=resync)
-    stall = Stall(policy.action, describe_silence(found.silent, reports, policy.timeout_seconds))
-    if policy.action == "Report":
-        return StallCheck(dataclasses.replace(obs, stall=stall), resync_after=resync)
-    warned = _warned_at(obs)
-    if warned is None or obs.now < warned + timedelta(seconds=CONFIRM_SECONDS):
-        # First say so, and act only on a sync CONFIRM_SECONDS later that still sees no report: a
-        # sync at the deadline may be handed a ConfigMap that misses a report just made (its
-        # informer lags the API server), and a restart or a failure cannot be taken back.
-        due = (warned or obs.now) + timedelta(seconds=CONFIRM_SECONDS)
-        left = (due - obs.now).total_seconds()
-        warning = Stall(policy.action, f"{stall.clause}; runPolicy.stallPolicy.action {policy.action} follows "
-                                       f"unless a report comes within {CONFIRM_SECONDS} s")
-        return StallCheck(dataclasses.replace(obs, stall=warning), resync_after=left)
+    verdict = judge_stall(policy, reports, since=since, now=obs.now, finished=finished,
+                          warned=warned_at(obs.old_conditions, STALLED))
+    if verdict.clause is None:
+        return StallCheck(obs, resync_after=verdict.resync_after)
+    stall = Stall(policy.action, verdict.clause)
+    if not verdict.act:
+        return StallCheck(dataclasses.replace(obs, stall=stall), resync_after=verdict.resync_after)
     if policy.action == "FailJob":
         return StallCheck(obs, fail_message=f"{subject(obs.job.key)} stalled: {stall.clause}; "
                                             f"runPolicy.stallPolicy.action is FailJob.")
     return _restart(obs, stall)
-
-
-def _warned_at(obs: Observation) -> datetime | None:
-    """When the old status began to say the job may have stalled (the Running condition), if it does."""
-    running = next((c for c in obs.old_conditions if c.get("type") == "Running"), None)
-    if (running is None or running.get("status") != "True" or running.get("reason") != STALLED
-            or STALL_WARNING not in str(running.get("message"))):
-        return None
-    return parse_time(running.get("lastUpdateTime"))
 
 
 def running_since(obs: Observation) -> datetime | None:

@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, get_args
 
 from hooks.shared.conditions import rfc3339
@@ -38,7 +38,10 @@ REPORTERS: tuple[Reporters, ...] = get_args(Reporters)
 CONFIG_MAP_ENV = "MXJOB_PROGRESS_CONFIGMAP"
 NAMESPACE_ENV = "MXJOB_PROGRESS_NAMESPACE"
 REPORTER_ENV = "MXJOB_PROGRESS_REPORTER"
-PROGRESS_ENV_NAMES = frozenset({CONFIG_MAP_ENV, NAMESPACE_ENV, REPORTER_ENV})
+# Which MPI ranks report, for a kind whose training processes are MPI ranks (ChainerJob): "0" or
+# "all"; the helper then names its reporter `rank-<N>` from the rank MPI gives it.
+MPI_RANKS_ENV = "MXJOB_PROGRESS_MPI_RANKS"
+PROGRESS_ENV_NAMES = frozenset({CONFIG_MAP_ENV, NAMESPACE_ENV, REPORTER_ENV, MPI_RANKS_ENV})
 # The child rules of the reporting children besides ConfigMaps (metacontroller/compositecontroller.yaml).
 ACCESS_KEYS = ("ServiceAccount.v1", "Role.rbac.authorization.k8s.io/v1", "RoleBinding.rbac.authorization.k8s.io/v1")
 
@@ -70,8 +73,9 @@ NO_PROGRESS = ProgressPolicy()
 
 
 def parse_progress_policy(run_policy: Mapping[str, Any], problems: list[str],
-                          path: str = "spec.runPolicy") -> ProgressPolicy:
-    """runPolicy.progress ({} or {reporters}) and runPolicy.stallPolicy; a stallPolicy turns reporting on."""
+                          path: str = "spec.runPolicy", unsupported: Mapping[str, str] | None = None) -> ProgressPolicy:
+    """runPolicy.progress ({} or {reporters}) and runPolicy.stallPolicy; a stallPolicy turns reporting on.
+    `unsupported`: stall actions the kind cannot take, each with why."""
     raw = run_policy.get("progress")
     reporters: Reporters = "FirstReplica"
     if raw is not None:
@@ -85,12 +89,12 @@ def parse_progress_policy(run_policy: Mapping[str, Any], problems: list[str],
                 problems.append(f"{path}.progress.reporters: {show(value)} is not one of {', '.join(REPORTERS)}")
             else:
                 reporters = chosen
-    stall = _parse_stall_policy(run_policy.get("stallPolicy"), problems, f"{path}.stallPolicy")
+    stall = _parse_stall_policy(run_policy.get("stallPolicy"), problems, f"{path}.stallPolicy", unsupported or {})
     enabled = raw is not None or run_policy.get("stallPolicy") is not None
     return ProgressPolicy(enabled=enabled, reporters=reporters, stall=stall)
 
 
-def _parse_stall_policy(raw: Any, problems: list[str], path: str) -> StallPolicy | None:
+def _parse_stall_policy(raw: Any, problems: list[str], path: str, unsupported: Mapping[str, str]) -> StallPolicy | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
@@ -106,8 +110,13 @@ def _parse_stall_policy(raw: Any, problems: list[str], path: str) -> StallPolicy
     action: StallAction = "Report"
     if raw.get("action") is not None:
         chosen = next((a for a in STALL_ACTIONS if a == raw["action"]), None)
+        allowed = [a for a in STALL_ACTIONS if a not in unsupported]
         if chosen is None:
-            problems.append(f"{path}.action: {show(raw['action'])} is not one of {', '.join(STALL_ACTIONS)}")
+            problems.append(f"{path}.action: {show(raw['action'])} is not one of {', '.join(allowed)}")
+            ok = False
+        elif chosen in unsupported:
+            problems.append(f"{path}.action: {chosen} is not supported: {unsupported[chosen]}; "
+                            f"use {' or '.join(allowed)}")
             ok = False
         else:
             action = chosen
@@ -121,9 +130,12 @@ def progress_name(job_name: str) -> str:
     return f"{job_name}-progress"
 
 
-def progress_children(job_name: str, namespace: str, labels: Mapping[str, str]) -> list[JSON]:
+def progress_children(job_name: str, namespace: str, labels: Mapping[str, str],
+                      also_bound: Iterable[str] = ()) -> list[JSON]:
     """The four reporting children. The ConfigMap carries no data: the reporters write it, and
-    the hook must never answer a value they would have to fight (its rule is OnDelete too)."""
+    the hook must never answer a value they would have to fight (so an InPlace rule never touches
+    it either: Metacontroller's merge removes only what an earlier answer had). `also_bound`: other
+    ServiceAccounts of the job whose pods report (a ChainerJob's launcher)."""
     name = progress_name(job_name)
 
     def meta() -> JSON:
@@ -138,7 +150,8 @@ def progress_children(job_name: str, namespace: str, labels: Mapping[str, str]) 
                     "verbs": ["get", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}
+                      for account in (name, *also_bound)]},
     ]
 
 
@@ -152,18 +165,24 @@ def wire_pod(pod: JSON, job_name: str, namespace: str, reporter: str | None) -> 
     """A freshly built desired pod, pointed at the progress ConfigMap: the env every container
     gets (REPORTER only on a pod that reports), and the job's ServiceAccount unless the template
     names its own. Changes `pod` (a new object the builder just made) and returns it."""
+    wire_pod_spec(pod["spec"], job_name, namespace, [] if reporter is None else [(REPORTER_ENV, reporter)])
+    return pod
+
+
+def wire_pod_spec(spec: JSON, job_name: str, namespace: str, extra: Iterable[tuple[str, str]] = (),
+                  account: bool = True) -> None:
+    """Point a freshly built pod spec (a pod's, or a pod template's) at the progress ConfigMap: the
+    env every container gets, then `extra` (name, value) entries, replacing user entries of those
+    names; and, when `account`, the job's ServiceAccount unless the spec names its own."""
     name = progress_name(job_name)
-    entries: list[JSON] = [{"name": CONFIG_MAP_ENV, "value": name}, {"name": NAMESPACE_ENV, "value": namespace}]
-    if reporter is not None:
-        entries.append({"name": REPORTER_ENV, "value": reporter})
-    spec = pod["spec"]
+    entries: list[JSON] = [{"name": CONFIG_MAP_ENV, "value": name}, {"name": NAMESPACE_ENV, "value": namespace},
+                           *({"name": key, "value": value} for key, value in extra)]
     for container in spec.get("containers") or []:
         kept = [e for e in container.get("env") or []
                 if not (isinstance(e, Mapping) and e.get("name") in PROGRESS_ENV_NAMES)]
         container["env"] = kept + [dict(e) for e in entries]
-    if not uses_own_account(spec):
+    if account and not uses_own_account(spec):
         spec["serviceAccountName"] = name
-    return pod
 
 
 def reporter_name(rtype: str, index: int) -> str:
@@ -345,6 +364,11 @@ def _metric_list(metrics: Iterable[tuple[str, str]]) -> list[JSON]:
 
 # --- stalls ------------------------------------------------------------------------------------
 
+# How long after a stall is first said RestartJob or FailJob acts, if no report comes meanwhile.
+CONFIRM_SECONDS = 10
+# The words the Running condition says a stall with (each kind's status), and warned_at finds.
+STALL_WARNING = "may have stalled: no progress report"
+
 class Silence(NamedTuple):
     """Which reporters have been silent past the timeout, and when the next one would be."""
 
@@ -393,3 +417,43 @@ def _last(report: Report) -> str:
     if report.percent is not None:
         what.append(f"{report.percent}%")
     return ", ".join([*what, f"at {report.time}"])
+
+
+class StallVerdict(NamedTuple):
+    """What one sync of a running job finds: the stall said (None: none), whether the action is due."""
+
+    clause: str | None  # 'no progress report for ...'; with a RestartJob/FailJob still to come, it says so
+    act: bool  # RestartJob or FailJob is due now
+    resync_after: float | None  # seconds until the next deadline, when there is one
+
+
+def judge_stall(policy: StallPolicy, reports: Mapping[str, Report], *, since: datetime, now: datetime,
+                warned: datetime | None, finished: frozenset[str] = frozenset()) -> StallVerdict:
+    """Whether a running job has stalled (silence), and whether its stallPolicy acts now.
+
+    `warned`: since when the old status says the job may have stalled (warned_at). RestartJob and
+    FailJob act only on a sync CONFIRM_SECONDS after that warning that still sees no report: a sync
+    at the deadline may be handed a ConfigMap that misses a report just made (its informer lags the
+    API server), and a restart or a failure cannot be taken back.
+    """
+    found = silence(reports, since=since, now=now, timeout=policy.timeout_seconds, finished=finished)
+    resync = (found.next_deadline - now).total_seconds() if found.next_deadline is not None else None
+    if not found.silent:
+        return StallVerdict(None, False, resync)
+    clause = describe_silence(found.silent, reports, policy.timeout_seconds)
+    if policy.action == "Report":
+        return StallVerdict(clause, False, resync)
+    if warned is None or now < warned + timedelta(seconds=CONFIRM_SECONDS):
+        due = (warned or now) + timedelta(seconds=CONFIRM_SECONDS)
+        return StallVerdict(f"{clause}; runPolicy.stallPolicy.action {policy.action} follows "
+                            f"unless a report comes within {CONFIRM_SECONDS} s", False, (due - now).total_seconds())
+    return StallVerdict(clause, True, resync)
+
+
+def warned_at(conditions: Iterable[Any], stalled_reason: str) -> datetime | None:
+    """When the old status's Running condition began to say the job may have stalled, if it does."""
+    running = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Running"), None)
+    if (running is None or running.get("status") != "True" or running.get("reason") != stalled_reason
+            or STALL_WARNING not in str(running.get("message"))):
+        return None
+    return parse_time(running.get("lastUpdateTime"))

@@ -41,9 +41,11 @@ def test_one_served_storage_version_v1alpha1_with_status_subresource():
     assert VERSION["subresources"] == {"status": {}}
 
 
-def test_printer_columns_show_state_from_last_condition_and_age():
+def test_printer_columns_show_state_from_last_condition_progress_and_age():
     columns = {c["name"]: (c["type"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]}
     assert columns == {"State": ("string", ".status.conditions[-1:].type"),
+                       "Progress": ("integer", ".status.progress.progressPercentage"),
+                       "Last Report": ("date", ".status.progress.lastUpdatedTime"),
                        "Retries": ("integer", ".status.failed"),
                        "Age": ("date", ".metadata.creationTimestamp")}
     assert [c["name"] for c in VERSION["additionalPrinterColumns"]][-1] == "Age"

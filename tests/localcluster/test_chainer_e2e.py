@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def test_the_example_completes_through_the_cli_with_accuracy_above_0_9(tmp_path:
     assert float(accuracy.group(1)) >= 0.9
     # The three ranks ran in three pods: the two workers through kubectl exec, then the master.
     assert "succeeded: 1" in result.stdout and "replicas: 0" in result.stdout
+    # The example asks for progress: rank 0, in the first worker's pod, reported with that pod's token
+    # (docs/progress.md, "ChainerJob"); its last report, the final step, is written at once.
+    assert re.search(r"progress: step (\d+)/\1 100% \(reporter rank-0, attempt 0", result.stdout), result.stdout[-3000:]
 
 
 @pytest.mark.chainer
@@ -243,3 +247,35 @@ def test_a_master_script_error_fails_the_job_saying_its_exit_code_and_message_af
     after = real_cluster.get_job(name)
     assert condition(after, "Failed") == failed
     assert finished(after) == "Failed"
+
+
+@pytest.mark.chainer
+def test_a_stalled_job_under_fail_job_is_failed_and_its_master_and_workers_stopped(cluster):
+    """A ChainerMN job whose master is stopped (SIGSTOP: its rank and mpiexec hang, so rank 0 waits in
+    an allreduce and falls silent) fails for the stall: docs/progress.md, "ChainerJob"."""
+    timeout = 15
+    job = example("stall-fail")
+    name = job["metadata"]["name"]
+    job["spec"]["runPolicy"] = {"progress": {}, "stallPolicy": {"timeoutSeconds": timeout, "action": "FailJob"}}
+    job["spec"]["master"]["activeDeadlineSeconds"] = 600
+    # Rank 0 runs in the first worker's pod, with its env: one report a second.
+    job["spec"]["workerSets"]["ws0"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"}]
+    cluster.submit(job)
+    cluster.wait_for(lambda: "epoch  2 " in master_logs(cluster, name), 180, what="training under way")
+    [master] = [p["metadata"]["name"] for p in cluster.pods(name) if "-master-" in p["metadata"]["name"]]
+    cluster.kubelet.kill("default", master, sig=signal.SIGSTOP)
+    stopped = time.monotonic()
+    done = cluster.wait_finished(name, timeout=timeout + 10 + 90)
+    noticed = time.monotonic() - stopped
+    print(f"FailJob: Failed {noticed:.1f} s after SIGSTOP")
+    gone = cluster.wait_for(lambda: not cluster.children_of(name, "batch/v1", "Job")
+                            and not [p for p in cluster.pods(name) if (p.get("status") or {}).get("phase") == "Running"],
+                            90, what="the master Job deleted and no pod running")
+
+    failed = condition(done, "Failed")
+    assert finished(done) == "Failed" and failed["reason"] == "ChainerJobStalled", done["status"]
+    assert re.search(r"from rank-0 \(last: step \d+ of \d+", failed["message"]), failed["message"]
+    assert gone
+    assert [ws["spec"]["replicas"] for ws in worker_sets(cluster, name)] == [0]
+    assert timeout <= noticed < timeout + 10 + 60, noticed

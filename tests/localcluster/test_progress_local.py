@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -123,6 +124,113 @@ def test_a_wedged_worker_is_a_stall_that_restarts_the_job_which_then_succeeds(tm
     assert timeout <= noticed < timeout + 10 + 30, noticed
     assert finished(done) == "Succeeded", done["status"]
     assert done["status"]["progress"]["attempt"] == 1 and done["status"]["progress"]["progressPercentage"] == 100
+
+
+# A real ps-lite job (scheduler, server, two workers) pushing and pulling one key per step, STEPS
+# steps half a second apart, reporting each. With EXIT_AT=N, worker 1 calls sys.exit(1) at step N of
+# the first attempt: with mxnet 1.9.1 the interpreter then waits for ps-lite's threads and the
+# process never exits (seen outside the cluster too, for minutes), so its pod stays Running and only
+# its silence tells.
+KV_LOOP = """\
+import os, sys, time
+sys.path.insert(0, 'reporter')
+import mxnet as mx  # the scheduler and the server run their role in this import and exit
+import mxjob_progress
+kv = mx.kv.create('dist_sync')
+rank, attempt = kv.rank, int(os.environ.get('MXJOB_ATTEMPT', '0'))
+steps, exit_at = int(os.environ['STEPS']), int(os.environ.get('EXIT_AT', '0'))
+kv.init(3, mx.nd.ones((2, 2)))
+out = mx.nd.zeros((2, 2))
+for step in range(1, steps + 1):
+    kv.push(3, mx.nd.ones((2, 2)))
+    kv.pull(3, out=out)
+    out.wait_to_read()
+    mxjob_progress.report(step, total=steps)
+    print(f'worker {rank} attempt {attempt} step {step}', flush=True)
+    if attempt == 0 and rank == 1 and step == exit_at:
+        print('worker 1 calls sys.exit(1)', flush=True)
+        sys.exit(1)
+    time.sleep(0.5)
+print(f'worker {rank} done', flush=True)
+"""
+
+
+def kv_loop_job(name: str, *, steps: int, exit_at: int = 0, **run_policy: object) -> KubeObject:
+    """The digits example's job running KV_LOOP, reporting at most once a second."""
+    job = digits_job(name, **run_policy)
+    for spec in job["spec"]["mxReplicaSpecs"].values():
+        container = spec["template"]["spec"]["containers"][0]
+        container["command"], container["args"] = ["python", "-u", "-c", KV_LOOP], []
+        container["env"] += [{"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"},
+                             {"name": "STEPS", "value": str(steps)}, {"name": "EXIT_AT", "value": str(exit_at)}]
+    return job
+
+
+@pytest.mark.parametrize("action,outcome", [("RestartJob", "Succeeded"), ("FailJob", "Failed")])
+def test_a_worker_left_alive_by_sys_exit_is_a_stall_the_policy_acts_on(tmp_path: Path, cluster_plane: ControlPlane,
+                                                                      action: str, outcome: str):
+    timeout = 20
+    job = kv_loop_job(f"exit-{action.lower()}", steps=20, exit_at=5, progress={"reporters": "AllReplicas"},
+                      stallPolicy={"timeoutSeconds": timeout, "action": action}, activeDeadlineSeconds=600)
+    name = job["metadata"]["name"]
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+        cluster.submit(job)
+        cluster.wait_for(lambda: "calls sys.exit(1)" in log_text(cluster, f"{name}-worker-1"), 120,
+                         what="worker 1's sys.exit(1)")
+        exited = time.monotonic()
+        # Halfway to the deadline: sys.exit(1) has not ended the process, and its pod runs on.
+        time.sleep(timeout / 2)
+        alive = bool(pod_pids(cluster, f"{name}-worker-1"))
+        phase = ((cluster.pod(f"{name}-worker-1") or {}).get("status") or {}).get("phase")
+        first_log = log_text(cluster, f"{name}-worker-1")
+        acted = "Restarting" if action == "RestartJob" else "Failed"
+        decided = cluster.wait_for(lambda: condition(cluster.get_job(name) or {}, acted), timeout + 10 + 60,
+                                   what=f"the stall's {acted}")
+        noticed = time.monotonic() - exited
+        print(f"{action}: {acted} {noticed:.1f} s after sys.exit(1)")
+        done = cluster.wait_finished(name, timeout=240)
+
+    # Restarting says why in its reason; Failed in its message (its reason is MXJobFailed, as every end by failure).
+    assert decided["reason"] == ("MXJobStalled" if action == "RestartJob" else "MXJobFailed"), decided
+    assert "stalled: no progress report" in decided["message"] or action == "RestartJob", decided["message"]
+    # Its last report: step 5, or one the once-a-second rate limit let through just before.
+    assert re.search(r"worker-1 \(last: step [1-5] of 20", decided["message"]), decided["message"]
+    assert alive and phase == "Running", (alive, phase)
+    assert "calls sys.exit(1)" in first_log and not re.search(r"exited with code", first_log), first_log[-2000:]
+    # Silent for timeoutSeconds after its last report (up to 2 s before the exit), then 10 s for a late
+    # report, plus a resync and the writes.
+    assert timeout + 10 - 2 <= noticed < timeout + 10 + 30, noticed
+    assert finished(done) == outcome, done["status"]
+    if outcome == "Succeeded":
+        assert done["status"]["progress"]["attempt"] == 1 and done["status"]["progress"]["progressPercentage"] == 100
+
+
+def test_progress_asked_of_a_running_job_adds_its_children_and_keeps_every_pod_running(
+        tmp_path: Path, cluster_plane: ControlPlane):
+    name = "late"
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+        cluster.submit(kv_loop_job(name, steps=40, activeDeadlineSeconds=300))
+        cluster.wait_for(lambda: "step 3" in log_text(cluster, f"{name}-worker-0"), 120, what="training under way")
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.pods(name)}
+        assert len(before) == 4 and progress_children(cluster_plane, name) == []
+        cluster.update_job(name, lambda job: job["spec"]["runPolicy"].update(progress={}))
+        children = cluster.wait_for(lambda: len(found := progress_children(cluster_plane, name)) == 4 and found,
+                                    60, what="the progress children")
+        during = {p["metadata"]["name"]: (p["metadata"]["uid"], (p.get("status") or {}).get("phase"))
+                  for p in cluster.pods(name)}
+        steps_then = log_text(cluster, f"{name}-worker-0").count("step ")
+        done = cluster.wait_finished(name, timeout=180)
+        steps_after = log_text(cluster, f"{name}-worker-0").count("step ")
+
+    assert sorted(children) == sorted([f"configmap/{name}-progress", f"serviceaccount/{name}-progress",
+                                       f"role.rbac.authorization.k8s.io/{name}-progress",
+                                       f"rolebinding.rbac.authorization.k8s.io/{name}-progress"]), children
+    assert {pod: uid for pod, (uid, _) in during.items()} == before, "no pod was replaced"
+    assert {phase for _, phase in during.values()} == {"Running"}, during
+    assert steps_after > steps_then, "training went on"
+    assert finished(done) == "Succeeded", done["status"]
+    # Its pods were created before progress was asked, without the env: they report nothing.
+    assert "progress" not in done["status"]
 
 
 def test_a_job_that_asks_for_nothing_gets_no_progress_children_and_the_helper_does_nothing(

@@ -421,3 +421,17 @@ def test_a_report_costs_one_status_write_and_two_syncs():
         writes.clear()
         sim.sync()  # the sync the status write triggers
         assert writes == [], "the next sync writes nothing"
+
+
+def test_progress_asked_of_a_running_job_adds_its_children_and_keeps_every_pod():
+    sim = Sim(job())
+    running(sim)
+    before = {name: pod["metadata"]["uid"] for name, pod in sim.pods.items()}
+    sim.edit({"runPolicy": {"progress": {}}})
+    sim.sync()
+    sim.sync()
+    assert {name: pod["metadata"]["uid"] for name, pod in sim.pods.items()} == before, "no pod replaced"
+    assert all(pod["status"]["phase"] == "Running" for pod in sim.pods.values())
+    assert PROGRESS in sim.config_maps and PROGRESS in sim.objects("v1", "ServiceAccount")
+    assert PROGRESS in sim.objects("rbac.authorization.k8s.io/v1", "RoleBinding")
+    assert sim.state() == "Running" and "wait for their ServiceAccount" not in sim.condition("Created")["message"]

@@ -134,6 +134,60 @@ def test_the_batch_end_callback_counts_batches_and_sends_the_eval_metric(tmp_pat
     callback(None)  # whatever MXNet hands it, it never raises
 
 
+MPI_ENV = {"MXJOB_PROGRESS_REPORTER": "", "MXJOB_ATTEMPT": "0"}
+
+
+@pytest.mark.parametrize("ranks,rank_env,name", [
+    ("0", {"OMPI_COMM_WORLD_RANK": "0"}, "rank-0"),
+    ("0", {"OMPI_COMM_WORLD_RANK": "2"}, None),
+    ("all", {"OMPI_COMM_WORLD_RANK": "2"}, "rank-2"),
+    ("all", {"PMIX_RANK": "3"}, "rank-3"),
+    ("all", {"PMI_RANK": "4"}, "rank-4"),
+    ("0", {}, "rank-0"),
+    ("all", {"OMPI_COMM_WORLD_RANK": "x"}, None),
+    ("", {"OMPI_COMM_WORLD_RANK": "0"}, None),
+], ids=["rank-0-of-first", "rank-2-of-first", "rank-2-of-all", "pmix", "pmi", "no-mpiexec-is-rank-0",
+        "unreadable-rank", "no-ranks-asked"])
+def test_a_chainerjob_rank_reports_by_its_mpi_rank_when_listed(tmp_path, ranks, rank_env, name):
+    made, sent, _ = reporter(tmp_path, {**MPI_ENV, "MXJOB_PROGRESS_MPI_RANKS": ranks, **rank_env})
+    assert made.report(1) is (name is not None)
+    assert [list(body["data"]) for _, body, _ in sent] == ([[name]] if name else [])
+
+
+def test_the_chainer_extension_sends_the_iteration_and_the_observation(tmp_path):
+    made, sent, _ = reporter(tmp_path, {"MXJOB_PROGRESS_INTERVAL": "0"})
+    extension = load().chainer_extension(reporter=made)
+    assert extension.trigger == (1, "iteration")
+    trainer = SimpleNamespace(updater=SimpleNamespace(iteration=7, epoch=1),
+                              observation={"main/loss": SimpleNamespace(array=0.5), "main/accuracy": 0.75,
+                                           "text": "not a number"},
+                              stop_trigger=SimpleNamespace(period=100, unit="iteration"))
+    extension(trainer)
+    [(_, body, _)] = sent
+    entry = json.loads(body["data"]["worker-0"])
+    assert (entry["step"], entry["total"]) == (7, 100)
+    assert entry["metrics"] == {"main/loss": 0.5, "main/accuracy": 0.75, "epoch": 1}
+    extension(None)  # whatever it is handed, it never raises
+
+
+def test_the_chainer_extension_runs_in_a_real_chainer_trainer(tmp_path):
+    chainer = pytest.importorskip("chainer")
+    import numpy as np
+
+    made, sent, _ = reporter(tmp_path, {"MXJOB_PROGRESS_INTERVAL": "0"})
+    data = chainer.datasets.TupleDataset(np.zeros((8, 2), np.float32), np.zeros(8, np.int32))
+    model = chainer.links.Classifier(chainer.links.Linear(2, 2))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    updater = chainer.training.StandardUpdater(chainer.iterators.SerialIterator(data, 4), optimizer)
+    trainer = chainer.training.Trainer(updater, (3, "iteration"), out=str(tmp_path / "out"))
+    trainer.extend(load().chainer_extension(reporter=made))
+    trainer.run()
+    entries = [json.loads(b["data"]["worker-0"]) for _, b, _ in sent]
+    assert [(e["step"], e["total"]) for e in entries] == [(1, 3), (2, 3), (3, 3)]
+    assert {"main/loss", "main/accuracy", "epoch"} <= set(entries[-1]["metrics"])
+
+
 # --- on a real API server ------------------------------------------------------------------------
 
 @pytest.fixture

@@ -107,6 +107,9 @@ def running(parent: dict, gang: str | None) -> Sim | ChainerSim:
     if gang:  # the PodGroup came first; the pods come once it is observed
         sim.tick(1)
         sim.sync()
+    if "progress" in (parent["spec"].get("runPolicy") or {}):  # so did the reporting ServiceAccount
+        sim.tick(1)
+        sim.sync()
     if isinstance(sim, Sim):
         sim.tick(5)
         sim.run()

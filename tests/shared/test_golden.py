@@ -358,6 +358,36 @@ def chainerjob_master_running() -> ChainerSim:
     return sim
 
 
+def chainerjob_progress_rank_silent() -> ChainerSim:
+    # spec.runPolicy.progress and stallPolicy (docs/progress.md): every rank reports; rank-1 falls
+    # silent past the timeout, so Running says the job may have stalled (action Report).
+    parent = example("chainerjob-mn.yaml")
+    parent["spec"]["runPolicy"] = {"progress": {"reporters": "AllReplicas"},
+                                   "stallPolicy": {"timeoutSeconds": 120, "action": "Report"}}
+    sim = ChainerSim(parent)
+    sim.sync()
+    sim.sync()
+    sim.tick(20)
+    sim.all_ready()
+    sim.sync()
+    sim.tick(5)
+    sim.master("example-job-mn-master", active=1)
+    sim.sync()
+
+    def report(name: str, step: int, **metrics: float) -> None:
+        entry = json.dumps({"attempt": 0, "step": step, "total": 500, "metrics": metrics,
+                            "time": sim.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        sim.change("v1", "ConfigMap", "example-job-mn-progress",
+                   lambda cm: cm.setdefault("data", {}).update({name: entry}))
+
+    report("rank-1", 40, loss=1.25)
+    sim.tick(100)
+    report("rank-0", 120, loss=0.75, accuracy=0.875)
+    sim.sync()
+    sim.tick(30)
+    return sim
+
+
 def chainerjob_master_complete() -> ChainerSim:
     sim = chainerjob_master_running()
     sim.sync()
@@ -446,7 +476,7 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
     gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
     per_job_service_terminal_succeeded, per_job_service_invalid_value, per_job_service_set_on_a_running_job,
-    progress_running_one_reporter_silent)}
+    progress_running_one_reporter_silent, chainerjob_progress_rank_silent)}
 
 
 def _dump(data: dict) -> str:
