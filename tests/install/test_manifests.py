@@ -7,6 +7,7 @@ we use; MXJobs against our own CRD.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,16 +23,15 @@ NAMESPACE = "mxjob-system"
 HOOKS_NAME = "mxjob-hooks"
 
 
-_SKIP_DIRS = {".git", ".venv", "node_modules", ".localcluster", ".pytest_cache", "__pycache__"}
 _KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 
 def kustomization_dirs() -> list[Path]:
-    found = []
-    for path in ROOT.rglob("*"):
-        if path.name in _KUSTOMIZATION_FILES and not _SKIP_DIRS & set(path.relative_to(ROOT).parts):
-            found.append(path.parent)
-    return sorted(found)
+    """The project's own kustomizations: tracked by git, so nothing a build copied in (Kueue's manifests
+    under .controlplane/), a virtualenv or a local run left is taken for one."""
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    return sorted({(ROOT / name).parent for name in tracked if Path(name).name in _KUSTOMIZATION_FILES})
 
 
 KUSTOMIZATION_DIRS = kustomization_dirs()
