@@ -282,14 +282,15 @@ class ApiStore:
         return self._object("PUT", self._object_path(obj["apiVersion"], obj["kind"], namespace, meta["name"]), body)
 
     def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: NewStatus, *,
-                      current: KubeObject | None = None, attempts: int = 10) -> bool:
+                      current: KubeObject | None = None, attempts: int = 10, uid: str | None = None) -> bool:
         """Replace .status through the status subresource over `current` (the object as just read; read
         here when not given), read again and retried on conflict up to `attempts` times in all; True if it changed. A callable `status`
-        makes the new status from the one read, on every attempt."""
+        makes the new status from the one read, on every attempt. With `uid`, an object of that name but
+        another uid is taken as gone (404): a kubelet never writes one Pod's status onto its successor."""
         for attempt in range(attempts):
             if attempt or current is None:
                 current = self.get(api_version, kind, namespace, name)
-            if current is None:
+            if current is None or (uid is not None and current["metadata"].get("uid") != uid):
                 raise StoreError(404, "NotFound", f"{kind} {name!r} not found")
             new = status(current.get("status") or {}) if callable(status) else status
             if current.get("status") == new:
@@ -310,9 +311,12 @@ class ApiStore:
             options["preconditions"] = {"uid": uid}
         self.request("DELETE", self._object_path(api_version, kind, namespace, name), options)
 
-    def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """The kubelet's last step: the containers are gone, so the Pod object goes now (grace 0)."""
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    def remove(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """The kubelet's last step: the containers are gone, so the Pod object goes now (grace 0). With
+        `uid`, only that Pod: a new Pod of the same name, created meanwhile, is left alone."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        if uid:
+            options["preconditions"] = {"uid": uid}
         with contextlib.suppress(StoreError):
             self.request("DELETE", self._object_path(api_version, kind, namespace, name), options)
 

@@ -150,7 +150,7 @@ class GangScheduler(threading.Thread):
                 self._pending.pop(key, None)
                 self._said.pop(key, None)
         elif self._said.get(key) != reason:
-            self.store.update_status("v1", "Pod", *key, unschedulable(reason), current=pod)
+            self.store.update_status("v1", "Pod", *key, unschedulable(reason), current=pod, uid=uid)
             self._said[key] = reason
 
     def stop(self) -> None:

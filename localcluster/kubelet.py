@@ -134,7 +134,7 @@ class ProcessKubelet:
                 if meta.get("deletionTimestamp"):
                     # Bound here, but nothing runs it (a kubelet restart): confirm the deletion, as a kubelet does.
                     threading.Thread(target=self.store.remove, args=("v1", "Pod", meta["namespace"], meta["name"]),
-                                     daemon=True).start()
+                                     kwargs={"uid": meta["uid"]}, daemon=True).start()
                     return
                 worker = PodWorker(self, obj)
                 self._workers[key] = worker
@@ -272,7 +272,7 @@ class PodWorker(threading.Thread):
         self.runs = [ContainerRun(c) for c in self.spec.get("containers", [])]
         self.sandbox = PodSandbox(pod, pods_dir=kubelet.pods_dir, store=kubelet.store, dns=kubelet.dns,
                                   workdir=kubelet.workdir)
-        self.report = PodStatusReport(kubelet.store, *self.key)
+        self.report = PodStatusReport(kubelet.store, *self.key, uid=self.uid)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._terminate_grace: float | None = None
@@ -514,4 +514,4 @@ class PodWorker(threading.Thread):
         self._stop_processes(grace)
         self.sandbox.unregister()
         if not self._shutdown and not self._forced:
-            self.kubelet.store.remove("v1", "Pod", *self.key)
+            self.kubelet.store.remove("v1", "Pod", *self.key, uid=self.uid)

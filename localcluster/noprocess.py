@@ -199,7 +199,7 @@ class NoProcessNode:
             if pod is not None and pod.uid == uid:
                 pod.gone = True
                 del self._pods[key]
-        self.store.remove("v1", "Pod", *key)
+        self.store.remove("v1", "Pod", *key, uid=uid)
 
     def _write(self, pod: _Pod) -> None:
         """The status as the kubelet reports it; every container shares the main one's state."""
@@ -216,7 +216,8 @@ class NoProcessNode:
                 {"name": c.get("name", ""), "image": c.get("image", ""), "ready": ready == "True", "started": ready == "True",
                  "restartCount": pod.restarts, "state": pod.state, "lastState": pod.last_state}
                 for c in pod.spec.get("containers") or []]
-        self.store.update_status("v1", "Pod", pod.namespace, pod.name, lambda current: keep_others(current, status))
+        self.store.update_status("v1", "Pod", pod.namespace, pod.name, lambda current: keep_others(current, status),
+                                 uid=pod.uid)
         self.status_writes += 1
 
     # --- life ------------------------------------------------------------------------------------

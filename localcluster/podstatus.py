@@ -70,8 +70,9 @@ def pod_phase(runs: Sequence[ContainerRun], *, policy: str, containers_started: 
 class PodStatusReport:
     """What the kubelet remembers of a Pod's status between writes: conditions, start time, reason."""
 
-    def __init__(self, store: ObjectStore, namespace: str, name: str):
-        self.store, self.namespace, self.name = store, namespace, name
+    def __init__(self, store: ObjectStore, namespace: str, name: str, *, uid: str | None = None):
+        # The uid: a Pod deleted and made anew under its name is another Pod, never written to.
+        self.store, self.namespace, self.name, self.uid = store, namespace, name, uid
         self.start_time = now_rfc3339()
         self.conditions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
         self.reason: str | None = None
@@ -113,6 +114,7 @@ class PodStatusReport:
     def write(self, status: PodStatus) -> None:
         """Write the status subresource (each write wakes the controller); a Pod that is gone is skipped."""
         try:
-            self.store.update_status("v1", "Pod", self.namespace, self.name, lambda current: keep_others(current, status))
+            self.store.update_status("v1", "Pod", self.namespace, self.name, lambda current: keep_others(current, status),
+                                     uid=self.uid)
         except StoreError:
             pass  # the Pod is gone; nothing to report to

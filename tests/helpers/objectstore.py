@@ -129,12 +129,14 @@ class ObjectBag:
         return updated
 
     def update_status(self, api_version: str, kind: str, namespace: str, name: str, status: NewStatus, *,
-                      current: KubeObject | None = None, attempts: int = 10) -> bool:
+                      current: KubeObject | None = None, attempts: int = 10, uid: str | None = None) -> bool:
         """Replace .status wholesale (the status subresource); True if it changed. `current` (the fresh read an
         API client makes before its PUT) is not needed here, nor `attempts`: the bag holds the object itself, so
         nothing conflicts."""
         with self._lock:
             stored = self._stored(api_version, kind, namespace, name)
+            if uid is not None and stored["metadata"].get("uid") != uid:
+                raise StoreError(404, "NotFound", f"{kind} {name!r} of uid {uid} not found")
             if callable(status):
                 status = status(copy.deepcopy(stored.get("status") or {}))
             if stored.get("status") == status:
@@ -160,10 +162,15 @@ class ObjectBag:
                 event, obj = MODIFIED, self._bump(stored)
         self._emit(event, obj)
 
-    def remove(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Remove an object for good (the kubelet, once a terminating Pod's containers are gone)."""
+    def remove(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Remove an object for good (the kubelet, once a terminating Pod's containers are gone); with
+        `uid`, only the object of that uid."""
         with self._lock:
-            stored = self._objects.pop((api_version, kind, namespace, name), None)
+            key = (api_version, kind, namespace, name)
+            stored = self._objects.get(key)
+            if stored is not None and uid is not None and stored["metadata"].get("uid") != uid:
+                return
+            stored = self._objects.pop(key, None)
         if stored is not None:
             self._emit(DELETED, stored)
 

@@ -323,6 +323,26 @@ def test_kubectl_logs_shows_the_current_pod_and_container_instance_and_previous_
     assert first.returncode != 0 and 'previous terminated container "main" in pod "p" not found' in first.stderr, first
 
 
+def test_the_kubelets_removal_and_status_write_name_the_pod_by_uid_and_spare_its_successor(cluster: LocalCluster):
+    """A kubelet finishing a deleted pod p must not remove nor write the new pod p made meanwhile (the
+    API server's uid precondition): it once deleted the new one, and a test waited for it in vain."""
+    gated = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "default"},
+             "spec": {"schedulingGates": [{"name": "test/held"}],  # unbound: nothing runs it, delete is at once
+                      "containers": [{"name": "main", "image": "busybox", "command": SLEEP}]}}
+    old = cluster.store.create(gated)["metadata"]["uid"]
+    cluster.store.delete("v1", "Pod", "default", "q")
+    cluster.wait_for(lambda: cluster.pod("q") is None, 30, what="the first q to be gone")
+    new = cluster.store.create(gated)["metadata"]["uid"]
+    cluster.store.remove("v1", "Pod", "default", "q", uid=old)
+    with pytest.raises(StoreError) as gone:
+        cluster.store.update_status("v1", "Pod", "default", "q", {"phase": "Failed"}, uid=old)
+    assert gone.value.code == 404
+    survivor = cluster.pod("q")
+    assert survivor is not None and survivor["metadata"]["uid"] == new and survivor["status"].get("phase") == "Pending"
+    cluster.store.remove("v1", "Pod", "default", "q", uid=new)
+    cluster.wait_for(lambda: cluster.pod("q") is None, 30, what="the second q to be removed by its own uid")
+
+
 @pytest.mark.mxnet
 def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Path, metacontroller: str):
     """The README's session: `localcluster up`, then kubectl apply, wait, get, logs; `down` stops it all.
