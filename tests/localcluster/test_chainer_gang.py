@@ -17,7 +17,7 @@ import yaml
 from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.chainer]
 

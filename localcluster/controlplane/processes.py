@@ -19,7 +19,7 @@ What it sets up, and why:
 - kube-scheduler, as `system:kube-scheduler` with its own token and kubeconfig (the RBAC the API server's
   bootstrap policy gives that user on every cluster), leader election off: it binds every pod whose
   schedulerName is `default-scheduler` to a Node that fits it, preempts by PriorityClass, and honours
-  scheduling gates. The Node is the process kubelet's (localcluster/node.py).
+  scheduling gates. The Node is the process kubelet's (localcluster/node/registration.py).
 
 Every process runs in a process group of its own and is stopped with it (SIGTERM, then SIGKILL), on
 `stop()`, on leaving the `with` block, at interpreter exit, and, through PR_SET_PDEATHSIG, when the
@@ -52,7 +52,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from localcluster.config import REPO_ROOT
+
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -399,8 +400,8 @@ class ControlPlane:
 def prepare_cluster(cp: ControlPlane) -> None:
     """What the local cluster needs on a fresh control plane: the project's CRDs (crd/) and the third-party
     CRDs its children and CompositeControllers use (localcluster/thirdparty). The Node is the kubelet's to
-    register (node.py)."""
-    from .thirdparty import third_party_crds
+    register (node/registration.py)."""
+    from localcluster.thirdparty import third_party_crds
 
     crds = third_party_crds()
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",

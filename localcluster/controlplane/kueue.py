@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .controlplane import Component, ControlPlane, ControlPlaneError, _die_with_parent, _http_ok, bin_dir, free_port
+from localcluster.controlplane.processes import Component, ControlPlane, ControlPlaneError, _die_with_parent, _http_ok, bin_dir, free_port
 
 NAMESPACE = "kueue-system"
 SERVICE_ACCOUNT = "kueue-controller-manager"

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import MANIFEST_DIR, ControllerConfig
-from .controlplane import Component, ControlPlane, _die_with_parent, free_port
+from localcluster.config import MANIFEST_DIR, ControllerConfig
+from localcluster.controlplane.processes import Component, ControlPlane, _die_with_parent, free_port
 
 NAMESPACE = SERVICE_ACCOUNT = "metacontroller"
 SELF_ROLE = "metacontroller-self"
