@@ -318,3 +318,35 @@ def _stall_and_fail(cluster: LocalCluster) -> set[str]:
                      60, what="worker pods removed")
     assert _wait(lambda: not _processes_of(workers), 5), _processes_of(workers)
     return workers | {p["metadata"]["uid"] for p in pods}
+
+
+@pytest.mark.chainer
+def test_a_stalled_job_under_restart_job_is_restarted_whole_and_completes(cluster):
+    """RestartJob: the stalled attempt's master Job and worker StatefulSets are deleted and made
+    again as attempt 1, whose ranks report afresh and train to the end (docs/chainerjob.md, "Restarts")."""
+    timeout = 15
+    job = example("stall-restart")
+    name = job["metadata"]["name"]
+    job["spec"]["runPolicy"] = {"stallPolicy": {"timeoutSeconds": timeout, "action": "RestartJob"}, "maxRestarts": 1}
+    job["spec"]["workerSets"]["ws0"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"}]
+    cluster.submit(job)
+    cluster.wait_for(lambda: "epoch  2 " in master_logs(cluster, name), 180, what="training under way")
+    first = {p["metadata"]["uid"]: p["metadata"]["name"] for p in cluster.pods(name)}
+    [master] = [n for n in first.values() if "-master-" in n]
+    cluster.kubelet.kill("default", master, sig=signal.SIGSTOP)
+    stopped = time.monotonic()
+    cluster.wait_for(lambda: (cluster.get_job(name) or {}).get("status", {}).get("attempt") == 1,
+                     timeout + 10 + 60, what="the restart")
+    print(f"RestartJob: attempt 1 decided {time.monotonic() - stopped:.1f} s after SIGSTOP")
+    done = cluster.wait_finished(name, timeout=300)
+    assert finished(done) == "Succeeded", done["status"]
+    assert done["status"]["attempt"] == 1
+    restarted = condition(done, "Restarting")
+    assert restarted["status"] == "False" and restarted["reason"] == "ChainerJobRestarted", restarted
+    assert "it stalled: no progress report" in restarted["message"]
+    assert done["status"]["progress"]["attempt"] == 1, done["status"]["progress"]
+    assert float(ACCURACY.findall(master_logs(cluster, name))[-1]) >= 0.9
+    # Attempt 0's pods, the stopped master's included, are gone with everything they ran.
+    assert not set(first) & {p["metadata"]["uid"] for p in cluster.store.list_shared("v1", "Pod", "default")}
+    assert _wait(lambda: not _processes_of(set(first)), 10), _processes_of(set(first))
