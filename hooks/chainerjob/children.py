@@ -89,14 +89,15 @@ FROZEN_ROLLING_UPDATE: JSON = {"type": "RollingUpdate", "rollingUpdate": {"parti
 
 
 def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | None = None,
-                    observed: Mapping[str, Any] | None = None) -> JSON:
+                    observed: Mapping[str, Any] | None = None, attempt: int = 0) -> JSON:
     """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished.
 
     OnDelete: a template edit, or a gang enabled on a live install (which marks every template),
     must never roll running workers (mpiexec would lose a rank); a pod created later (a replaced
     worker) takes the template as it is then. `observed` is the StatefulSet as it exists, if it does.
     InPlace: the user's template is spelt as the API server stores it (quantities, empty values),
-    or Metacontroller would update the StatefulSet on every sync.
+    or Metacontroller would update the StatefulSet on every sync. `attempt`: the whole-job restart
+    it belongs to (hooks.chainerjob.restarts), labelled outside the selector.
     """
     labels = names.worker_labels(job.name, ws.name)
     pod_spec = pod_template_spec(ws.template.get("spec") or {})
@@ -107,8 +108,10 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     template_meta = _template_meta(ws.template, labels)
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=ws.name, priority_class=None)
+    _mark_attempt(template_meta, pod_spec, attempt)
     return {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": _meta(job, names.worker_set(job.name, ws.name), {**job.labels, **labels}),
+            "metadata": _meta(job, names.worker_set(job.name, ws.name),
+                              {**job.labels, **labels, **_attempt_label(attempt)}),
             "spec": {"replicas": 0 if done else ws.replicas,
                      "podManagementPolicy": "Parallel",
                      "updateStrategy": _update_strategy(observed),
@@ -126,8 +129,9 @@ def _update_strategy(observed: Mapping[str, Any] | None) -> JSON:
     return {"type": "OnDelete"}
 
 
-def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None) -> JSON:
-    """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile."""
+def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None, attempt: int = 0) -> JSON:
+    """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile; labelled
+    with its attempt from the first whole-job restart on (hooks.chainerjob.restarts)."""
     labels = names.master_labels(job.name)
     pod_spec = json_copy(dict(job.master.template.get("spec") or {}))
     if job.distributed:
@@ -153,9 +157,28 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
     template_meta = _template_meta(job.master.template, labels)
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=MASTER_TASK, priority_class=None)
+    _mark_attempt(template_meta, pod_spec, attempt)
     spec["template"] = {"metadata": template_meta, "spec": pod_spec}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": _meta(job, names.master(job.name), {**job.labels, **labels}), "spec": spec}
+            "metadata": _meta(job, names.master(job.name), {**job.labels, **labels, **_attempt_label(attempt)}),
+            "spec": spec}
+
+
+def _attempt_label(attempt: int) -> dict[str, str]:
+    # Attempt 0 is unlabelled, so a job that never restarts is answered as before.
+    return {names.ATTEMPT_LABEL: str(attempt)} if attempt else {}
+
+
+def _mark_attempt(template_meta: JSON, pod_spec: JSON, attempt: int) -> None:
+    """A restarted attempt's pods: its label, and MXJOB_ATTEMPT for the progress helper's reports."""
+    if not attempt:
+        return
+    template_meta["labels"] = {**template_meta["labels"], **_attempt_label(attempt)}
+    entry = {"name": names.ATTEMPT_ENV, "value": str(attempt)}
+
+    def others(env: Any) -> list[Any]:
+        return [e for e in env or [] if not (isinstance(e, dict) and e.get("name") == names.ATTEMPT_ENV)]
+    pod_spec["containers"] = [{**c, "env": [*others(c.get("env")), entry]} for c in pod_spec["containers"]]
 
 
 def podgroup_for_job(job: ChainerJob, gang: Gang) -> JSON:

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 NAME_LABEL = "chainerjob.kubeflow.org/name"
 ROLE_LABEL = "chainerjob.kubeflow.org/role"
 WORKER_SET_LABEL = "chainerjob.kubeflow.org/workersetname"
+# The whole-job restart (runPolicy.stallPolicy RestartJob) a master Job or worker StatefulSet, and
+# their pods, belong to; only from the first restart on (attempt 0 is unlabelled, as before).
+ATTEMPT_LABEL = "chainerjob.kubeflow.org/attempt"
+ATTEMPT_ENV = "MXJOB_ATTEMPT"  # what the progress helper reads (the same name as an MXJob's pods')
 
 ASSETS_DIR = "/kubeflow/chainer-operator/assets"
 KUBECTL_DIR = "/kubeflow/chainer-operator/kube"

@@ -7,11 +7,15 @@ The rules are hooks.shared.progress's, the same as an MXJob's; what is the Chain
   MPI rank, named `rank-<N>` by the helper from the rank MPI gives it: rank 0 under FirstReplica
   (the default; ChainerMN's reporting extensions run there too), every rank under AllReplicas.
   Every pod gets the env (MXJOB_PROGRESS_MPI_RANKS says which ranks) and the right to report.
-- The stall clock starts when the job is Running (its master Job is active). A ChainerJob has one
-  attempt, so every report is attempt 0's.
+- The stall clock starts when the job is Running (its master Job is active), or when the current
+  attempt's restart was decided (its record: a stale parent cannot move the clock back before it).
+  Reports count only for the current attempt (MXJOB_ATTEMPT in the pods, hooks.chainerjob.restarts).
 - FailJob ends the job Failed (reason ChainerJobStalled): the master Job is deleted (and with it
-  mpiexec, whose ranks end with it) and the workers are scaled to 0, as after a failed master.
-  RestartJob is refused (hooks.chainerjob.spec.UNSUPPORTED_STALL_ACTIONS).
+  mpiexec, whose ranks end with it) and the workers are scaled to 0, as after a failed master. The
+  master Job is left out only once the outcome record is observed: a sync that reads a stale parent
+  and stale ConfigMaps after the Job is gone would otherwise create the master again.
+- RestartJob restarts the whole job (hooks.chainerjob.restarts), at most runPolicy.maxRestarts
+  times; the stall after the last one fails the job, as FailJob does.
 """
 from __future__ import annotations
 
@@ -71,23 +75,26 @@ def waits_for_account(job: ChainerJob, accounts: Mapping[str, Any]) -> bool:
     return any(not uses_own_account(spec) for spec in specs)
 
 
-def job_reports(job: ChainerJob, config_maps: Mapping[str, Any], old_progress: Any) -> dict[str, Report]:
-    """The reports, newest of the observed ConfigMap's and the old status's (hooks.shared.progress)."""
+def job_reports(job: ChainerJob, config_maps: Mapping[str, Any], old_progress: Any, attempt: int) -> dict[str, Report]:
+    """The reports of one attempt, newest of the observed ConfigMap's and the old status's (hooks.shared.progress)."""
     return current_reports(observed_reports(config_maps.get(progress_name(job.name))),
-                           status_reports(old_progress), attempt=0)
+                           status_reports(old_progress), attempt=attempt)
 
 
 class StallCheck(NamedTuple):
-    """What one sync of a running job found: the stall to say, the Failed condition under FailJob."""
+    """What one sync of a running job found: the stall to say, the Failed condition under FailJob
+    (or RestartJob past runPolicy.maxRestarts), the stall a RestartJob restarts the job for."""
 
     clause: str | None = None  # the Running condition says the job may have stalled
     failed: JSON | None = None  # FailJob acts: the job's Failed condition
     resync_after: float | None = None
+    restart: str | None = None  # RestartJob acts: the stall, for the attempt's record and condition
 
 
 def check_stall(job: ChainerJob, reports: Mapping[str, Report], old_conditions: Iterable[Any], *,
-                now: datetime) -> StallCheck:
-    """For a job whose master Job is active: has it stalled, and does its stallPolicy act now."""
+                now: datetime, attempt: int = 0, began: datetime | None = None) -> StallCheck:
+    """For a job whose master Job is active: has it stalled, and does its stallPolicy act now.
+    `attempt` is the current one, `began` when its restart was decided (its record's time)."""
     policy = job.progress.stall
     if policy is None:
         return StallCheck()
@@ -96,14 +103,19 @@ def check_stall(job: ChainerJob, reports: Mapping[str, Report], old_conditions: 
     since = parse_time(running.get("lastTransitionTime")) if running and running.get("status") == "True" else None
     if since is None:  # Running starts now: the first deadline is a timeout away
         return StallCheck(resync_after=float(policy.timeout_seconds))
+    if began is not None:
+        since = max(since, began)
     verdict = judge_stall(policy, reports, since=since, now=now, warned=warned_at(conditions, STALLED))
-    if not verdict.act:
+    if not verdict.act or verdict.clause is None:
         return StallCheck(verdict.clause, resync_after=verdict.resync_after)
+    if policy.action == "RestartJob" and attempt < job.max_restarts:
+        return StallCheck(restart=verdict.clause)
+    why = ("runPolicy.stallPolicy.action is FailJob" if policy.action == "FailJob"
+           else f"it has reached runPolicy.maxRestarts ({job.max_restarts})")
     at = rfc3339(now)
     return StallCheck(failed={"type": "Failed", "status": "True", "reason": STALLED,
-                              "message": f"{subject(job.key)} stalled: {verdict.clause}; runPolicy.stallPolicy."
-                                         f"action is FailJob, so its master Job is deleted and its workers "
-                                         f"scaled to 0.",
+                              "message": f"{subject(job.key)} stalled: {verdict.clause}; {why}, so its master "
+                                         f"Job is deleted and its workers scaled to 0.",
                               "lastProbeTime": at, "lastTransitionTime": at})
 
 

@@ -40,12 +40,13 @@ MAX_STATEFULSET_NAME = 52
 # 1,000 workers with the longest names fill about half of it. Checked before any work is sized by
 # it; the CRD declares the same maximum per set.
 MAX_WORKERS = 1000
-# spec.runPolicy of a ChainerJob holds only progress reporting (docs/chainerjob.md, "Progress"):
-# v1alpha1 keeps its other run settings on the master (spec.master.backoffLimit, ...).
-RUN_POLICY_FIELDS = ("progress", "stallPolicy")
-# A ChainerJob has no whole-job restart: its master Job retries mpiexec in a new pod instead.
-UNSUPPORTED_STALL_ACTIONS = {"RestartJob": "a ChainerJob has no whole-job restart (its master Job retries "
-                                           "its pod up to spec.master.backoffLimit)"}
+# spec.runPolicy of a ChainerJob holds only progress reporting and the restarts a stall may cause
+# (docs/chainerjob.md, "Progress"): v1alpha1 keeps its other run settings on the master
+# (spec.master.backoffLimit, ...).
+RUN_POLICY_FIELDS = ("progress", "stallPolicy", "maxRestarts")
+# Whole-job restarts (stallPolicy action RestartJob) a job gets when it leaves runPolicy.maxRestarts
+# out: a job that stalls on every attempt must end, not restart for ever (docs/chainerjob.md).
+DEFAULT_MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class ChainerJob(JobIdentity):
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
     backend: Backend | Literal[""] = ""  # "" for a job without workerSets
     progress: ProgressPolicy = NO_PROGRESS  # spec.runPolicy.progress and stallPolicy (hooks.shared.progress)
+    max_restarts: int = DEFAULT_MAX_RESTARTS  # spec.runPolicy.maxRestarts: whole-job restarts for stalls
 
     @property
     def distributed(self) -> bool:
@@ -117,6 +119,7 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
                         f"Role and the hostfile list every worker pod)")
     _check_names(name, worker_sets, problems)
     progress = _parse_run_policy(spec.get("runPolicy"), problems)
+    max_restarts = _parse_max_restarts(spec.get("runPolicy"), problems)
     if problems or master is None:
         raise SpecError(problems)
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
@@ -124,7 +127,7 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
                       labels=dict(labels or {}), master=master, worker_sets=worker_sets,
                       # Checked above: a distributed job's backend is one of BACKENDS.
                       backend=next(b for b in BACKENDS if b == backend) if distributed else "",
-                      progress=progress)
+                      progress=progress, max_restarts=max_restarts)
 
 
 def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
@@ -132,12 +135,24 @@ def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
     if raw is None:
         return NO_PROGRESS
     if not isinstance(raw, Mapping):
-        problems.append("spec.runPolicy: must be an object with progress and stallPolicy")
+        problems.append("spec.runPolicy: must be an object with progress, stallPolicy and maxRestarts")
         return NO_PROGRESS
     for key in sorted(set(raw) - set(RUN_POLICY_FIELDS)):
-        problems.append(f"spec.runPolicy.{key}: a ChainerJob's runPolicy has only {' and '.join(RUN_POLICY_FIELDS)}; "
+        problems.append(f"spec.runPolicy.{key}: a ChainerJob's runPolicy has only {', '.join(RUN_POLICY_FIELDS)}; "
                         f"the master's run settings are under spec.master (backoffLimit, activeDeadlineSeconds)")
-    return parse_progress_policy(raw, problems, "spec.runPolicy", UNSUPPORTED_STALL_ACTIONS)
+    return parse_progress_policy(raw, problems, "spec.runPolicy")
+
+
+def _parse_max_restarts(raw: Any, problems: list[str]) -> int:
+    """spec.runPolicy.maxRestarts: how many whole-job restarts a stall may cause (an MXJob's
+    runPolicy.failurePolicy.maxRestarts; a ChainerJob restarts only for stalls)."""
+    value = raw.get("maxRestarts") if isinstance(raw, Mapping) else None
+    if value is None:
+        return DEFAULT_MAX_RESTARTS
+    if not is_non_negative_int(value, MAX_INT32):
+        problems.append(f"spec.runPolicy.maxRestarts: must be an integer from 0 to {MAX_INT32}, got {show(value)}")
+        return DEFAULT_MAX_RESTARTS
+    return int(value)
 
 
 def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:

@@ -15,6 +15,7 @@ from typing import Any
 from hooks.chainerjob.decision import Decision
 from hooks.chainerjob.progress import stopped_by_stall
 from hooks.chainerjob.related import FAILURE_KEY, failure_words, master_failure, recorded_failure
+from hooks.chainerjob.restarts import Restart, restarted_message, restarting_message
 from hooks.chainerjob.spec import ChainerJob
 from hooks.chainerjob.vocabulary import (
     CREATED,
@@ -23,6 +24,7 @@ from hooks.chainerjob.vocabulary import (
     JOB_CONDITIONS,
     OWN_CONDITIONS,
     PODGROUP_CREATED,
+    RESTARTED,
     RUNNING,
     STALLED,
     STATE_ORDER,
@@ -107,11 +109,14 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
 
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
-               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None) -> JSON:
+               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None,
+               restart: Restart | None = None, restarting: bool = False) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
-    `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress).
+    `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress),
+    `restart` the whole-job restart the job is in or came through, `restarting` whether the earlier
+    attempt is still being replaced (hooks.chainerjob.restarts).
     """
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
@@ -128,17 +133,38 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready))
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
-    elif master_status.get("active") and stall is not None:  # spec.runPolicy.stallPolicy action Report
-        own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
-    elif master_status.get("active"):
-        workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
+    else:
+        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting)
 
     status = _with_master_status(own, master_status, now)
+    if restart is not None:
+        status["attempt"] = restart.attempt
     if job.distributed:
         status["workerSets"] = {name: {"replicas": 0 if outcome else ws.replicas, "readyReplicas": ready[name]}
                                 for name, ws in job.worker_sets.items()}
     return status
+
+
+def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[str, Any], *, stall: str | None,
+                   restart: Restart | None, restarting: bool) -> None:
+    """Running, and Restarting through a whole-job restart until the new attempt's master runs."""
+    active = bool(master_status.get("active"))
+    # Started, not active: between its pod's success and the Job's Complete nothing is active.
+    started = active or "startTime" in master_status
+    if restart is not None and (restarting or not started):
+        # The times are the record's: a sync that reads the status of before the restart stamps
+        # it as the sync that decided it did.
+        message = restarting_message(job.key, restart, job.max_restarts)
+        own.set("Restarting", STALLED, message, at=restart.recorded_at)
+        own.clear("Running", STALLED, message, at=restart.recorded_at)
+        return
+    if restart is not None:
+        own.clear("Restarting", RESTARTED, restarted_message(job.key, restart))
+    if active and stall is not None:  # spec.runPolicy.stallPolicy action Report
+        own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
+    elif active:
+        workers = f" with {job.workers} workers" if job.distributed else ""
+        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
@@ -168,13 +194,13 @@ class _OwnConditions:
                                       if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS], now,
                                      state_order=STATE_ORDER)
 
-    def set(self, ctype: OwnCondition, reason: str, message: str) -> None:
+    def set(self, ctype: OwnCondition, reason: str, message: str, *, at: datetime | None = None) -> None:
         """Set the condition True."""
-        self.conditions.set(ctype, True, reason, message)
+        self.conditions.set(ctype, True, reason, message, at=at)
 
-    def clear(self, ctype: OwnCondition, reason: str, message: str) -> None:
+    def clear(self, ctype: OwnCondition, reason: str, message: str, *, at: datetime | None = None) -> None:
         """Set the condition False if it is True."""
-        self.conditions.clear(ctype, reason, message)
+        self.conditions.clear(ctype, reason, message, at=at)
 
 
 def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], outcome: JobCondition) -> None:

@@ -7,11 +7,12 @@ it exists, is always kept, and once it has finished it is never created again.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.chainerjob import children, names, progress
+from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.related import read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
@@ -72,7 +73,8 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
 
 
 # The status fields read_back reads: on an invalid edit every other field is kept as it was.
-READ_BACK_FIELDS = ("conditions", "startTime", "completionTime", "active", "succeeded", "failed", "workerSets")
+READ_BACK_FIELDS = ("conditions", "startTime", "completionTime", "active", "succeeded", "failed", "workerSets",
+                    "attempt")
 
 
 def read_back(old: OldStatus) -> JSON:
@@ -81,7 +83,7 @@ def read_back(old: OldStatus) -> JSON:
     for key in ("startTime", "completionTime"):
         if (moment := old.time(key)) is not None:
             status[key] = moment
-    for key in ("active", "succeeded", "failed"):
+    for key in ("active", "succeeded", "failed", "attempt"):
         if (count := old.counter(key)) is not None:
             status[key] = count
     # Only kept through an invalid edit (a valid sync recomputes it), so keep it as it was written.
@@ -107,27 +109,53 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
 
-    master_job = observed[JOB_KEY].get(names.master(job.name))
+    # Whole-job restarts (hooks.chainerjob.restarts): only the current attempt's master Job and
+    # StatefulSets count; an earlier attempt's are left out, so deleted.
+    attempts = restarts.read_attempts(job.name, observed[CONFIG_MAP_KEY], observed[JOB_KEY],
+                                      observed[STATEFULSET_KEY], old)
+    current = {**observed, JOB_KEY: restarts.current(observed[JOB_KEY], attempts.known),
+               STATEFULSET_KEY: restarts.current(observed[STATEFULSET_KEY], attempts.known)}
+    master_job = current[JOB_KEY].get(names.master(job.name))
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
     master_status = _master_status(master_job, observed, job.name, old_status, master_pods, job.master.main_container)
-    reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress")) \
+    reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"),
+                                   attempts.pending or attempts.known) \
         if job.progress.enabled else {}
     stall = progress.StallCheck()
-    if finished(master_status) is None and master_status.get("active"):
-        stall = progress.check_stall(job, reports, old_status["conditions"], now=now)
-        if stall.failed is not None:  # spec.runPolicy.stallPolicy FailJob
+    if finished(master_status) is None and master_status.get("active") and not (attempts.pending or attempts.leaving):
+        stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.known,
+                                     began=attempts.began())
+        if stall.failed is not None:  # spec.runPolicy.stallPolicy FailJob, or RestartJob past maxRestarts
             master_status = progress.failed_by_stall(master_status, stall.failed)
-    ready = ready_workers(job, observed[STATEFULSET_KEY])
+    restart = restarts.restart_of(attempts, decided=stall.restart, job_name=job.name, namespace=job.namespace,
+                                  labels=names.common_labels(job.name), now=now)
+    if stall.restart is not None:  # the restart's reports start afresh
+        reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"), restart.attempt) \
+            if restart is not None else reports
+    ready = ready_workers(job, current[STATEFULSET_KEY])
     account = progress_name(job.name) if progress.waits_for_account(job, observed[SERVICE_ACCOUNT_KEY]) else None
-    # A master Job the hook stopped for a stall is deleted: left out, and never created again.
+    # A master Job the hook stopped for a stall is deleted, once the outcome record that says so is
+    # observed (before, a stale parent with stale ConfigMaps could create it again), and never again.
+    stopped = progress.stopped_by_stall(master_status) and outcome_name(job.name) in observed[CONFIG_MAP_KEY]
+    restarting = restart is not None and (restart.new_record is not None or attempts.leaving)
     decision = decide(job, outcome=finished(master_status),
-                      master_observed=master_job is not None and not progress.stopped_by_stall(master_status),
-                      ready=ready, statefulsets=observed[STATEFULSET_KEY], podgroup=podgroup,
-                      observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account)
-    wanted = desired_children(job, decision, podgroup=podgroup, observed=observed, master_status=master_status,
-                              kubectl_image=kubectl_image, gang=gang)
-    status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause)
+                      master_observed=master_job is not None and not stopped,
+                      ready=ready, statefulsets=current[STATEFULSET_KEY], podgroup=podgroup,
+                      observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account,
+                      restarting=restarting)
+    wanted = desired_children(job, decision, podgroup=podgroup, observed=current, master_status=master_status,
+                              kubectl_image=kubectl_image, gang=gang, attempt=attempts.known)
+    wanted += restarts.kept_records(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name))
+    if restart is not None and restart.new_record is not None:
+        wanted.append(restart.new_record)
+    if restarting:
+        # The status says where the new attempt is, from the sync that decides the restart on: what
+        # attempt 0 still shows while it goes would change it on the sync that sees the record.
+        status = status_for(job, old_status, {"conditions": []}, dict.fromkeys(ready, 0),
+                            dataclasses.replace(decision, master=False), now, restart=restart, restarting=True)
+    else:
+        status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, restart=restart)
     if (shown := progress_status(reports)) is not None:
         status["progress"] = shown
     answer: SyncResponse = {"status": status, "children": wanted}
@@ -183,9 +211,10 @@ def _scaled_to_zero(statefulset: JSON) -> JSON:
 
 def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | None,
                      observed: Mapping[str, Mapping[str, Any]], master_status: Mapping[str, Any],
-                     kubectl_image: str, gang: Gang | None = None) -> list[JSON]:
+                     kubectl_image: str, gang: Gang | None = None, attempt: int = 0) -> list[JSON]:
     """Exactly the children the decision names, in a fixed order: the PodGroup, progress reporting's,
-    launcher RBAC and assets, then per worker set, then the master, then the outcome record."""
+    launcher RBAC and assets, then per worker set, then the master, then the outcome record.
+    `observed` holds only the current attempt's master Job and StatefulSets (hooks.chainerjob.restarts)."""
     wanted: list[JSON] = [podgroup] if decision.podgroup and podgroup is not None else []
     if job.progress.enabled:
         wanted += progress.reporting_children(job)
@@ -195,10 +224,11 @@ def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | No
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
         statefulsets = observed[STATEFULSET_KEY]
         wanted += [children.statefulset_for(job, ws, done=decision.done, gang=gang,
-                                            observed=statefulsets.get(names.worker_set(job.name, ws.name)))
+                                            observed=statefulsets.get(names.worker_set(job.name, ws.name)),
+                                            attempt=attempt)
                    for ws in job.worker_sets.values() if ws.name not in decision.held_back]
     if decision.master:
-        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang))
+        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang, attempt=attempt))
     outcome = outcome_child(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name),
                             master_status if decision.done else None)
     if outcome is not None:

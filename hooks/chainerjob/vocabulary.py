@@ -15,12 +15,12 @@ PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 # say SuccessCriteriaMet or FailureTarget first, which are not copied).
 JobCondition = Literal["Complete", "Failed"]
 # The hook's own conditions: where the job is before its master Job has finished.
-OwnCondition = Literal["Created", "Waiting", "Running"]
+OwnCondition = Literal["Created", "Waiting", "Running", "Restarting"]
 ConditionType = Literal[JobCondition, OwnCondition]
 JOB_CONDITIONS: Final[tuple[JobCondition, ...]] = get_args(JobCondition)
 OWN_CONDITIONS: Final[tuple[OwnCondition, ...]] = get_args(OwnCondition)
 # Highest first: the first True one is the job's state and goes last in the list (the State column).
-STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Running", "Waiting", "Created")
+STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Restarting", "Running", "Waiting", "Created")
 
 Backend = Literal["mpi"]
 BACKENDS: Final[tuple[Backend, ...]] = get_args(Backend)
@@ -38,6 +38,8 @@ FAILED_VALIDATION = f"{KIND}FailedValidation"
 # A running job whose reporters fell silent (spec.runPolicy.stallPolicy; docs/progress.md): the
 # Running condition's reason while it may have stalled, and the Failed condition's under FailJob.
 STALLED = f"{KIND}Stalled"
+# The Restarting condition's reason once the new attempt runs (its reason while restarting is STALLED).
+RESTARTED = f"{KIND}Restarted"
 # Reasons of the Waiting condition: what the master waits for, or what ended the wait.
 WAITING_FOR_PODGROUP = "WaitingForPodGroup"
 WAITING_FOR_WORKERS = "WaitingForWorkers"

@@ -5,7 +5,8 @@ keeps its Lease and status current; `kubelet` runs each Pod bound to it, one wor
 Pod, and removes and writes a Pod only by its uid; `podprocess` is a container's process (start,
 signals, exit codes, restart backoff), `podsandbox` what it sees (env, paths, stand-ins, DNS
 wiring), `podenv` env resolution, `volumes` emptyDir/configMap/projected volumes on disk,
-`podstatus` phase, conditions and containerStatuses; `noprocess` runs pods without processes, for
+`podstatus` phase, conditions and containerStatuses, `proctrack` every process of a container,
+daemonized ones too (an environment marker, as a cgroup would hold them); `noprocess` runs pods without processes, for
 scale; `dns` gives Service and pod names loopback addresses and ports; `kubeletapi` is the log
 endpoint `kubectl logs` reaches; `kubectl` the `kubectl exec`/`get pod` stand-in inside a pod.
 """

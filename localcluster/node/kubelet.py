@@ -22,6 +22,8 @@ Decisions (docs/localcluster.md says the same):
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
+- What daemonized out of a container's process group ends with the container, as with its cgroup
+  (proctrack.py: an environment marker per container).
 - Scheduling is not the kubelet's: it runs only the pods bound to its Node (registration.py, which it
   registers and keeps Ready with a heartbeat), by kube-scheduler or, for a gang's pods, by the gang
   stand-in (gang.py). A pod nothing has bound is not its business.
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.config import REPO_ROOT
+from localcluster.node import proctrack
 from localcluster.node.dns import ClusterDNS
 from localcluster.node.noprocess import NOPROCESS, NoProcessNode, wants_noprocess
 from localcluster.node.podenv import EnvError
@@ -223,6 +226,7 @@ class ProcessKubelet:
             workers = list(self._workers.values()) + self._stopping
         for worker in workers:
             worker.kill_all(signal.SIGKILL)
+            proctrack.stop(worker.uid)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after `grace`) and every worker thread."""
@@ -239,6 +243,12 @@ class ProcessKubelet:
             worker.request_shutdown(grace)
         for worker in workers:
             worker.join(timeout=grace + 5)
+        if any(worker.is_alive() for worker in workers):
+            # A pod deleted shortly before still waits out its own, longer grace period (a stopped
+            # process never ends on SIGTERM): the cluster does not wait for it, nor leave it running.
+            self.kill_all()
+            for worker in workers:
+                worker.join(timeout=5)
         self._remove_pod_dirs()
 
     def _remove_pod_dirs(self) -> None:
@@ -326,6 +336,7 @@ class PodWorker(threading.Thread):
         except Exception:  # a kubelet bug must not leave processes behind
             traceback.print_exc()
             self.kill_all(signal.SIGKILL)
+            proctrack.stop(self.uid)
         finally:
             for run in self.init_runs + self.runs:
                 run.close_log()
@@ -456,6 +467,7 @@ class PodWorker(threading.Thread):
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(err)}}
             run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
             return
+        env = proctrack.tagged(env, self.uid, run.name)  # also in what is exec'd into it (publish)
         argv, workdir = self.sandbox.command(run.container, declared)
         log = run.open_log(self.kubelet.log_path(self.pod, run.name))
         started = now_rfc3339()
@@ -480,6 +492,7 @@ class PodWorker(threading.Thread):
             return
         self.sandbox.unpublish(run.name)
         record_exit(run)
+        proctrack.stop(self.uid, run.name)  # what left its process group dies with it, as with its cgroup
 
     def _write_status(self) -> None:
         """Compute the Pod's status and write it (each write wakes the controller)."""
@@ -500,6 +513,7 @@ class PodWorker(threading.Thread):
             self._record_exit(run)
             run.restart_at = None
             run.settled = True
+        proctrack.stop(self.uid)  # also of containers that ended before: a pod leaves nothing behind
 
     def _evict(self) -> None:
         grace = float(self.spec.get("terminationGracePeriodSeconds", 30))

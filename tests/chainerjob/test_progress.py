@@ -54,12 +54,12 @@ def running_condition(sim: ChainerSim) -> dict:
 
 
 @pytest.mark.parametrize("run_policy,fragment", [
-    ({"stallPolicy": {"timeoutSeconds": 60, "action": "RestartJob"}},
-     "spec.runPolicy.stallPolicy.action: RestartJob is not supported: a ChainerJob has no whole-job restart"),
+    ({"stallPolicy": {"timeoutSeconds": 60, "action": "RestartJob"}, "maxRestarts": -1},
+     "spec.runPolicy.maxRestarts: must be an integer from 0 to 2147483647, got -1"),
     ({"stallPolicy": {"timeoutSeconds": 0}}, "spec.runPolicy.stallPolicy.timeoutSeconds: must be an integer from 1"),
     ({"progress": {"reporters": "Everyone"}}, "spec.runPolicy.progress.reporters: 'Everyone' is not one of"),
-    ({"backoffLimit": 3}, "spec.runPolicy.backoffLimit: a ChainerJob's runPolicy has only progress and stallPolicy"),
-], ids=["restart-job", "zero-timeout", "unknown-reporters", "mxjob-field"])
+    ({"backoffLimit": 3}, "spec.runPolicy.backoffLimit: a ChainerJob's runPolicy has only progress, stallPolicy, maxRestarts"),
+], ids=["negative-max-restarts", "zero-timeout", "unknown-reporters", "mxjob-field"])
 def test_a_run_policy_the_kind_cannot_follow_is_refused_naming_the_field(run_policy, fragment):
     with pytest.raises(SpecError) as err:
         parse_chainerjob(job(**run_policy))
@@ -207,6 +207,10 @@ def test_fail_job_first_warns_then_fails_the_job_deletes_the_master_and_stops_th
     failed = sim.condition("Failed")
     assert failed["reason"] == "ChainerJobStalled"
     assert failed["message"].startswith("ChainerJob ns/chj stalled: no progress report within 60 s of running")
+    # First the outcome record; the master Job goes on the sync that sees it (a stale parent with
+    # stale ConfigMaps and the Job gone could otherwise create the master again).
+    assert "chj-master" in sim.children[JOB_KEY] and "chj-outcome" in sim.objects("v1", "ConfigMap")
+    sim.sync()
     assert "chj-master" not in sim.children[JOB_KEY], "the master Job (and its mpiexec) is deleted"
     assert sim.children[STATEFULSET_KEY]["chj-workerset-ws"]["spec"]["replicas"] == 0
     assert "active" not in sim.status
@@ -241,7 +245,166 @@ def test_a_stalled_job_whose_master_job_is_still_observed_stays_failed():
     request["parent"]["status"] = answer["status"]
     again = sync_chainerjob(request, now=sim.now)
     assert again["status"] == answer["status"]
-    assert not [c for c in again["children"] if c["kind"] == "Job"]
+    # Kept until the outcome record is observed; then left out, and never answered again.
+    [outcome] = [c for c in again["children"] if c["metadata"]["name"] == "chj-outcome"]
+    request["children"]["ConfigMap.v1"]["chj-outcome"] = outcome
+    last = sync_chainerjob(request, now=sim.now)
+    assert last["status"] == answer["status"]
+    assert not [c for c in last["children"] if c["kind"] == "Job"]
+
+
+def test_a_stale_parent_after_fail_job_never_creates_the_master_again():
+    """The risk the outcome record closes: the master Job is gone and the sync reads the parent of
+    before the failure. The ConfigMaps are read after the Job's deletion, so they show the record."""
+    sim = running(job(stallPolicy={"timeoutSeconds": 60, "action": "FailJob"}))
+    before = sim.request()["parent"]["status"]
+    sim.tick(70)
+    sim.set_parent_status(sim.status)  # the warning was written
+    sim.sync()
+    sim.sync()
+    sim.tick(10)
+    sim.sync()
+    sim.sync()
+    assert sim.state() == "Failed" and "chj-master" not in sim.children[JOB_KEY]
+    request = sim.request()
+    request["parent"]["status"] = before
+    answer = sync_chainerjob(request, now=sim.now)
+    assert not [c for c in answer["children"] if c["kind"] == "Job"]
+    assert answer["status"]["conditions"][-1]["type"] == "Failed"
+
+
+# --- RestartJob ---------------------------------------------------------------------------------
+
+
+def restart_job(**run_policy) -> dict:
+    return job(stallPolicy={"timeoutSeconds": 60, "action": "RestartJob"}, **run_policy)
+
+
+def stall(sim: ChainerSim) -> None:
+    """The job falls silent past the timeout and the confirmation: RestartJob acts on the last sync."""
+    sim.tick(60)
+    sim.sync()
+    sim.tick(10)
+    sim.sync()
+
+
+def labels(obj: dict) -> dict:
+    return obj["metadata"]["labels"]
+
+
+def test_restart_job_records_the_attempt_then_replaces_the_master_and_workers():
+    sim = running(restart_job())
+    old_master = sim.children[JOB_KEY]["chj-master"]["metadata"]["uid"]
+    stall(sim)
+    # The deciding sync writes the record and changes nothing else.
+    restarting = sim.condition("Restarting")
+    assert sim.state() == "Restarting" and sim.status["attempt"] == 1
+    assert (restarting["status"], restarting["reason"]) == ("True", "ChainerJobStalled")
+    assert restarting["message"].startswith("ChainerJob ns/chj is restarting as attempt 1: it stalled: no progress "
+                                            "report within 60 s of running")
+    assert restarting["message"].endswith("(restarts so far: 1 of runPolicy.maxRestarts 3).")
+    assert sim.condition("Running")["status"] == "False"
+    assert json.loads(sim.objects("v1", "ConfigMap")["chj-attempt-1"]["data"]["record"])["stalled"].startswith("no progress")
+    assert sim.children[JOB_KEY]["chj-master"]["metadata"]["uid"] == old_master
+    # The sync that sees the record deletes attempt 0's master Job and StatefulSet.
+    sim.sync()
+    assert not sim.children[JOB_KEY] and not sim.children[STATEFULSET_KEY]
+    # Then attempt 1's are created, labelled, their pods told the attempt.
+    sim.sync()
+    [statefulset] = sim.children[STATEFULSET_KEY].values()
+    assert labels(statefulset)["chainerjob.kubeflow.org/attempt"] == "1"
+    assert env_of(statefulset["spec"]["template"])["MXJOB_ATTEMPT"] == "1"
+    assert "chainerjob.kubeflow.org/attempt" not in statefulset["spec"]["selector"]["matchLabels"]
+    assert not sim.children[JOB_KEY], "the master waits for the new workers"
+    sim.all_ready()
+    sim.sync()
+    master = sim.children[JOB_KEY]["chj-master"]
+    assert master["metadata"]["uid"] != old_master and labels(master)["chainerjob.kubeflow.org/attempt"] == "1"
+    assert env_of(master["spec"]["template"])["MXJOB_ATTEMPT"] == "1"
+    assert sim.state() == "Restarting"
+    sim.master("chj-master", active=1)
+    sim.sync()
+    assert sim.state() == "Running" and sim.condition("Restarting")["status"] == "False"
+    assert sim.condition("Restarting")["reason"] == "ChainerJobRestarted"
+    assert sim.status["attempt"] == 1 and "chj-attempt-1" in sim.objects("v1", "ConfigMap")
+    # Its pod succeeded, the Job not Complete yet (nothing active meanwhile): still not restarting.
+    sim.master("chj-master", succeeded=1)
+    sim.sync()
+    assert sim.condition("Restarting")["status"] == "False"
+    sim.master("chj-master", succeeded=1, finished=("Complete", "", "done"))
+    sim.sync()
+    assert sim.state() == "Complete" and sim.condition("Restarting")["status"] == "False"
+
+
+def test_reports_count_for_their_attempt_and_the_clock_restarts_with_it():
+    sim = running(restart_job())
+    stall(sim)
+    for _ in range(2):
+        sim.sync()
+    sim.all_ready()
+    sim.sync()
+    sim.master("chj-master", active=1)
+    sim.sync()
+    assert sim.state() == "Running"
+    sim.tick(59)
+    sim.sync()
+    assert sim.condition("Running")["reason"] == "ChainerJobRunning", "a new attempt gets a whole timeout"
+    entry = {"attempt": 1, "step": 3, "time": rfc3339(sim.now)}
+    sim.change("v1", "ConfigMap", PROGRESS, lambda cm: cm.setdefault("data", {}).update({"rank-0": json.dumps(entry)}))
+    sim.sync()
+    assert sim.status["progress"]["attempt"] == 1 and sim.status["progress"]["step"] == 3
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1], ids=["no-restart", "one-restart"])
+def test_a_stall_past_max_restarts_fails_the_job(max_restarts):
+    sim = running(restart_job(maxRestarts=max_restarts))
+    for _ in range(max_restarts):
+        stall(sim)
+        for _ in range(2):
+            sim.sync()
+        sim.all_ready()
+        sim.sync()
+        sim.master("chj-master", active=1)
+        sim.sync()
+        assert sim.state() == "Running"
+    stall(sim)
+    failed = sim.condition("Failed")
+    assert sim.state() == "Failed" and failed["reason"] == "ChainerJobStalled"
+    assert f"it has reached runPolicy.maxRestarts ({max_restarts})" in failed["message"]
+    assert sim.status.get("attempt", 0) == max_restarts
+    assert f"chj-attempt-{max_restarts + 1}" not in sim.objects("v1", "ConfigMap")
+
+
+def test_a_stale_parent_after_the_restart_neither_counts_it_again_nor_brings_attempt_0_back():
+    sim = running(restart_job())
+    stall(sim)
+    sim.sync()  # the record is seen: attempt 0's children are deleted
+    request = sim.request()
+    # The parent of before the restart (Running, no attempt), the children of now.
+    request["parent"]["status"] = {k: v for k, v in sim.status.items() if k != "attempt"}
+    request["parent"]["status"]["conditions"] = [c for c in sim.status["conditions"] if c["type"] != "Restarting"]
+    answer = sync_chainerjob(request, now=sim.now)
+    assert answer["status"]["attempt"] == 1
+    names = sorted(c["metadata"]["name"] for c in answer["children"] if c["kind"] == "ConfigMap")
+    assert "chj-attempt-2" not in names and "chj-attempt-1" in names
+    made = [c for c in answer["children"] if c["kind"] in ("Job", "StatefulSet")]
+    assert all(labels(c)["chainerjob.kubeflow.org/attempt"] == "1" for c in made), made
+
+
+def test_stale_children_after_the_restart_answer_its_record_again_and_delete_nothing():
+    """The status says attempt 1 began; the ConfigMaps do not show its record yet (an informer lag,
+    or its create failed): the record is answered again, no second restart, attempt 0's children kept."""
+    sim = running(restart_job())
+    request_before = sim.request()
+    stall(sim)
+    request = request_before
+    request["parent"]["status"] = sim.status
+    answer = sync_chainerjob(request, now=sim.now)
+    records = [c["metadata"]["name"] for c in answer["children"] if "-attempt-" in c["metadata"]["name"]]
+    assert records == ["chj-attempt-1"] and answer["status"]["attempt"] == 1
+    kinds = sorted(c["kind"] for c in answer["children"] if c["kind"] in ("Job", "StatefulSet"))
+    assert kinds == ["Job", "StatefulSet"], "attempt 0's children stay until the record is observed"
+    assert answer["status"]["conditions"] == sim.status["conditions"]
 
 
 def test_the_first_sync_of_a_job_with_progress_answers_every_child_rule():

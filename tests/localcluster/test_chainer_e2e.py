@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from helpers.engines import cluster_under, syncs
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane.processes import ControlPlane
+from localcluster.node import proctrack
 from localcluster.store import StoreError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
@@ -250,9 +251,39 @@ def test_a_master_script_error_fails_the_job_saying_its_exit_code_and_message_af
 
 
 @pytest.mark.chainer
-def test_a_stalled_job_under_fail_job_is_failed_and_its_master_and_workers_stopped(cluster):
+def test_a_stalled_job_under_fail_job_is_failed_and_its_master_and_workers_stopped(tmp_path: Path, cluster_plane: ControlPlane):
     """A ChainerMN job whose master is stopped (SIGSTOP: its rank and mpiexec hang, so rank 0 waits in
-    an allreduce and falls silent) fails for the stall: docs/progress.md, "ChainerJob"."""
+    an allreduce and falls silent) fails for the stall: docs/progress.md, "ChainerJob". Nothing of its
+    pods outlives them: PRRTE's daemons (`prted --daemonize`, exec'd into every pod) included."""
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
+        uids = _stall_and_fail(cluster)
+    # The cluster stopped: the master pod, still in its grace period then, was stopped with it.
+    assert _wait(lambda: not _processes_of(uids), 10), _processes_of(uids)
+
+
+def _processes_of(uids: set[str]) -> list[int]:
+    return [pid for uid in sorted(uids) for pid in proctrack.processes(uid)]
+
+
+def pgrep_prted(uids: set[str]) -> list[int]:
+    """`pgrep prted`, of these pods' processes only (other runs on the machine may have their own)."""
+    def name(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+    return [pid for pid in _processes_of(uids) if name(pid) == "prted"]
+
+
+def _wait(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return check()
+
+
+def _stall_and_fail(cluster: LocalCluster) -> set[str]:
+    """Run the stalled job to its stall failure; the uids of its pods."""
     timeout = 15
     job = example("stall-fail")
     name = job["metadata"]["name"]
@@ -263,7 +294,10 @@ def test_a_stalled_job_under_fail_job_is_failed_and_its_master_and_workers_stopp
         {"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"}]
     cluster.submit(job)
     cluster.wait_for(lambda: "epoch  2 " in master_logs(cluster, name), 180, what="training under way")
-    [master] = [p["metadata"]["name"] for p in cluster.pods(name) if "-master-" in p["metadata"]["name"]]
+    pods = cluster.pods(name)
+    [master] = [p["metadata"]["name"] for p in pods if "-master-" in p["metadata"]["name"]]
+    workers = {p["metadata"]["uid"] for p in pods if "-master-" not in p["metadata"]["name"]}
+    assert len(workers) == 2 and pgrep_prted(workers), "PRRTE's daemons run in the workers' pods"
     cluster.kubelet.kill("default", master, sig=signal.SIGSTOP)
     stopped = time.monotonic()
     done = cluster.wait_finished(name, timeout=timeout + 10 + 90)
@@ -279,3 +313,44 @@ def test_a_stalled_job_under_fail_job_is_failed_and_its_master_and_workers_stopp
     assert gone
     assert [ws["spec"]["replicas"] for ws in worker_sets(cluster, name)] == [0]
     assert timeout <= noticed < timeout + 10 + 60, noticed
+    # The worker pods are gone, and so are the daemons that left their process groups.
+    cluster.wait_for(lambda: not [p for p in cluster.store.list_shared("v1", "Pod", "default") if p["metadata"]["uid"] in workers],
+                     60, what="worker pods removed")
+    assert _wait(lambda: not _processes_of(workers), 5), _processes_of(workers)
+    return workers | {p["metadata"]["uid"] for p in pods}
+
+
+@pytest.mark.chainer
+def test_a_stalled_job_under_restart_job_is_restarted_whole_and_completes(cluster):
+    """RestartJob: the stalled attempt's master Job and worker StatefulSets are deleted and made
+    again as attempt 1, whose ranks report afresh and train to the end (docs/progress.md, "ChainerJob").
+    The timeout also covers attempt 1's start-up until its first report (mpiexec, the daemons, the
+    imports): with 15 s, attempt 1 was once failed for a stall too on a heavily loaded machine."""
+    timeout = 45
+    job = example("stall-restart")
+    name = job["metadata"]["name"]
+    job["spec"]["runPolicy"] = {"stallPolicy": {"timeoutSeconds": timeout, "action": "RestartJob"}, "maxRestarts": 1}
+    job["spec"]["workerSets"]["ws0"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MXJOB_PROGRESS_INTERVAL", "value": "1"}]
+    cluster.submit(job)
+    cluster.wait_for(lambda: "epoch  2 " in master_logs(cluster, name), 180, what="training under way")
+    first = {p["metadata"]["uid"]: p["metadata"]["name"] for p in cluster.pods(name)}
+    [master] = [n for n in first.values() if "-master-" in n]
+    cluster.kubelet.kill("default", master, sig=signal.SIGSTOP)
+    stopped = time.monotonic()
+    cluster.wait_for(lambda: (cluster.get_job(name) or {}).get("status", {}).get("attempt") == 1,
+                     timeout + 10 + 60, what="the restart")
+    print(f"RestartJob: attempt 1 decided {time.monotonic() - stopped:.1f} s after SIGSTOP")
+    done = cluster.wait_finished(name, timeout=300)
+    assert finished(done) == "Succeeded", done["status"]
+    assert done["status"]["attempt"] == 1
+    restarted = condition(done, "Restarting")
+    assert restarted["status"] == "False" and restarted["reason"] == "ChainerJobRestarted", restarted
+    assert "it stalled: no progress report" in restarted["message"]
+    assert done["status"]["progress"]["attempt"] == 1, done["status"]["progress"]
+    assert float(ACCURACY.findall(master_logs(cluster, name))[-1]) >= 0.9
+    # Attempt 0's pods go, the stopped master's after its 30 s grace (attempt 1 may end sooner),
+    # with everything they ran.
+    cluster.wait_for(lambda: not set(first) & {p["metadata"]["uid"] for p in cluster.store.list_shared("v1", "Pod", "default")},
+                     60, what="attempt 0's pods removed")
+    assert _wait(lambda: not _processes_of(set(first)), 10), _processes_of(set(first))

@@ -1,0 +1,137 @@
+"""Whole-job restarts of a ChainerJob: runPolicy.stallPolicy action RestartJob (docs/chainerjob.md, "Restarts").
+
+A restart deletes the master Job and the worker StatefulSets and creates them anew as attempt n:
+they and their pods carry the label ATTEMPT_LABEL, and the pods MXJOB_ATTEMPT=n, so a progress
+report says which attempt it is of. It is remembered as an MXJob's whole-job restart is
+(hooks.shared.memory): the record `<job>-attempt-<n>`, a child created once and never changed.
+- The sync that decides a restart answers the record and keeps every child as it is.
+- A sync that observes the record leaves out (so deletes) the master Job and StatefulSets of
+  earlier attempts; the new attempt's are created once none of those is observed.
+- The attempt is the highest of the observed records and the children's labels, never the
+  status's. So a stale parent can neither count a restart twice nor bring an earlier attempt
+  back, and stale children only show objects of an earlier attempt, which are left out again.
+- A restart the status shows whose record is not observed yet (stale children, or a create that
+  failed) is answered again, not decided again: one stall is one restart.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hooks.chainerjob import names
+from hooks.chainerjob.vocabulary import STALLED, subject
+from hooks.shared.conditions import rfc3339
+from hooks.shared.k8s import JSON
+from hooks.shared.memory import (
+    Record,
+    attempt_record_name,
+    attempt_records,
+    observed_record_as_desired,
+    record_config_map,
+)
+from hooks.shared.status import OldStatus, parse_time
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """What the children (and, for a restart not yet recorded, the old status) say of restarts."""
+
+    known: int  # the attempt the children show: the highest record or label
+    records: Mapping[int, Record]  # the observed `<job>-attempt-<n>` records, by n
+    leaving: bool  # a master Job or worker StatefulSet of an earlier attempt is still observed
+    pending: int  # the attempt the old status says a stall restart began (0: none beyond `known`)
+    pending_clause: str  # the stall, as the old status's Restarting condition said it
+
+    def began(self) -> datetime | None:
+        """When the known attempt's restart was decided, as its record keeps it (None: attempt 0)."""
+        record = self.records.get(self.known)
+        return parse_time(record.data.get("time")) if record is not None else None
+
+
+def attempt_of(child: Mapping[str, Any]) -> int:
+    """The attempt a master Job or StatefulSet belongs to, from its label (unlabelled: 0)."""
+    labels = (child.get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.ATTEMPT_LABEL) if isinstance(labels, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
+
+
+def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[str, Any],
+                  statefulsets: Mapping[str, Any], old: OldStatus) -> Attempts:
+    """The job's attempts from its observed children and, for a restart not recorded yet, its old status."""
+    records = attempt_records(config_maps, job_name)
+    launched = [*jobs.values(), *statefulsets.values()]
+    known = max([0, *records, *(attempt_of(c) for c in launched)])
+    leaving = any(attempt_of(c) < known for c in launched)
+    shown = old.counter("attempt") or 0
+    restarting = next((c for c in old.conditions() if c.get("type") == "Restarting"), None)
+    pending, clause = 0, ""
+    if (shown > known and restarting is not None and restarting.get("status") == "True"
+            and restarting.get("reason") == STALLED):
+        message = restarting.get("message")
+        pending, clause = shown, _clause_of(message if isinstance(message, str) else "")
+    return Attempts(known=known, records=records, leaving=leaving, pending=pending, pending_clause=clause)
+
+
+def current(children: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+    """The observed children of one attempt (those of earlier ones are left out, so deleted)."""
+    return {name: obj for name, obj in children.items() if attempt_of(obj) == attempt}
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The whole-job restart the job is in (or has come through): its attempt and why."""
+
+    attempt: int
+    clause: str  # how the job stalled
+    recorded_at: datetime | None  # when it was decided, from its record (None: not observed yet)
+    new_record: JSON | None  # the record to answer (decided now, or answered again)
+
+
+def restart_of(attempts: Attempts, *, decided: str | None, job_name: str, namespace: str,
+               labels: Mapping[str, str], now: datetime) -> Restart | None:
+    """The restart this sync shows: the one decided now (`decided`: the stall clause), else one the
+    old status shows that is not recorded yet, else the known attempt's; None at attempt 0."""
+    if decided is not None or attempts.pending:
+        attempt = attempts.known + 1 if decided is not None else attempts.pending
+        clause = decided if decided is not None else attempts.pending_clause
+        new = record_config_map(attempt_record_name(job_name, attempt), namespace, labels,
+                                {"stalled": clause, "time": rfc3339(now)})
+        return Restart(attempt, clause, None, new)
+    if not attempts.known:
+        return None
+    record = attempts.records.get(attempts.known)
+    stalled = record.data.get("stalled") if record is not None else None
+    return Restart(attempts.known, stalled if isinstance(stalled, str) else "", attempts.began(), None)
+
+
+def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
+                 labels: Mapping[str, str]) -> list[JSON]:
+    """Every observed attempt record, answered as it is (an answer that left one out would delete it)."""
+    found = attempt_records(config_maps, job_name)
+    return [observed_record_as_desired(config_maps[attempt_record_name(job_name, n)], namespace, labels)
+            for n in sorted(found)]
+
+
+RESTARTING_WORDS = " is restarting as attempt "
+STALLED_WORDS = ": it stalled: "
+DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and created again"
+
+
+def restarting_message(key: str, restart: Restart, max_restarts: int) -> str:
+    """The Restarting condition while the new attempt starts: the attempt, the stall, the budget."""
+    return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}{STALLED_WORDS}{restart.clause}{DELETED_WORDS} "
+            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.attempt} of runPolicy.maxRestarts "
+            f"{max_restarts}).")
+
+
+def restarted_message(key: str, restart: Restart) -> str:
+    """The Restarting condition, False, once the new attempt's master runs."""
+    return f"{subject(key)}: attempt {restart.attempt} runs (the job was restarted after it stalled: {restart.clause})."
+
+
+def _clause_of(message: str) -> str:
+    """The stall clause in a Restarting message this module wrote (restarting_message)."""
+    _, found, rest = message.partition(STALLED_WORDS)
+    return rest.partition(DELETED_WORDS)[0] if found else ""
