@@ -11,7 +11,16 @@ from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
 from hooks.shared.scheduling import unscheduled
-from hooks.shared.termination import MAX_REASON, Said, end_of, exit_code, is_log_tail, terminated, terminated_said
+from hooks.shared.termination import (
+    MAX_REASON,
+    Said,
+    disruption,
+    end_of,
+    exit_code,
+    is_log_tail,
+    terminated,
+    terminated_said,
+)
 
 # A pod's status.phase as Kubernetes spells it. A value outside these (no kubelet writes one)
 # reads as Unknown, which the lifecycle treats like any phase it does not act on.
@@ -73,6 +82,9 @@ class PodView:
     last_reason: str | None = None  # the container's previous run's reason and message, after an in-place restart
     last_message: str | None = None
     last_log_line: bool = False
+    # Taken away by a disruption (its DisruptionTarget condition True: preempted, evicted) rather than
+    # failed on its own; see view_pods.
+    disrupted: bool = False
 
     @property
     def said(self) -> Said | None:
@@ -129,17 +141,24 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
         log_tail = is_log_tail(_main_container_spec(pod.get("spec")))
         reason, said = end_of(status, state, log_tail=log_tail)
         last_said = terminated_said(last_state, log_tail=log_tail)
+        phase, terminating = _phase(status.get("phase")), bool(meta.get("deletionTimestamp"))
+        disrupted = disruption(status) is not None and (terminating or phase == "Failed")
+        # A pod being taken away by a disruption (kube-scheduler preemption, the eviction API) is lost
+        # from the first sync that sees it: Failed, with no exit code (its container shows only the kill,
+        # which says nothing of why). Read so whether it still runs, stops or has stopped, the view stays
+        # the same while it goes (a fixed point); a sync that never sees it (gone before) only recreates it.
+        taken = terminating and disrupted
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
-            phase=_phase(status.get("phase")),
-            terminating=bool(meta.get("deletionTimestamp")),
-            exit_code=exit_code(state), restarts=_int(main.get("restartCount")),
+            phase="Failed" if taken else phase,
+            terminating=terminating, disrupted=disrupted,
+            exit_code=None if taken else exit_code(state), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(last_state),
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),
             finished_at=_finished_at(state),
             job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
             reason=reason, message=said.text if said else None, log_line=bool(said and said.log),
-            unscheduled=unscheduled(status) if _phase(status.get("phase")) == "Pending" else None,
+            unscheduled=unscheduled(status) if phase == "Pending" and not taken else None,
             last_reason=terminated(last_state, "reason", MAX_REASON),
             last_message=last_said.text if last_said else None, last_log_line=bool(last_said and last_said.log),
         )

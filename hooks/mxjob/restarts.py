@@ -53,9 +53,11 @@ def is_retryable(exit_code: int | None) -> bool:
 
 def retried_by_policy(job: MXJob, pod: PodView) -> bool:
     """Whether the pod's restartPolicy retries how it was lost: OnFailure and Always always do,
-    ExitCode for a retryable exit code."""
+    ExitCode for a retryable exit code; a pod taken away by a disruption (preempted, evicted) is
+    retried whatever its policy: it did not fail, and restartPolicy speaks of its container's exit."""
     policy = job.replicas[pod.rtype].restart_policy
-    return policy in ("OnFailure", "Always") or (policy == "ExitCode" and is_retryable(lost_exit_code(pod)))
+    return (pod.disrupted or policy in ("OnFailure", "Always")
+            or (policy == "ExitCode" and is_retryable(lost_exit_code(pod))))
 
 
 def distributed(job: MXJob) -> bool:
@@ -114,7 +116,9 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
     counted = dict(history)
     fatal, recreate, recorded, new_records, job_losses = [], [], set(), {}, []
     for pod in in_job_order(job, pods.values()):
-        if pod.terminating or pod.phase == "Succeeded":
+        # A pod deleted by someone else is not lost (it is created again once gone), unless a
+        # disruption takes it: then it is lost as it goes (hooks.mxjob.observed.view_pods).
+        if (pod.terminating and not pod.disrupted) or pod.phase == "Succeeded":
             continue
         policy = job.replicas[pod.rtype].restart_policy
         in_place = pod.phase != "Failed"

@@ -20,8 +20,9 @@ Decisions (docs/localcluster.md says the same):
   settings (podsandbox.LOOPBACK_ENV). A missing ConfigMap keeps the
   container waiting (CreateContainerConfigError) and is retried, as in a cluster.
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
-- Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
-  is removed from the store.
+- Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the
+  terminal status (phase Failed, or Succeeded when every container exited 0; each container
+  terminated), then the Pod is removed from the store, as a kubelet does.
 - What daemonized out of a container's process group ends with the container, as with its cgroup
   (proctrack.py: an environment marker per container).
 - Scheduling is not the kubelet's: it runs only the pods bound to its Node (registration.py, which it
@@ -62,6 +63,7 @@ from localcluster.node.podprocess import (
     over_memory_limit,
     record_completed_without_process,
     record_exit,
+    record_never_ended,
     record_start_error,
     settle,
     signal_all,
@@ -289,6 +291,7 @@ class PodWorker(threading.Thread):
         self._evict_message: str | None = None
         self._shutdown = False
         self._forced = False
+        self._deleted = False  # its containers were stopped for its deletion: the phase is terminal
         self._containers_started = False
         self._init_failed = False
         self._first_container = self.runs[0].name if self.runs else None
@@ -497,7 +500,7 @@ class PodWorker(threading.Thread):
     def _write_status(self) -> None:
         """Compute the Pod's status and write it (each write wakes the controller)."""
         phase = pod_phase(self.runs, policy=self.policy, containers_started=self._containers_started,
-                          failed=self._init_failed or self.report.evicted)
+                          failed=self._init_failed or self.report.evicted, deleted=self._deleted)
         status = self.report.compose(phase, self.runs, self.init_runs)
         if not self._forced:
             self.report.write(status)
@@ -522,10 +525,21 @@ class PodWorker(threading.Thread):
         self._write_status()
 
     def _terminate(self) -> None:
-        """Stop the containers, then remove the Pod from the store (unless the whole cluster stops)."""
+        """Stop the containers, write the terminal status, then remove the Pod from the store (unless
+        the whole cluster stops).
+
+        The terminal status comes first, as a kubelet (since Kubernetes 1.27) writes it for a pod it
+        stops on deletion: every container terminated, phase Failed (Succeeded only when every
+        container exited 0). Kueue's finalizer holds a deleted pod until it sees a terminal phase, and
+        the Job controller counts a deleted pod by it; the removal waits for the finalizers.
+        """
         with self._lock:
             grace = self._terminate_grace if self._terminate_grace is not None else 0.0
         self._stop_processes(grace)
         self.sandbox.unregister()
         if not self._shutdown and not self._forced:
+            for run in self.init_runs + self.runs:
+                record_never_ended(run)
+            self._deleted = True
+            self._write_status()
             self.kubelet.store.remove("v1", "Pod", *self.key, uid=self.uid)

@@ -137,6 +137,20 @@ def record_completed_without_process(run: ContainerRun, started: str) -> None:
     run.state = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}}
 
 
+CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"
+
+
+def record_never_ended(run: ContainerRun) -> None:
+    """A container without a terminated state when its pod is deleted (never started, waiting for a
+    restart or its ConfigMap): terminated with exit code 137, reason ContainerStatusUnknown, as the
+    kubelet's status manager reports it (TerminatePod: it cannot know whether it succeeded)."""
+    if "terminated" in run.state:
+        return
+    run.process, run.exit_code, run.restart_at, run.config_retry_at = None, 137, None, None
+    run.state = {"terminated": {"exitCode": 137, "reason": CONTAINER_STATUS_UNKNOWN,
+                                "message": "The container could not be located when the pod was terminated"}}
+
+
 def record_exit(run: ContainerRun) -> None:
     """Reap the process (waiting for it) and record its exit as a terminated state."""
     if run.process is None or "terminated" in run.state:

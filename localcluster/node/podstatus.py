@@ -45,13 +45,19 @@ def container_status(run: ContainerRun) -> ContainerStatus:
     )
 
 
-def pod_phase(runs: Sequence[ContainerRun], *, policy: str, containers_started: bool, failed: bool) -> str:
+def pod_phase(runs: Sequence[ContainerRun], *, policy: str, containers_started: bool, failed: bool,
+              deleted: bool = False) -> str:
     """Pending until containers start; Succeeded/Failed once every container is done for good.
 
     `failed`: the pod failed before or around its containers (evicted, an init container under Never).
+    `deleted`: its containers were stopped because the pod is deleted, whatever its restartPolicy: the
+    phase is terminal, Succeeded only when every container exited 0 (a kubelet since Kubernetes 1.27;
+    Kueue's finalizer and the Job controller wait for it).
     """
     if failed:
         return "Failed"
+    if deleted:
+        return "Succeeded" if runs and all(r.exit_code == 0 and "terminated" in r.state for r in runs) else "Failed"
     if not containers_started:
         return "Pending"
     if any(r.config_retry_at is not None for r in runs) and not any("running" in r.state for r in runs):

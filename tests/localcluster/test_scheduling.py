@@ -4,7 +4,7 @@ On the real control plane, against a Node of 2 CPUs and 4 GiB (whatever this mac
 that does not fit stays Pending with the scheduler's own message, and the job says it waits and why
 until activeDeadlineSeconds ends it, naming the pod; a scheduling gate holds a pod unbound until it
 is removed; a high-priority pod preempts a running low-priority MXJob's pod (DisruptionTarget from
-the scheduler), whose job gets it back and succeeds once there is room again.
+the scheduler), whose job restarts whole, naming the preemption, and succeeds once there is room again.
 """
 
 from __future__ import annotations
@@ -105,22 +105,47 @@ def priority_class(name: str, value: int) -> dict[str, Any]:
             "description": "tests/localcluster/test_scheduling.py"}
 
 
-def test_a_high_priority_pod_preempts_a_low_priority_job_which_gets_its_pod_back_and_succeeds(
+LOOP_UNTIL_STOPPED = "trap 'exit 143' TERM; while true; do sleep 1 & wait; done"
+# The victim takes 2 s to stop, as a process that saves a checkpoint on SIGTERM does: the hook must
+# see it while it goes (one gone before any sync saw it is recreated as a pod deleted by someone
+# else; docs/lifecycle.md, "Disruptions").
+STOPS_IN_2_S = "trap 'sleep 2; exit 143' TERM; while true; do sleep 1 & wait; done"
+PREEMPTED = "PreemptionByScheduler"
+PREEMPTED_SAYS = "default-scheduler: preempting to accommodate a higher priority pod"
+
+
+def distributed_low_priority_job(done: Path) -> dict[str, Any]:
+    """A distributed MXJob (a Scheduler, a Server and a Worker of 1.5 CPUs, restartPolicy Never): its
+    first attempt runs until stopped; in the next, the worker leaves `done` and the scheduler (which
+    decides the job) and the server succeed once it is there."""
+    job = mxjob("low", cpu="1500m", priority_class="test-low", command=[
+        "sh", "-c", f'[ "$MXJOB_ATTEMPT" = 1 ] && touch {done} && exit 0; {STOPS_IN_2_S}'])
+    job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["terminationGracePeriodSeconds"] = 10
+    scheduler = json.loads(json.dumps(job["spec"]["mxReplicaSpecs"]["Worker"]))
+    container = scheduler["template"]["spec"]["containers"][0]
+    scheduler["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    container["resources"]["requests"]["cpu"] = "100m"
+    container["command"] = ["sh", "-c", f'if [ "$MXJOB_ATTEMPT" = 1 ]; then while [ ! -e {done} ]; do sleep 0.2; done; '
+                                        f"exit 0; fi; {LOOP_UNTIL_STOPPED}"]
+    job["spec"]["mxReplicaSpecs"] = {"Scheduler": scheduler, "Server": scheduler, **job["spec"]["mxReplicaSpecs"]}
+    return job
+
+
+def test_a_high_priority_pod_preempts_a_low_priority_job_which_restarts_whole_and_succeeds(
         cluster: LocalCluster, tmp_path: Path):
+    """kube-scheduler preempts the running worker (DisruptionTarget, then its deletion); the kubelet
+    writes it Failed before it is gone; the job restarts as attempt 1 naming the victim and the
+    preemption (a silently replaced worker would leave ps-lite hung), waits for room, and succeeds."""
     assert cluster.control_plane is not None
     cluster.control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         priority_class("test-low", 100), priority_class("test-high", 1000)]}))
-    seen: list[tuple[str, str, dict[str, Any]]] = []  # (pod, uid, its DisruptionTarget condition), as they come
-    cluster.store.watch(lambda event, obj: seen.append((obj["metadata"]["name"], obj["metadata"]["uid"],
-                                                        pod_condition(obj, "DisruptionTarget")))
+    seen: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = []  # (event, pod, uid, DisruptionTarget, status)
+    cluster.store.watch(lambda event, obj: seen.append((event, obj["metadata"]["name"], obj["metadata"]["uid"],
+                                                        pod_condition(obj, "DisruptionTarget"), obj.get("status", {})))
                         if obj.get("kind") == "Pod" else None)
-    # Its first run holds the CPU until it is stopped; the one after the preemption succeeds at once.
-    mark = tmp_path / "first-run"
-    low = mxjob("low", cpu="1500m", priority_class="test-low", command=[
-        "sh", "-c", f"[ -e {mark} ] && exit 0; touch {mark}; trap 'exit 143' TERM; while true; do sleep 1 & wait; done"])
-    cluster.submit(low)
+    cluster.submit(distributed_low_priority_job(tmp_path / "done"))
     first = cluster.wait_for(lambda: (p := cluster.pod("low-worker-0")) and p.get("status", {}).get("phase") == "Running" and p,
-                             30, what="the low-priority worker running")
+                             60, what="the low-priority worker running")
     cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "default"},
                           "spec": {"priorityClassName": "test-high", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                                    "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 6"],
@@ -128,29 +153,30 @@ def test_a_high_priority_pod_preempts_a_low_priority_job_which_gets_its_pod_back
 
     messages: set[str] = set()
 
-    def recreated_and_waiting() -> bool:
+    def done() -> dict[str, Any] | None:
         job = cluster.get_job("low")
         messages.update(c.get("message", "") for c in (job or {}).get("status", {}).get("conditions", []))
-        pod = cluster.pod("low-worker-0")
-        return pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"]
-
-    cluster.wait_for(recreated_and_waiting, 30, what="the preempted worker recreated")
-    disrupted = [c for name, uid, c in seen if name == "low-worker-0" and uid == first["metadata"]["uid"] and c]
-    assert disrupted and disrupted[-1]["status"] == "True" and disrupted[-1]["reason"] == "PreemptionByScheduler"
-    assert disrupted[-1]["message"] == "default-scheduler: preempting to accommodate a higher priority pod"
-    cluster.wait_for(lambda: (cluster.pod("urgent") or {}).get("spec", {}).get("nodeName") == NODE_NAME, 15,
-                     what="the high-priority pod bound")
-
-    def done() -> dict[str, Any] | None:
-        recreated_and_waiting()
-        job = cluster.get_job("low")
         return job if finished(job) else None
 
-    ended = cluster.wait_for(done, 60, what="the low-priority job to finish")
-    assert finished(ended) == "Succeeded"
+    ended = cluster.wait_for(done, 90, what="the low-priority job to finish")
+    assert finished(ended) == "Succeeded", ended["status"]
+    victim = [(event, c, status) for event, name, uid, c, status in seen
+              if name == "low-worker-0" and uid == first["metadata"]["uid"]]
+    disrupted = [c for _, c, _ in victim if c]
+    assert disrupted and disrupted[-1]["status"] == "True" and disrupted[-1]["reason"] == PREEMPTED
+    assert disrupted[-1]["message"] == PREEMPTED_SAYS
+    # The kubelet stopped it and wrote a terminal phase before it was gone, as a kubelet does.
+    last_status = victim[-1][2]
+    assert victim[-1][0] == "DELETED" and last_status["phase"] == "Failed", last_status
+    assert last_status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+    restarting = (f"MXJob default/low is restarting as attempt 1: pod low-worker-0 was lost (no exit code, reason "
+                  f"{PREEMPTED}: '{PREEMPTED_SAYS}'); every pod that has not succeeded is deleted and created again "
+                  "with MXJOB_ATTEMPT=1 (restarts so far: 1).")
+    assert restarting in messages, messages
     # While the high-priority pod held the CPU, the job said which pod waited and why.
     assert any("it waits for the scheduler: pod low-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient cpu"
                in m for m in messages), messages
+    assert ended["status"]["restartCount"] == 1 and ended["status"]["attempt"] == 1
     assert cluster.pod("urgent")["status"]["phase"] == "Succeeded"  # type: ignore[index]
 
 

@@ -16,7 +16,7 @@ from localcluster.config import (
 from localcluster.metacontroller import three_way_merge
 from localcluster.node.dns import ClusterDNS
 from localcluster.node.podenv import EnvError, expand, resolve_env
-from localcluster.node.podprocess import ContainerRun, backoff, exit_code, settle
+from localcluster.node.podprocess import ContainerRun, backoff, exit_code, record_never_ended, settle
 from localcluster.node.podstatus import PodStatusReport, pod_phase
 from localcluster.store import StoreError
 
@@ -166,6 +166,31 @@ def test_the_phase_is_pending_before_the_containers_start_and_failed_when_the_po
     waiting.config_retry_at = 1.0  # CreateContainerConfigError: waits for its ConfigMap
     assert pod_phase([waiting], policy="Never", containers_started=True, failed=False) == "Pending"
     assert pod_phase([_ended(0)], policy="Always", containers_started=True, failed=True) == "Failed"
+
+
+@pytest.mark.parametrize(("policy", "codes", "phase"), [
+    ("Always", [0, 0], "Succeeded"),  # stopped for its deletion: no restart follows, whatever the policy
+    ("Always", [0, 143], "Failed"),
+    ("Never", [137], "Failed"),
+    ("OnFailure", [0, None], "Failed"),  # a container that never ended (ContainerStatusUnknown, 137)
+])
+def test_a_deleted_pod_whose_containers_were_stopped_has_a_terminal_phase(policy, codes, phase):
+    runs = [_ended(code, name=f"c{i}") if code is not None else ContainerRun({"name": f"c{i}"})
+            for i, code in enumerate(codes)]
+    for run in runs:
+        record_never_ended(run)
+    assert pod_phase(runs, policy=policy, containers_started=True, failed=False, deleted=True) == phase
+
+
+def test_a_container_that_never_ended_is_reported_terminated_status_unknown_with_137():
+    crash_looping = _ended(1)
+    crash_looping.state = {"waiting": {"reason": "CrashLoopBackOff"}}
+    record_never_ended(crash_looping)
+    assert crash_looping.state["terminated"]["exitCode"] == 137 == crash_looping.exit_code
+    assert crash_looping.state["terminated"]["reason"] == "ContainerStatusUnknown"
+    ended = _ended(0)
+    record_never_ended(ended)
+    assert ended.state["terminated"]["exitCode"] == 0  # an exit already recorded stays
 
 
 @pytest.mark.parametrize(("policy", "code", "restarts"), [

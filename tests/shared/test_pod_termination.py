@@ -83,8 +83,24 @@ def test_malformed_conditions_read_as_none():
     assert end_of({"conditions": [None, 3, {"type": "DisruptionTarget", "status": "True", "reason": 5}]}, None) == (None, None)
 
 
-def test_a_preempted_worker_names_the_preemption_in_the_failed_condition():
-    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+PREEMPTED = ("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
+
+
+def preempt(sim: Sim, name: str, *, phase: str = "Running") -> None:
+    """What kube-scheduler does to a victim: DisruptionTarget on it, then its deletion; the kubelet
+    then stops it (phase Failed, the container killed by SIGTERM) before it is gone."""
+    state = {"running": {}} if phase == "Running" else {"terminated": {"exitCode": 143, "reason": "Error"}}
+    sim.write_status("v1", "Pod", name, {"phase": phase, "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": PREEMPTED[0], "message": PREEMPTED[1]}],
+        "containerStatuses": [{"name": "mxnet", "restartCount": 0, "state": state}]})
+    if not sim.pods[name]["metadata"].get("deletionTimestamp"):
+        sim.terminating(name)
+
+
+@pytest.mark.parametrize("policy", ["Never", "ExitCode", "OnFailure"])
+def test_a_preempted_worker_of_a_failed_pod_restarts_the_distributed_job_whatever_its_policy(policy):
+    """A disruption is not the pod's failure: even under Never it is retried (counted, docs/lifecycle.md)."""
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 1, "restartPolicy": policy}}))
     sim.sync()
     sim.run()
     sim.sync()
@@ -92,9 +108,64 @@ def test_a_preempted_worker_names_the_preemption_in_the_failed_condition():
                         container={"exitCode": 137, "reason": "Error", "finishedAt": "2024-01-01T00:00:00Z"})
     sim.write_status("v1", "Pod", "mx-worker-0", status)
     sim.sync()
+    assert sim.condition("Failed") is None
+    message = sim.condition("Restarting")["message"]
+    assert "is restarting as attempt 1: pod mx-worker-0 was lost (exit code 137, killed by SIGKILL, reason " \
+        "PreemptionByScheduler: 'Preempted by a pod on node node-1')" in message, message
+
+
+@pytest.mark.parametrize("seen_as", ["running", "stopped"])
+def test_a_worker_preempted_while_it_goes_restarts_the_job_as_a_new_attempt_naming_the_preemption(seen_as):
+    """The victim is terminating: lost as it goes, the same whether the sync sees it still running or stopped."""
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2}))
     sim.sync()
-    message = sim.condition("Failed")["message"]
-    assert "reason PreemptionByScheduler: 'Preempted by a pod on node node-1'" in message, message
+    sim.run()
+    sim.sync()
+    preempt(sim, "mx-worker-1", phase="Running" if seen_as == "running" else "Failed")
+    sim.sync()
+    restarting = sim.condition("Restarting")
+    assert restarting is not None and restarting["status"] == "True"
+    assert restarting["message"] == (
+        "MXJob ns/mx is restarting as attempt 1: pod mx-worker-1 was lost (no exit code, reason "
+        f"PreemptionByScheduler: '{PREEMPTED[1]}'); every pod that has not succeeded is deleted and created again "
+        "with MXJOB_ATTEMPT=1 (restarts so far: 1).")
+    if seen_as == "running":  # the kubelet stops it: nothing changes
+        preempt(sim, "mx-worker-1", phase="Failed")
+        sim.sync()
+        assert sim.condition("Restarting")["message"] == restarting["message"]
+    for _ in range(3):  # the old attempt goes (the victim with it), the new one comes
+        for name, pod in sim.pods.items():
+            if pod["metadata"].get("deletionTimestamp"):
+                sim.gc(name)
+        sim.sync()
+    assert {p["metadata"]["labels"].get("training.kubeflow.org/job-attempt") for p in sim.pods.values()} == {"1"}
+    assert sim.status["restartCount"] == 1
+
+
+def test_a_preempted_worker_of_a_worker_only_job_under_never_is_recreated_alone_naming_the_preemption():
+    sim = Sim(mxjob(replicas={"Worker": 2}))
+    sim.sync()
+    sim.run()
+    sim.sync()
+    preempt(sim, "mx-worker-0")
+    sim.sync()
+    assert sim.condition("Failed") is None
+    message = sim.condition("Restarting")["message"]
+    assert message == ("MXJob ns/mx is restarting: pod mx-worker-0 ended with no exit code, reason PreemptionByScheduler: "
+                       f"'{PREEMPTED[1]}' and is recreated (restarts so far: 1).")
+    assert sim.status.get("attempt", 0) == 0  # the pod alone, not the job
+
+
+def test_a_pod_deleted_by_someone_else_without_a_disruption_is_not_lost():
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    sim.sync()
+    sim.run()
+    sim.sync()
+    sim.terminating("mx-worker-0")
+    sim.set_phase("mx-worker-0", "Failed", exit_code=143)  # the kubelet's terminal phase before it is gone
+    sim.sync()
+    assert sim.condition("Restarting") is None and sim.condition("Failed") is None
+    assert sim.status.get("restartCount", 0) == 0
 
 
 def test_an_evicted_worker_names_the_eviction_in_the_restarting_condition():
