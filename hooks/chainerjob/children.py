@@ -64,11 +64,12 @@ def role_binding_for(job: ChainerJob) -> JSON:
 
 
 def assets_for(job: ChainerJob, *, gang: Gang | None = None) -> JSON:
-    """The ConfigMap with the rsh agent and the complete hostfile."""
+    """The ConfigMap with the rsh agent, the master's launcher and the complete hostfile."""
     agent = launch.agent_script(job, wait_for_target=gang is not None)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(job, names.assets(job.name), names.common_labels(job.name)),
-            "data": {names.AGENT_KEY: agent, names.HOSTFILE_KEY: launch.hostfile(job)}}
+            "data": {names.AGENT_KEY: agent, names.HOSTFILE_KEY: launch.hostfile(job),
+                     names.LAUNCHER_KEY: launch.launcher_script(job)}}
 
 
 def service_for(job: ChainerJob, ws: WorkerSet) -> JSON:
@@ -138,9 +139,10 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
         pod_spec["serviceAccountName"] = names.service_account(job.name)
         pod_spec["hostname"] = names.master(job.name)
         pod_spec["volumes"] = [*(pod_spec.get("volumes") or []),
-                               {"name": KUBECTL_VOLUME, "emptyDir": {}}, _assets_volume(job)]
+                               {"name": KUBECTL_VOLUME, "emptyDir": {}}, _assets_volume(job, master=True)]
         mounts = [{"name": KUBECTL_VOLUME, "mountPath": names.KUBECTL_DIR}, _assets_mount()]
         _decorate_containers(pod_spec, mounts)
+        _through_launcher(pod_spec, job.master.main_container)
         pod_spec.setdefault("initContainers", []).append({
             "name": KUBECTL_INIT_CONTAINER,
             "image": kubectl_image,
@@ -211,16 +213,29 @@ def _template_meta(template: Mapping[str, Any], labels: Mapping[str, str]) -> JS
     return out
 
 
-def _assets_volume(job: ChainerJob) -> JSON:
-    # Items with their own modes: the agent must be executable wherever the image's user is.
+def _assets_volume(job: ChainerJob, *, master: bool = False) -> JSON:
+    # Items with their own modes: the agent must be executable wherever the image's user is. The
+    # launcher only in the master's (a worker's template stays as it was before the launcher).
+    launcher = [{"key": names.LAUNCHER_KEY, "path": names.LAUNCHER_KEY, "mode": AGENT_MODE}] if master else []
     return {"name": ASSETS_VOLUME, "configMap": {"name": names.assets(job.name), "items": [
         {"key": names.HOSTFILE_KEY, "path": names.HOSTFILE_KEY, "mode": HOSTFILE_MODE},
         {"key": names.AGENT_KEY, "path": names.AGENT_KEY, "mode": AGENT_MODE},
+        *launcher,
     ]}}
 
 
 def _assets_mount() -> JSON:
     return {"name": ASSETS_VOLUME, "mountPath": names.ASSETS_DIR, "readOnly": True}
+
+
+def _through_launcher(pod_spec: JSON, main: str) -> None:
+    """The master's main container runs its command through the launcher, so that a worker lost
+    while mpiexec ran fails it (hooks.chainerjob.launch, launcher_script). A container without a
+    `command` runs its image's entrypoint, which the hook cannot know: it is left as it is."""
+    pod_spec["containers"] = [
+        {**c, "command": [launch.LAUNCHER_PATH, *c["command"]]}
+        if c.get("name") == main and isinstance(c.get("command"), list) and c["command"] else c
+        for c in pod_spec["containers"]]
 
 
 def _log_fallback(pod_spec: JSON, main: str) -> None:

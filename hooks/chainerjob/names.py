@@ -24,6 +24,10 @@ KUBECTL_VOLUME = "chainer-operator-volume-kubectl"
 ASSETS_VOLUME = "chainer-operator-volume-assets"
 KUBECTL_INIT_CONTAINER = "kubectl-delivery"
 AGENT_KEY = "kubexeb.sh"  # sic: the original's key, which images and docs refer to
+# The master's main container runs its command through this (hooks.chainerjob.launch, launcher_script).
+LAUNCHER_KEY = "launcher.sh"
+# Set by the launcher for the agents mpiexec starts: where each agent records a worker's daemon.
+AGENT_RECORDS_ENV = "CHAINERJOB_AGENT_RECORDS"
 HOSTFILE_KEY = "hostfile"
 
 

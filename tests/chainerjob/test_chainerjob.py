@@ -4,8 +4,10 @@ from __future__ import annotations
 import copy
 import os
 import re
+import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -385,6 +387,74 @@ def test_under_a_gang_the_agent_waits_for_its_target_and_gives_up_with_a_message
         assert result.returncode == 1 and result.stdout == ""
         assert re.search(r"kubexeb.sh: container chainer of pod chj-workerset-ws-0 is not running after [23] s; "
                          r"giving up", result.stderr), result.stderr
+
+
+# --- the master's launcher, run for real ----------------------------------------------------------------
+# OpenMPI 5's mpiexec exits 0 when it loses a worker's daemon before it reads the agent's exit, and
+# then SIGKILLs the agents still running (docs/chainerjob.md, "A lost worker or master"). Here a
+# shell stands in for mpiexec and runs the real agent, whose kubectl runs the command locally.
+
+WORKER = "chj-workerset-ws-0"
+
+
+def run_launcher(tmp_path: Path, mpiexec: str, *, stdin: str = "", sig: int | None = None) -> subprocess.CompletedProcess:
+    assets = child(first_sync(chainerjob(workers={"ws": 1})), "ConfigMap")["data"]
+    for key in ("launcher.sh", "kubexeb.sh"):
+        (tmp_path / key).write_text(assets[key])
+        (tmp_path / key).chmod(stat.S_IRWXU)
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text('#!/bin/sh\nshift 6\nexec "$@"\n')  # exec -i <pod> -c <container> -- <command...>
+    kubectl.chmod(stat.S_IRWXU)
+    env = {**os.environ, "KUBECTL_DIR": str(tmp_path), "AGENT": str(tmp_path / "kubexeb.sh"), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([str(tmp_path / "launcher.sh"), "sh", "-c", mpiexec], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if sig is not None:
+        time.sleep(0.5)
+        proc.send_signal(sig)
+    out, err = proc.communicate(stdin, timeout=20)
+    assert not list(tmp_path.glob("chainerjob-agents.*"))  # the records go with the launcher
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize(("mpiexec", "code", "lost"), [
+    (f'"$AGENT" {WORKER} "exit 0"; exit 0', 0, None),
+    (f'"$AGENT" {WORKER} "exit 0"; exit 3', 3, None),
+    (f'"$AGENT" {WORKER} "kill -9 \\$\\$"; exit 0', 1, "kubectl exec ended with exit code 137"),
+    # The daemon outlives its killed agent (a few seconds, off the pipes this test reads).
+    (f'"$AGENT" {WORKER} "exec sleep 3 >/dev/null 2>&1" & sleep 0.5; kill -9 $!; exit 0', 1,
+     "its agent was killed by mpiexec, as it does when it aborts"),
+    (f'"$AGENT" {WORKER} "kill -9 \\$\\$"; exit 2', 2, None),
+    (f'"$AGENT" {WORKER} "sleep 1.5" & exit 0', 0, None),
+], ids=["daemon-ended-cleanly", "command-failed", "daemon-lost-exit-0-fails", "agent-killed-by-mpiexec-fails",
+        "daemon-lost-command-failed-keeps-its-code", "agent-still-ending-is-awaited"])
+def test_the_launcher_fails_a_command_that_exits_0_after_losing_a_worker_daemon(tmp_path, mpiexec, code, lost):
+    result = run_launcher(tmp_path, mpiexec)
+    assert result.returncode == code, result.stderr
+    if lost is None:
+        assert "launcher.sh" not in result.stderr
+    else:
+        assert result.stderr.splitlines()[-1] == (
+            f"launcher.sh: error: the command exited 0, but mpiexec lost a worker's MPI daemon; daemons that did "
+            f"not end cleanly: {WORKER} ({lost}). Failing the master so that its Job retries")
+
+
+def test_the_launcher_passes_stdin_and_forwards_a_termination_signal_to_its_command(tmp_path):
+    assert run_launcher(tmp_path, "read x; echo got $x", stdin="in\n").stdout == "got in\n"
+    result = run_launcher(tmp_path, 'trap "echo TERM; exit 7" TERM; sleep 5 & wait', sig=signal.SIGTERM)
+    assert (result.returncode, result.stdout) == (7, "TERM\n")
+
+
+@pytest.mark.parametrize(("workers", "command", "expected"), [
+    ({"ws": 1}, ["mpiexec", "-n", "2"], ["/kubeflow/chainer-operator/assets/launcher.sh", "mpiexec", "-n", "2"]),
+    ({"ws": 1}, None, None),
+    ({}, ["python", "train.py"], ["python", "train.py"]),
+], ids=["distributed", "image-entrypoint-kept", "single-pod-unchanged"])
+def test_the_masters_command_runs_through_the_launcher_when_it_has_workers(workers, command, expected):
+    main = {"name": "chainer", "image": "i", **({"command": command} if command else {})}
+    job = chainerjob(workers=workers)
+    job["spec"]["master"] = {"template": template(main, {"name": "side", "image": "i", "command": ["sleep", "1"]})}
+    pod = builders.master_job_for(parse_chainerjob(job), kubectl_image="k")["spec"]["template"]["spec"]
+    assert [c.get("command") for c in pod["containers"]] == [expected, ["sleep", "1"]]
 
 
 # --- the master's gate and the workers' scale-down ------------------------------------------------------
