@@ -355,3 +355,26 @@ def test_a_log_line_survives_the_pods_and_the_job_being_deleted():
     sim.sync()
     assert "chj-master" not in sim.children[JOB_KEY]
     assert sim.condition("Failed")["message"] == said  # type: ignore[index]
+
+
+# --- a master pod deleted while it ran ----------------------------------------------------------------
+
+def test_a_master_pod_deleted_on_the_jobs_deadline_says_it_was_killed_by_sigterm():
+    # The Job controller deletes the running pod; the kubelet stops it with SIGTERM and writes it
+    # Failed with every container terminated (Kubernetes >= 1.27, and the local cluster) before it
+    # goes, so the deleted pod is the newest failed one, ended by the signal.
+    sim = ChainerSim(chainerjob())
+    sim.sync()
+    sim.master_pod("chj-master-aaaaa", phase="Running")
+    sim.master("chj-master", active=1)
+    sim.sync()
+    sim.tick(300)
+    sim.master_pod("chj-master-aaaaa", phase="Failed", exit_code=143, reason="Error",
+                   message="rank 0/3 on host chj-master\nepoch  3  test accuracy 0.9133\n")
+    sim.master("chj-master", failed=1, finished=("Failed", "DeadlineExceeded", "Job was active longer than specified deadline"))
+    answer = sim.sync()
+    assert sim.condition("Failed")["message"] == (  # type: ignore[index]
+        "Job was active longer than specified deadline; the master pod chj-master-aaaaa ended with exit code 143, "
+        "killed by SIGTERM, reason Error, last log line: 'epoch  3  test accuracy 0.9133'")
+    sim.remove("v1", "Pod", "chj-master-aaaaa")  # then it goes: the outcome record keeps what it said
+    assert json.dumps(sim.sync()["status"]) == json.dumps(answer["status"])
