@@ -19,7 +19,11 @@ Distributed:
     `$(hostname)` it runs `/bin/sh -c "<command...>"` here; otherwise
     `${KUBECTL_DIR:-/kubeflow/chainer-operator/kube}/kubectl exec -i <host> -c <container> --
     /bin/sh -c "<command...>"`, where `<container>` is the worker set's main container
-    (`chainer`, else the template's first container).
+    (`chainer`, else the template's first container). With `$CHAINERJOB_AGENT_RECORDS` set (by the
+    launcher) it runs kubectl as a child instead, keeping a record `<its pid>.<host>` in that
+    directory while it runs, removed when kubectl exits 0 and holding the exit code otherwise.
+  - `launcher.sh`: the master's, `launcher.sh <command...>`: the command's exit code, except that
+    0 becomes 1 when an agent's record is left (hooks.chainerjob.launch, launcher_script).
   - `hostfile`: one line `<host> slots=<N>` per worker pod (worker sets in name order,
     ordinals 0..replicas-1 in order), then `J-master slots=<M>` last; a final newline.
 - Per worker set W: a headless Service `J-workerset-W` (clusterIP None, publishNotReadyAddresses,
@@ -39,8 +43,10 @@ Distributed:
   master}`, restartPolicy Never unless the user chose OnFailure. With worker sets its pod spec also
   gets: `serviceAccountName: J-launcher`; `hostname: J-master`; volumes
   `chainer-operator-volume-kubectl` (emptyDir) mounted at `/kubeflow/chainer-operator/kube` and
-  the assets volume as on the workers, in every container and init container; the launch env in
-  every container; and, after the user's init containers, the init container `kubectl-delivery`
+  the assets volume as on the workers plus the item `launcher.sh` (mode 0555), in every container
+  and init container; the launch env in every container; the main container's `command`, when it
+  has one, prefixed with `/kubeflow/chainer-operator/assets/launcher.sh`; and, after the user's
+  init containers, the init container `kubectl-delivery`
   (image: the `kubectl_image` setting, command `cp /bin/kubectl
   /kubeflow/chainer-operator/kube/kubectl`, only the kubectl volume mounted).
 
