@@ -351,16 +351,25 @@ def finished_with_record(obs: Observation, record: Record, slots: Mapping[str, S
 # --- rules -------------------------------------------------------------------------------------
 
 def started_at(obs: Observation) -> str:
-    """startTime once the job runs: set when children are first created, and again on resume."""
+    """startTime once the job runs: set when children are first created, and again on resume.
+
+    Read from the run's Services once they are observed (the parent read may be one status write
+    behind: hooks.mxjob.children.run_started); before, the status's, or now on the run's first sync."""
+    if obs.run_started is not None:
+        return obs.run_started
     return rfc3339(obs.now) if obs.resumed or obs.start_time is None else obs.start_time
 
 
 def _started(obs: Observation, created: str) -> Conditions[ConditionType]:
-    """The conditions of a job that runs: resumed if it was suspended, Created with `created`."""
+    """The conditions of a job that runs: resumed if it was suspended, Created with `created`.
+
+    Both transitions happen when the run begins, and are stamped with startTime: a sync that reads
+    the parent of before them (Suspended, or no status) stamps them as the sync that made them."""
     conds = obs.conditions()
+    began = parse_rfc3339(started_at(obs))
     if obs.resumed:
-        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.")
-    conds.set("Created", True, CREATED, created)
+        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.", at=began)
+    conds.set("Created", True, CREATED, created, at=began if conds.get("Created") is None else None)
     return conds
 
 

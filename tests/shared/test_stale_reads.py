@@ -238,6 +238,59 @@ def test_a_job_restart_settles_when_the_syncs_after_it_read_the_status_of_one_wr
     watch.check()
 
 
+def _times(status: dict) -> dict[str, str]:
+    """startTime and each condition's transition time: what a sync stamps from its own clock."""
+    stamped = {f"{c['type']}.lastTransitionTime": c["lastTransitionTime"] for c in status.get("conditions") or []}
+    return {"startTime": status.get("startTime", ""), **stamped}
+
+
+def _stale_syncs(sim: Sim, watch: Watch, syncs: int = 4) -> list[dict[str, str]]:
+    """Syncs a second apart, each (in "parent" mode) reading the status of one write earlier: the
+    times each status carries."""
+    seen = []
+    for _ in range(syncs):
+        sim.tick(1)
+        watch.sync()
+        seen.append(_times(sim.status))
+    return seen
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_start_time_stays_when_the_syncs_after_the_first_read_it_without_status(stale):
+    """Before: startTime (and Created) was the sync's own time whenever the parent read showed none.
+    The sync after the first read the parent as created, with the children the first had made, and
+    wrote its own second over the first's; the next read the first status again, and so on: each
+    sync wrote the other time back (10:00:00, 10:00:01, 10:00:00, ...), a hot loop under a parent
+    cache one write behind (test_recovery's stale parent case), and a startTime that moved by a
+    second in a real cluster (test_e2e). Now the job's Services keep the time its run began."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    first = _times(sim.status)
+    assert first == {"startTime": "2026-11-21T10:00:00Z", "Created.lastTransitionTime": "2026-11-21T10:00:00Z"}
+    assert _stale_syncs(sim, watch) == [first] * 4
+    assert not watch.wrote
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_start_time_of_a_resumed_job_stays_when_the_syncs_after_the_resume_read_it_suspended(stale):
+    """The same on resume, which sets startTime again: the syncs after it read the status of
+    before (Suspended True) and resumed the job again, each at its own second."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.edit({"runPolicy": {"suspend": True}})
+    watch.settle()
+    assert sim.state() == "Suspended" and sim.pods == {}
+    sim.tick(60)
+    sim.edit({"runPolicy": {"suspend": False}})
+    watch.sync()
+    resumed = _times(sim.status)
+    assert (resumed["startTime"], resumed["Suspended.lastTransitionTime"]) == ("2026-11-21T10:01:00Z",) * 2
+    assert _stale_syncs(sim, watch) == [resumed] * 4
+    assert not watch.wrote
+
+
 def test_a_terminal_status_is_never_replaced_by_a_stale_read():
     """The sync after the one that wrote Succeeded reads the Running status, with the pod
     garbage-collected meanwhile: it keeps the outcome and creates no pod."""
