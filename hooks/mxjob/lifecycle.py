@@ -19,7 +19,7 @@ tests/mxjob/test_lifecycle_table.py.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -68,7 +68,7 @@ from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import Record, attempt_record_name
 from hooks.shared.progress import progress_status
-from hooks.shared.status import plus_seconds
+from hooks.shared.status import parse_time, plus_seconds
 
 
 @dataclass(frozen=True)
@@ -214,10 +214,13 @@ def waiting_in_grace(obs: Observation, wait: GraceWait, slots: Mapping[str, Slot
     """The deciding pods succeeded and others still run: Running stays True, nothing new starts."""
     conds = _started(obs, f"{subject(obs.job.key)} is created.")
     names = ", ".join(f"{p.rtype} {p.index}" for p in wait.pods)
+    # The message changes when a pod it names ends: stamped with when the last pod ended, as the
+    # pods keep it, so a sync reading the status of one write earlier stamps it alike.
+    ends = [parse_time(p.finished_at) for p in obs.pods.values() if p.finished]
     conds.set("Running", True, RUNNING,
               f"{subject(obs.job.key)}: {success_part(obs.job)}; waiting up to "
               f"{SUCCESS_GRACE_SECONDS} s for the pods still running to end ({names}) "
-              f"before the job is Succeeded.")
+              f"before the job is Succeeded.", at=max((e for e in ends if e is not None), default=None))
     return Plan(status=_status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
                                completion_time=obs.completion_time, attempt=obs.attempt),
                 pods=tuple(name for name in slots if name in obs.pods), services=tuple(slots),
@@ -277,23 +280,31 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     again = (f"{subject(key)}: every pod of attempt {obs.attempt} is running (the job was "
              f"restarted after {attempt_cause(obs)})." if obs.attempt
              else f"{subject(key)}: every recreated pod is running again.")
-    conds.clear("Restarting", RUNNING, again)
+    # Each transition is stamped with when its premise came true, as the pods keep it (a sync reading
+    # the status of one write earlier then stamps it as the sync that made it); a later change of
+    # the message only is stamped now, as it happens.
+    recreated = [p for p in obs.pods.values() if (p.job_attempt == obs.attempt if obs.attempt else p.attempt)]
+    conds.clear("Restarting", RUNNING, again, at=running_since(recreated))
     if not deciding_pods_run(obs):
         return
+    deciding = set(obs.job.deciding_slots())
+    began = None if conds.is_true("Running") else running_since(
+        p for p in obs.pods.values() if (p.rtype, p.index) in deciding)
     lagging = stalled(obs)
     if obs.stall is not None:  # runPolicy.stallPolicy action Report: it runs on, and says so
-        conds.set("Running", True, STALLED, f"{subject(key)} may have stalled: {obs.stall.clause}.")
+        conds.set("Running", True, STALLED, f"{subject(key)} may have stalled: {obs.stall.clause}.", at=began)
     elif lagging:
         conds.set("Running", True, STALLED,
                   f"{subject(key)} may make no progress: {lagging} while its peers ran, "
                   f"and ps-lite does not admit a process that comes back (docs/lifecycle.md, "
                   f"\"Recovery measured\": such a job waits until activeDeadlineSeconds); "
-                  f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.")
+                  f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.", at=began)
     else:
         # The deciding pods run while another waits for room (ps-lite then waits for it too): say which, and why.
         unplaced = not_scheduled(obs)
         conds.set("Running", True, RUNNING,
-                  f"{subject(key)} is running" + (f"; it waits for the scheduler: {unplaced}." if unplaced else "."))
+                  f"{subject(key)} is running" + (f"; it waits for the scheduler: {unplaced}." if unplaced else "."),
+                  at=began)
 
 
 def record_outcome(obs: Observation, slots: Mapping[str, Slot], observed_services: Mapping[str, Any],
@@ -351,16 +362,34 @@ def finished_with_record(obs: Observation, record: Record, slots: Mapping[str, S
 # --- rules -------------------------------------------------------------------------------------
 
 def started_at(obs: Observation) -> str:
-    """startTime once the job runs: set when children are first created, and again on resume."""
+    """startTime once the job runs: set when children are first created, and again on resume.
+
+    Read from the run's Services once they are observed (the parent read may be one status write
+    behind: hooks.mxjob.children.run_started); before, the status's, or now on the run's first sync."""
+    if obs.run_started is not None:
+        return obs.run_started
     return rfc3339(obs.now) if obs.resumed or obs.start_time is None else obs.start_time
 
 
+def running_since(pods: Iterable[PodView]) -> datetime | None:
+    """When the last of the running `pods` started running, as their containers keep it (which a
+    stale parent cannot undo); None when none runs or one does not say (the sync's own time then)."""
+    times = [parse_time(p.started_at) for p in pods if p.active]
+    if not times or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
+
+
 def _started(obs: Observation, created: str) -> Conditions[ConditionType]:
-    """The conditions of a job that runs: resumed if it was suspended, Created with `created`."""
+    """The conditions of a job that runs: resumed if it was suspended, Created with `created`.
+
+    Both transitions happen when the run begins, and are stamped with startTime: a sync that reads
+    the parent of before them (Suspended, or no status) stamps them as the sync that made them."""
     conds = obs.conditions()
+    began = parse_rfc3339(started_at(obs))
     if obs.resumed:
-        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.")
-    conds.set("Created", True, CREATED, created)
+        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.", at=began)
+    conds.set("Created", True, CREATED, created, at=began if conds.get("Created") is None else None)
     return conds
 
 

@@ -60,6 +60,7 @@ class PodView:
     last_exit_code: int | None = None  # of the mxnet container's previous run (lastState), if it restarted
     attempt: int = 0  # how many times the operator had recreated this pod's slot when it created it
     finished_at: str | None = None  # when the mxnet container terminated (state.terminated.finishedAt)
+    started_at: str | None = None  # when the mxnet container started running (state.running.startedAt)
     job_attempt: int = 0  # the job attempt the pod was created for (its job-attempt label)
     # Why it ended: the DisruptionTarget condition's reason (PreemptionByScheduler, ...), else the
     # pod's (Evicted, ...), else the container's (OOMKilled, Error); hooks.shared.termination.
@@ -136,7 +137,8 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
             exit_code=exit_code(state), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(last_state),
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),
-            finished_at=_finished_at(state),
+            finished_at=_state_time(state, "terminated", "finishedAt"),
+            started_at=_state_time(state, "running", "startedAt"),
             job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
             reason=reason, message=said.text if said else None, log_line=bool(said and said.log),
             unscheduled=unscheduled(status) if _phase(status.get("phase")) == "Pending" else None,
@@ -162,9 +164,10 @@ def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def _finished_at(state: Any) -> str | None:
-    terminated = state.get("terminated") if isinstance(state, Mapping) else None
-    value = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
+def _state_time(state: Any, part: str, key: str) -> str | None:
+    """A time of a container state: `terminated.finishedAt`, `running.startedAt`."""
+    inner = state.get(part) if isinstance(state, Mapping) else None
+    value = inner.get(key) if isinstance(inner, Mapping) else None
     return value if isinstance(value, str) else None
 
 

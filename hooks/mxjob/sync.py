@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, services_by_slot, services_for
+from hooks.mxjob.children import (
+    cluster_config_map,
+    pod_builder,
+    podgroup_for_job,
+    run_started,
+    services_by_slot,
+    services_for,
+)
 from hooks.mxjob.env import cluster_wiring
 from hooks.mxjob.layout import check_layout
 from hooks.mxjob.lifecycle import NO_GANG, GangView, Plan, decide
@@ -72,7 +79,8 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     "status": {"phase": str, "reason": str, "message": str,
                "conditions": [{"type": str, "status": str, "reason": str, "message": str}],
                "containerStatuses": [{"name": str, "restartCount": int,
-                                      "state": {"terminated": {"exitCode": int, "finishedAt": str,
+                                      "state": {"running": {"startedAt": str},
+                                                "terminated": {"exitCode": int, "finishedAt": str,
                                                                "reason": str, "message": str}},
                                       "lastState": {"terminated": {"exitCode": int, "reason": str,
                                                                    "message": str}}}]},
@@ -115,7 +123,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
     attempts = attempt_records(observed.config_maps, job.name)
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
-                    attempts=attempts,
+                    attempts=attempts, run_started=run_started(observed.services),
                     progress=observed_reports(observed.config_maps.get(progress_name(job.name))) if progress.enabled
                     else {})
     gang_view = NO_GANG  # new pods wait until their PodGroup is observed (hooks.shared.gang.new_pods_wait)
@@ -139,7 +147,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
                     for n, pod in zip(plan.pods, children, strict=True)]
         if not plan.cleaned_up:
             children += progress_children(job.name, job.namespace, job_labels(job.name))
-    children += services_for(job, slots, plan.services)
+    started = plan.status.get("startTime")
+    children += services_for(job, slots, plan.services, started=started if isinstance(started, str) else None)
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,

@@ -329,7 +329,8 @@ class Sim(Stepped):
 
         `reason` and `message` go on the terminated state (the last one when only a last exit code
         is given); `pod_reason` on the pod (Evicted, DeadlineExceeded)."""
-        state: dict = {"running": {}} if phase == "Running" else {}
+        # The kubelet stamps when the container started running; the Running condition is stamped with it.
+        state: dict = {"running": {"startedAt": rfc3339(self.now)}} if phase == "Running" else {}
         extra = {k: v for k, v in (("reason", reason), ("message", message)) if v is not None}
         if exit_code is not None:
             # The kubelet stamps every terminated state; the success grace counts from it.
