@@ -27,6 +27,8 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "rolebindings"): "RoleBinding",
     ("apps/v1", "statefulsets"): "StatefulSet",
     ("batch/v1", "jobs"): "Job",
+    # Related only (an MXJob's customize hook names its Kueue Workloads), never a child.
+    ("kueue.x-k8s.io/v1beta2", "workloads"): "Workload",
 }
 PARENT_KINDS: dict[tuple[str, str], str] = {
     ("kubeflow.org/v1", "mxjobs"): "MXJob",

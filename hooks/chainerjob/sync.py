@@ -13,7 +13,7 @@ from typing import Any
 
 from hooks.chainerjob import children, names, progress
 from hooks.chainerjob.decision import Decision, decide, ready_workers
-from hooks.chainerjob.related import read_related_pods
+from hooks.chainerjob.related import not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import failed_validation, finished, finished_while_invalid, master_record, status_for
 from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
@@ -61,7 +61,8 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
     observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
-    # The master Job's pods, from the customize hook's related objects (hooks.chainerjob.related).
+    # The job's pods (the master Job's and the workers'), from the customize hook's related objects
+    # (hooks.chainerjob.related): what a failed master pod showed, and why a pod waits to be scheduled.
     master_pods = read_related_pods(request)
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
     answer = _answer(parent, gang, observed, old, master_pods, now=now, kubectl_image=kubectl_image)
@@ -127,7 +128,9 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                       observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=observed, master_status=master_status,
                               kubectl_image=kubectl_image, gang=gang)
-    status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause)
+    workers = names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()})
+    unplaced = not_scheduled(job.name, workers, master_pods)
+    status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, unplaced=unplaced)
     if (shown := progress_status(reports)) is not None:
         status["progress"] = shown
     answer: SyncResponse = {"status": status, "children": wanted}
