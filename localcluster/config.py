@@ -27,7 +27,10 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "rolebindings"): "RoleBinding",
     ("apps/v1", "statefulsets"): "StatefulSet",
     ("batch/v1", "jobs"): "Job",
-    # Related only (an MXJob's customize hook names its Kueue Workloads), never a child.
+}
+# Kinds a customize hook may relate but no controller has as a child: an MXJob's Kueue Workloads
+# (hooks.shared.kueue), served only where Kueue's CRDs are installed.
+RELATED_KINDS: dict[tuple[str, str], str] = {
     ("kueue.x-k8s.io/v1beta2", "workloads"): "Workload",
 }
 PARENT_KINDS: dict[tuple[str, str], str] = {
