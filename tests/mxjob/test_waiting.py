@@ -16,6 +16,7 @@ from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.names import KUEUE_POD_GROUP_LABEL
 from hooks.mxjob.sync import KUEUE_ATTEMPTS_RELATED, customize_mxjob
+from hooks.server.app import create_app
 from hooks.shared.kueue import KUEUE_GATE, Pending, pending
 
 QUEUED = {"kueue.x-k8s.io/queue-name": "q"}
@@ -143,3 +144,16 @@ def test_pending_reads_why_kueue_holds_a_workload_back(conditions, expected):
 @pytest.mark.parametrize("bad", [None, "w", {"status": "x"}, {"status": {"conditions": "x"}}], ids=repr)
 def test_pending_of_a_workload_of_another_shape_is_none(bad):
     assert pending(bad) is None
+
+
+@pytest.mark.parametrize(("setting", "status", "rules"), [
+    pytest.param("true", 200, 1, id="pod-groups"),
+    pytest.param("false", 200, 0, id="off"),
+    pytest.param("yes", 500, None, id="bad-setting"),
+])
+def test_the_customize_route_takes_the_servers_kueue_setting(monkeypatch, setting, status, rules):
+    monkeypatch.setenv("MXJOB_KUEUE_POD_GROUPS", setting)
+    reply = create_app().test_client().post("/mxjob/customize", json={"controller": {}, "parent": parent(QUEUED)})
+    assert reply.status_code == status
+    if rules is not None:
+        assert len(reply.get_json()["relatedResources"]) == rules
