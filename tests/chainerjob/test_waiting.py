@@ -70,3 +70,17 @@ def test_a_worker_that_does_not_fit_is_said_while_the_master_waits_for_its_worke
     sim.store.remove("v1", "Pod", sim.namespace, "chj-workerset-ws-1")
     sim.sync()
     assert sim.condition("Waiting")["message"].endswith("the master starts when all are ready.")
+
+
+def test_a_master_pod_that_does_not_fit_is_said_while_the_master_job_counts_it_active():
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    sim.sync()
+    sim.all_ready()
+    sim.sync()
+    sim.master("chj-master", active=1)  # the Job controller counts a Pending pod as active
+    sim.master_pod("chj-master-abcde", phase="Pending")
+    sim.store.update_status("v1", "Pod", sim.namespace, "chj-master-abcde", pod("chj-master-abcde", "master")["status"])
+    sim.sync()
+    assert sim.condition("Running")["message"] == (
+        "ChainerJob ns/chj: the master is running with 1 workers; it waits for the scheduler: pod chj-master-abcde "
+        f"is not scheduled: {NO_ROOM}")
