@@ -27,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from localcluster.controlplane import ControlPlane  # noqa: E402
+from localcluster.controlplane.processes import ControlPlane  # noqa: E402
 
 FREE_GROUP = "freeform.bench.test"
 TEMPLATE_PATH = ("properties", "spec", "properties", "mxReplicaSpecs", "additionalProperties", "properties", "template")

@@ -6,7 +6,7 @@ v4.17.2 binary (docs/localcluster.md, "A real Metacontroller"):
     python benchmarks/engines_bench.py --metacontroller /path/to/metacontroller [--replicas 1000]
 
 Each engine gets a fresh control plane, the hooks server behind the fault proxy (which counts the
-sync requests, whichever engine sends them) and the no-process node (localcluster/noprocess.py).
+sync requests, whichever engine sends them) and the no-process node (localcluster/node/noprocess.py).
 Per engine: seconds from the apply to every pod Running and to the last write, API requests by verb
 and resource (the API server's own `apiserver_request_total`), hook calls, and the floor of the
 writes at the client rate (5/s, burst 10, both engines' default). It prints a markdown table and

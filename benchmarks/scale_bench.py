@@ -5,7 +5,7 @@ Run from the repo root with the control plane built (`make controlplane`, or CON
 `python benchmarks/scale_bench.py` (or `make bench-scale`; `--quick` for the sizes that fit a few
 minutes). Each scenario starts a fresh etcd, kube-apiserver and kube-controller-manager, the hooks
 server (gunicorn, the Dockerfile's command) and the Metacontroller emulation, with every pod on the
-no-process node (localcluster/noprocess.py: Running without a process). It prints a markdown table
+no-process node (localcluster/node/noprocess.py: Running without a process). It prints a markdown table
 and asserts nothing about time.
 
 Per scenario:

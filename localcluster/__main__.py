@@ -3,7 +3,7 @@
 import sys
 
 try:
-    from .cli import main
+    from .cli.commands import main
 except ModuleNotFoundError as err:
     # Another interpreter than the project's venv: say how to run it instead of a traceback.
     print(f"error: Python module {err.name!r} is missing: run the local cluster with the project's "

@@ -14,28 +14,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from .apistore import ApiStore
-from .config import ControllerConfig, load_controller_configs
-from .controlplane import ControlPlane, ensure_namespace, prepare_cluster
-from .dns import HOST_HOSTS, ClusterDNS, strict_dns_unavailable
-from .gang import GangScheduler
-from .hooks_server import FaultProxy, HooksServer
-from .jobstatus import status_reader_for
-from .kubelet import ProcessKubelet
-from .kubeletapi import ContainerLog, KubeletLogServer
-from .kueue import Kueue
-from .metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
-from .metacontroller_binary import (
+from localcluster.cli.jobstatus import status_reader_for
+from localcluster.config import ControllerConfig, load_controller_configs
+from localcluster.controlplane.apistore import ApiStore
+from localcluster.controlplane.gang import GangScheduler
+from localcluster.controlplane.kueue import Kueue
+from localcluster.controlplane.processes import ControlPlane, ensure_namespace, prepare_cluster
+from localcluster.hooks_server import FaultProxy, HooksServer
+from localcluster.metacontroller import CLIENT_BURST, CLIENT_QPS, ClientThrottle, MetacontrollerStandIn, Stale
+from localcluster.metacontroller.binary import (
     MetacontrollerBinary,
     check_binary,
     install_controllers,
     install_controllers_as_shipped,
     service_hooks,
 )
-from .node import NodeHeartbeat, NodeSize, machine_size
-from .podprocess import RESTART_BACKOFF
-from .store import StoreError, controller_uid, json_copy
-from .types import KubeObject
+from localcluster.node.dns import HOST_HOSTS, ClusterDNS, strict_dns_unavailable
+from localcluster.node.kubelet import ProcessKubelet
+from localcluster.node.kubeletapi import ContainerLog, KubeletLogServer
+from localcluster.node.podprocess import RESTART_BACKOFF
+from localcluster.node.registration import NodeHeartbeat, NodeSize, machine_size
+from localcluster.store import StoreError, controller_uid, json_copy
+from localcluster.types import KubeObject
 
 T = TypeVar("T")
 # Kubernetes' rule for namespaces and for the names of objects that become DNS labels; it also
@@ -114,17 +114,17 @@ class LocalCluster:
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
         `metacontroller` says what syncs the jobs: "emulation" (localcluster/metacontroller/), "none" (a
         real Metacontroller the user points at the control plane's kubeconfig), or the path of a
-        Metacontroller binary, which the cluster runs (localcluster/metacontroller_binary.py) with the
+        Metacontroller binary, which the cluster runs (localcluster/metacontroller/binary.py) with the
         CompositeControllers installed, their hooks pointed at the local hooks server. `kubelet_mode` "noprocess" runs every
-        pod without a process (localcluster/noprocess.py), for scale measurements only. `service_dns` calls each
+        pod without a process (localcluster/node/noprocess.py), for scale measurements only. `service_dns` calls each
         hook at the URL its CompositeController names, resolved as cluster DNS would (a Service in the store;
         the hooks server stands in for its endpoints): for checking an install's URLs. The emulation
         resolves them itself (MetacontrollerStandIn); a binary gets the CompositeControllers as they are
         and a hosts file naming the hooks' Service at a loopback address where the fault proxy listens
         on the Service's port (root only: a mount namespace of its own).
-        `kueue` installs and starts a real Kueue (localcluster/kueue.py, built by `make kueue`) before any pod can
+        `kueue` installs and starts a real Kueue (localcluster/controlplane/kueue.py, built by `make kueue`) before any pod can
         be created; it needs a control plane of its own: its webhooks and its finalizers on pods would outlive it
-        on a shared one. `cpus`, `memory` and `gpus` size the Node the pods are scheduled to (node.py: this
+        on a shared one. `cpus`, `memory` and `gpus` size the Node the pods are scheduled to (node/registration.py: this
         machine's CPUs and memory by default); a bad value is a ValueError naming the option."""
         if kueue and control_plane is not None:
             raise ValueError("LocalCluster(kueue=True) starts its own control plane: Kueue's webhooks and pod finalizers "

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .types import ChildRule
+from localcluster.types import ChildRule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANIFEST_DIR = REPO_ROOT / "metacontroller"

@@ -16,8 +16,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from .config import REPO_ROOT
-from .dns import LOOPBACK, free_port
+from localcluster.config import REPO_ROOT
+from localcluster.node.dns import LOOPBACK, free_port
 
 # The Dockerfile's command, plus a loopback --bind (the default binds 0.0.0.0:8080).
 SERVER_ARGS = ["--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"]

@@ -1,6 +1,6 @@
 """What the local cluster's parts need of the API server: the `ObjectStore` interface, its errors and events.
 
-The one implementation is `apistore.ApiStore`, over the real control plane (controlplane.py): the
+The one implementation is `controlplane.apistore.ApiStore`, over the real control plane (controlplane/processes.py): the
 server assigns uids, resourceVersions and generations, defaults and validates, and collects garbage.
 The Metacontroller emulation, the process kubelet, the DNS stand-in and the gang gate are typed to
 `ObjectStore` only, so a test can hand them a plain store of its own (tests/helpers/objectstore.py).
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from .types import KubeObject, OwnerReference
+from localcluster.types import KubeObject, OwnerReference
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 Watcher = Callable[[str, KubeObject], None]

@@ -243,7 +243,7 @@ def from_kubeconfig(kubeconfig: str) -> tuple[dict, str]:
 
 def from_control_plane() -> Iterator[tuple[dict, str]]:
     sys.path.insert(0, str(ROOT))
-    from localcluster.controlplane import ControlPlane
+    from localcluster.controlplane.processes import ControlPlane
 
     with ControlPlane() as plane:
         yield plane.get(OPENAPI_PATH), plane.get("/version")["gitVersion"]

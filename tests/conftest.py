@@ -17,7 +17,7 @@ from helpers.engines import EMULATION, HOW_TO_GET_ONE, REAL, real_binary
 from helpers.metacontroller_writes import Admission, install, new_namespace
 from helpers.shared_plane import clear_local_clusters
 
-from localcluster.controlplane import ControlPlane, ControlPlaneError
+from localcluster.controlplane.processes import ControlPlane, ControlPlaneError
 
 _STARTED: list[ControlPlane] = []
 

@@ -6,7 +6,8 @@ release by the selector), `throttle` (the one client's 5 requests/s, burst 10), 
 parent cache a sync reads), `customize` (related objects), `manage_children` (the order and the
 objects a sync writes), `webhook` (calling a hook over HTTP), `composite` (one sync: `Emulation`,
 which the scenario tests step by hand) and `workers` (the watch-driven worker loop the local
-cluster runs: `MetacontrollerStandIn`). docs/localcluster.md has the table of what it does as the
+cluster runs: `MetacontrollerStandIn`, on `delayqueue`). `binary` runs a real Metacontroller binary
+instead (`localcluster up --metacontroller PATH`). docs/localcluster.md has the table of what it does as the
 real one does, and where it differs.
 """
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..store import json_copy
-from ..types import KubeObject
+from localcluster.store import json_copy
+from localcluster.types import KubeObject
 
 LAST_APPLIED = "metacontroller.k8s.io/last-applied-configuration"
 # apply.go's knownMergeKeys: a list whose items all carry one of these is merged as a map keyed by it.

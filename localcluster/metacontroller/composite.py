@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from ..config import ControllerConfig
-from ..store import Key, ObjectStore, StoreError, controller_reference, key_of
-from ..types import ChildRule, KubeObject, SyncRequest
+from localcluster.config import ControllerConfig
+from localcluster.store import Key, ObjectStore, StoreError, controller_reference, key_of
+from localcluster.types import ChildRule, KubeObject, SyncRequest
+
 from .apply import ApplyError, with_last_applied
 from .controllerref import CONTROLLER_UID, claim, parent_selector, selector_matches
 from .customize import RelatedRule, related_rules, select_related

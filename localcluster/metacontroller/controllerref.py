@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config import ControllerConfig
-from ..store import controller_reference, controller_uid, json_copy
-from ..types import KubeObject
+from localcluster.config import ControllerConfig
+from localcluster.store import controller_reference, controller_uid, json_copy
+from localcluster.types import KubeObject
 
 CONTROLLER_UID = "controller-uid"
 Action = Literal["keep", "adopt", "release"]

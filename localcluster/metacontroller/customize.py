@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import KNOWN_KINDS, RELATED_KINDS
-from ..store import json_copy
-from ..types import KubeObject
+from localcluster.config import KNOWN_KINDS, RELATED_KINDS
+from localcluster.store import json_copy
+from localcluster.types import KubeObject
+
 from .controllerref import selector_matches
 from .errors import SyncError
 

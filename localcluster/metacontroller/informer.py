@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 
-from ..store import DELETED, json_copy
-from ..types import KubeObject
+from localcluster.store import DELETED, json_copy
+from localcluster.types import KubeObject
 
 
 class ParentCache:

@@ -14,8 +14,9 @@ import copy
 import random
 from typing import Any, cast
 
-from ..store import Key
-from ..types import KubeObject
+from localcluster.store import Key
+from localcluster.types import KubeObject
+
 from .apply import last_applied, three_way_merge, with_last_applied
 
 # System fields taken back from the observed object after the merge.

@@ -13,8 +13,9 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..store import ObjectStore
-from ..types import KubeObject
+from localcluster.store import ObjectStore
+from localcluster.types import KubeObject
+
 from .errors import SyncError
 
 # The suffixes cluster DNS accepts after `<service>.<namespace>` (cluster domain cluster.local).

@@ -19,10 +19,11 @@ import time
 import traceback
 from typing import Any
 
-from ..config import ControllerConfig
-from ..delayqueue import DelayQueue
-from ..store import ADDED, DELETED, ObjectStore, controller_uid
-from ..types import KubeObject, SyncRequest
+from localcluster.config import ControllerConfig
+from localcluster.metacontroller.delayqueue import DelayQueue
+from localcluster.store import ADDED, DELETED, ObjectStore, controller_uid
+from localcluster.types import KubeObject, SyncRequest
+
 from . import webhook
 from .composite import Emulation, Stale
 from .controllerref import CONTROLLER_UID

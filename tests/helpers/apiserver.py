@@ -25,7 +25,7 @@ from typing import Any
 
 import kubernetes
 
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.thirdparty import third_party_crds
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -43,7 +43,7 @@ import kubernetes
 
 from helpers import apiserver, go_apply_merge
 from localcluster.config import KNOWN_KINDS
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.metacontroller import write_order
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from urllib.parse import urlencode
 
-from localcluster.apistore import ApiStore, collection_path
 from localcluster.config import KNOWN_KINDS, PARENT_KINDS
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.apistore import ApiStore, collection_path
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.store import StoreError
 
 EVERY_NAMESPACE = [("v1", "Pod"), ("batch/v1", "Job"), ("apps/v1", "StatefulSet"),

@@ -67,7 +67,7 @@ from helpers.crd_cases import (
     without,
 )
 
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

@@ -41,7 +41,7 @@ from hooks.chainerjob.spec import parse_chainerjob
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.spec import parse_mxjob
 from hooks.mxjob.sync import sync_mxjob
-from localcluster.controlplane import ControlPlane, ControlPlaneError
+from localcluster.controlplane.processes import ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.apiserver
 

@@ -21,7 +21,7 @@ from helpers.requests import mxjob_sync_request
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.progress import ACCESS_KEYS
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

@@ -25,7 +25,7 @@ from helpers.apiserver import fixture_crds
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.sync import sync_mxjob
-from localcluster.controlplane import ControlPlane, ControlPlaneError
+from localcluster.controlplane.processes import ControlPlane, ControlPlaneError
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = Path(__file__).resolve().parent / "releases" / "0.2.0"

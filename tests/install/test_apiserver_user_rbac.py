@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helpers.apiserver import create, dynamic, install, update, user_client, wait_for
 
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

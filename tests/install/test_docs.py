@@ -18,7 +18,7 @@ import hooks
 from hooks.chainerjob.sync import CHILD_KEYS, sync_chainerjob
 from hooks.mxjob.runpolicy import RunPolicy
 from hooks.server.app import create_app
-from localcluster import cli
+from localcluster.cli import commands as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS_INDEX = ROOT / "tests" / "README.md"

@@ -25,7 +25,7 @@ from helpers.manifests import render, the, validation_errors
 
 from localcluster.cluster import LocalCluster, finished
 from localcluster.config import ControllerConfig, parse_composite_controller, webhook_url
-from localcluster.dns import strict_dns_unavailable
+from localcluster.node.dns import strict_dns_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

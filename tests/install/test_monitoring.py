@@ -34,8 +34,8 @@ from helpers.manifests import render as kustomize
 
 from hooks.chainerjob.vocabulary import ConditionType as ChainerCondition
 from hooks.mxjob.vocabulary import ConditionType as MXCondition
-from localcluster.controlplane import ControlPlane
-from localcluster.dns import free_port
+from localcluster.controlplane.processes import ControlPlane
+from localcluster.node.dns import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"

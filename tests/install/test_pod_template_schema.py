@@ -23,7 +23,7 @@ import yaml
 from helpers.apiserver import apply_objects, create, get, install, refresh, update, update_status, wait_for
 from helpers.scripts import load_script
 
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

@@ -127,7 +127,7 @@ def test_requirement_pins_agree_with_the_constraints(requirements: str):
 
 def test_the_project_is_installed_with_its_command():
     scripts = {entry.name: entry.value for entry in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts.get("localcluster") == "localcluster.cli:main"
+    assert scripts.get("localcluster") == "localcluster.cli.commands:main"
     assert (Path(sys.executable).parent / "localcluster").exists()
 
 

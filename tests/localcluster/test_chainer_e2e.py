@@ -19,7 +19,7 @@ import yaml
 from helpers.engines import cluster_under, syncs
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.store import StoreError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
+from helpers.localcluster_gang import PodRefusal, gang_controller, scheduled
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.chainer]
 
@@ -26,16 +26,12 @@ EXAMPLE = REPO / "examples" / "local" / "chainer-mn-digits.yaml"
 ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the quota stand-in (helpers/localcluster_gang.refuse_creating) refuses only the local cluster's own "
-    "creates; on the real control plane a ChainerJob's pods come from kube-controller-manager's Job and "
-    "StatefulSet controllers, so no worker is held back: this needs a refusal by the server itself (issue 35)"))
 def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_path, cluster_plane: ControlPlane):
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["name"] = "cgang"
     config = gang_controller(tmp_path, "volcano", "chainerjob-controller")
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster:
-        refusing = refuse_creating(cluster, "cgang-workerset-ws0-1")
+    with (LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster,
+          PodRefusal(cluster, "cgang-workerset-ws0-1") as refusal):
         cluster.submit(job)
 
         def held() -> list[dict] | None:
@@ -48,7 +44,7 @@ def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_pa
         time.sleep(1.0)
         assert all(p["status"]["phase"] == "Pending" for p in cluster.pods("cgang"))
 
-        refusing[0] = False
+        refusal.lift()
         final = cluster.wait_finished("cgang", 300)
         logs = "".join(p.read_text() for p in sorted(cluster.job_dir("cgang").glob("cgang-master-?????.log")))
         group = cluster.store.get("scheduling.volcano.sh/v1beta1", "PodGroup", "default", "cgang")

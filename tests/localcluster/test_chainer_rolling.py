@@ -13,7 +13,7 @@ import pytest
 from helpers.localcluster_gang import gang_controller
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.store import ADDED, DELETED
 from localcluster.types import KubeObject
 

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from helpers.crd import pruned_paths, schema_errors
 
-from localcluster.cli import load_job
+from localcluster.cli.commands import load_job
 from localcluster.cluster import finished
 from localcluster.config import load_controller_configs
-from localcluster.kubectl import parse
-from localcluster.podprocess import is_kubectl_image
-from localcluster.volumes import MissingConfigMap, PathMap, prepare_volumes
+from localcluster.node.kubectl import parse
+from localcluster.node.podprocess import is_kubectl_image
+from localcluster.node.volumes import MissingConfigMap, PathMap, prepare_volumes
 
 POD_TEMPLATE = {"spec": {"containers": [{"name": "c", "image": "i", "command": ["true"]}]}}
 

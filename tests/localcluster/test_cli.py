@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli
+from localcluster.cli import commands as cli
 from localcluster.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]

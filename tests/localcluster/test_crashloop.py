@@ -9,10 +9,10 @@ import pytest
 from helpers.objectstore import ObjectBag
 
 from localcluster.cluster import LocalCluster
-from localcluster.controlplane import ControlPlane
-from localcluster.dns import ClusterDNS
-from localcluster.kubelet import ProcessKubelet
-from localcluster.node import NODE_NAME
+from localcluster.controlplane.processes import ControlPlane
+from localcluster.node.dns import ClusterDNS
+from localcluster.node.kubelet import ProcessKubelet
+from localcluster.node.registration import NODE_NAME
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 

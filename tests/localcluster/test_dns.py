@@ -1,5 +1,5 @@
 """The local cluster's DNS: a Service name resolves for a pod's processes only once the Service exists
-and a pod it selects has started, checked at each lookup (strict names, localcluster/dns.py), and a
+and a pod it selects has started, checked at each lookup (strict names, localcluster/node/dns.py), and a
 clear fallback where that cannot run."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any, cast
 import pytest
 from helpers.objectstore import ObjectBag
 
-from localcluster import dns as dns_module
 from localcluster.cluster import LocalCluster
-from localcluster.dns import ClusterDNS, strict_dns_unavailable
+from localcluster.node import dns as dns_module
+from localcluster.node.dns import ClusterDNS, strict_dns_unavailable
 from localcluster.types import KubeObject
 
 needs_strict = pytest.mark.skipif(strict_dns_unavailable() is not None,

@@ -21,7 +21,7 @@ from helpers.cluster import events_for
 from helpers.engines import cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]

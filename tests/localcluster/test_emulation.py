@@ -26,10 +26,10 @@ from helpers.objectstore import ObjectBag
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localcluster.apistore import ApiStore
-from localcluster.cli import parser as cli_parser
+from localcluster.cli.commands import parser as cli_parser
 from localcluster.config import parse_composite_controller
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.apistore import ApiStore
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED, ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
 from localcluster.store import ADDED, DELETED, StoreError
 from localcluster.types import KubeObject

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.types import KubeObject
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]

@@ -2,8 +2,8 @@
 
 The controller is the one the kustomization in docs/gang-scheduling.md with a gang component renders, so the local
 Metacontroller, the real hooks server and the kubelet's gang gate run exactly what a user installs.
-A pod that cannot be created yet (here: refused by a namespace quota, as an API server would) is
-what leaves a gang incomplete.
+A pod that cannot be created yet (here: refused by the API server itself, by an admission policy standing
+in for a quota) is what leaves a gang incomplete.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers.localcluster_gang import gang_controller, refuse_creating, scheduled
+from helpers.localcluster_gang import PodRefusal, gang_controller, scheduled
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
@@ -63,8 +63,7 @@ def start_times(cluster: LocalCluster, job: str) -> dict[str, float]:
 
 
 def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path, cluster_plane):
-    with gang_cluster(tmp_path, "volcano", cluster_plane) as cluster:
-        refusing = refuse_creating(cluster, "gang-worker-2")
+    with gang_cluster(tmp_path, "volcano", cluster_plane) as cluster, PodRefusal(cluster, "gang-worker-2") as refusal:
         cluster.submit(gang_job("gang", {}))
 
         def held() -> list[dict] | None:
@@ -88,7 +87,7 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path,
         assert all(p["status"]["phase"] == "Pending" for p in cluster.pods("gang"))
         assert start_times(cluster, "gang") == {}
 
-        refusing[0] = False
+        refusal.lift()
         job = cluster.wait_finished("gang", 60)
         times = start_times(cluster, "gang")
 
@@ -98,8 +97,7 @@ def test_gang_is_held_back_until_every_pod_exists_then_starts_together(tmp_path,
 
 
 def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_path, cluster_plane):
-    with gang_cluster(tmp_path, "scheduler-plugins", cluster_plane) as cluster:
-        refusing = refuse_creating(cluster, "part-worker-2")
+    with gang_cluster(tmp_path, "scheduler-plugins", cluster_plane) as cluster, PodRefusal(cluster, "part-worker-2") as refusal:
         cluster.submit(gang_job("part", {"minAvailable": 2}))
 
         def two_running() -> bool:
@@ -114,7 +112,7 @@ def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_p
                    and p["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
                    for p in cluster.pods("part"))
 
-        refusing[0] = False
+        refusal.lift()
         job = cluster.wait_finished("part", 60)
         remaining = cluster.store.get("scheduling.x-k8s.io/v1alpha1", "PodGroup", "default", "part")
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from helpers.objectstore import ObjectBag
 
-from localcluster.gang import GangGate, GangScheduler, stand_in_for, unschedulable
+from localcluster.controlplane.gang import GangGate, GangScheduler, stand_in_for, unschedulable
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"

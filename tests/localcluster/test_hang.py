@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli, postmortem
+from localcluster.cli import commands as cli
+from localcluster.cli import postmortem
 
 REPO = Path(__file__).resolve().parents[2]
 # The worker raises, prints the traceback as an uncaught exception would, and then hangs.

@@ -1,4 +1,4 @@
-"""A job file as `localcluster run` reads it (as kubectl does: localcluster/kubectlyaml.py), and its
+"""A job file as `localcluster run` reads it (as kubectl does: localcluster/cli/kubectlyaml.py), and its
 unknown fields as `--validate` has the server meet them when the job is submitted."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli, kubectlyaml
-from localcluster.apistore import ApiStore
-from localcluster.controlplane import ControlPlane
+from localcluster.cli import commands as cli
+from localcluster.cli import kubectlyaml
+from localcluster.controlplane.apistore import ApiStore
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.store import StoreError
 
 ROOT = Path(__file__).resolve().parents[2]

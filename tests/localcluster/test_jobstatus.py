@@ -7,8 +7,8 @@ import pytest
 
 from hooks.chainerjob import vocabulary as chainerjob_vocabulary
 from hooks.mxjob import vocabulary as mxjob_vocabulary
-from localcluster import jobstatus
-from localcluster.jobstatus import JobStatus, Outcome, Snapshot, UnknownKind, outcome, status_reader_for
+from localcluster.cli import jobstatus
+from localcluster.cli.jobstatus import JobStatus, Outcome, Snapshot, UnknownKind, outcome, status_reader_for
 
 
 def job(kind: str, *conditions: tuple[str, str, str], message: str = "why") -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import kubectl
+from localcluster.node import kubectl
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w-0", "namespace": "team"},
        "spec": {"containers": [{"name": "chainer"}, {"name": "side"}]},

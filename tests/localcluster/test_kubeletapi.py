@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from localcluster.kubeletapi import instance_log
+from localcluster.node.kubeletapi import instance_log
 
 
 def start(n: int, pod: str = "p", container: str = "main") -> str:

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from helpers.engines import cluster_under, syncs, wait_syncs, with_resync
 
-from localcluster.apistore import PLURALS
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import bin_dir
+from localcluster.controlplane.apistore import PLURALS
+from localcluster.controlplane.processes import bin_dir
 from localcluster.store import StoreError
 from localcluster.types import KubeObject
 

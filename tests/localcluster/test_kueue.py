@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster import cli, kueue
+from localcluster.cli import commands as cli
 from localcluster.cluster import LocalCluster, finished
+from localcluster.controlplane import kueue
 from localcluster.types import KubeObject
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]

@@ -1,4 +1,4 @@
-"""How the local cluster adapts Kueue's own manifests to one machine (localcluster/kueue.py): no Kueue runs
+"""How the local cluster adapts Kueue's own manifests to one machine (localcluster/controlplane/kueue.py): no Kueue runs
 here; test_kueue.py runs the real one."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from localcluster.kueue import adapt_manifests, configuration, mount_wrapper, write_certificates
+from localcluster.controlplane.kueue import adapt_manifests, configuration, mount_wrapper, write_certificates
 
 BASE = "https://127.0.0.1:9443"
 

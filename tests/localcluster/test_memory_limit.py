@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.podprocess import ContainerRun, group_rss, over_memory_limit, record_exit, spawn
+from localcluster.node.podprocess import ContainerRun, group_rss, over_memory_limit, record_exit, spawn
 
 
 @pytest.mark.parametrize(("memory", "limit"), [

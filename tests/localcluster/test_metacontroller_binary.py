@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import cli
+from localcluster.cli import commands as cli
 from localcluster.config import load_controller_configs
-from localcluster.metacontroller_binary import SELF_RULES, check_binary, controller_manifest, self_rbac
+from localcluster.metacontroller.binary import SELF_RULES, check_binary, controller_manifest, self_rbac
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,9 +22,9 @@ from helpers.engines import cluster_under
 
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
-from localcluster.dns import strict_dns_unavailable
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.hooks_server import HooksServer
+from localcluster.node.dns import strict_dns_unavailable
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local" / "dist-train-digits.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver, pytest.mark.mxnet,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.cli import main
-from localcluster.node import GPU, MAX_PODS, machine_size, node_object, node_status
+from localcluster.cli.commands import main
+from localcluster.node.registration import GPU, MAX_PODS, machine_size, node_object, node_status
 
 
 def test_by_default_the_node_is_this_machines_cpus_and_memory():

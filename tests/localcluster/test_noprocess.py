@@ -1,4 +1,4 @@
-"""The no-process node (localcluster/noprocess.py): pods Running without processes, ending when their
+"""The no-process node (localcluster/node/noprocess.py): pods Running without processes, ending when their
 annotations say, for the scale benchmark. On the in-memory store (fast) and on the real API server."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import ControlPlane
-from localcluster.noprocess import EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION, KUBELET_ANNOTATION, WRITERS
+from localcluster.controlplane.processes import ControlPlane
+from localcluster.node.noprocess import EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION, KUBELET_ANNOTATION, WRITERS
 from localcluster.types import KubeObject
 
 pytestmark = pytest.mark.apiserver

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.postmortem import FailedContainer, container_state, failure_report, job_results, last_failure, result_line
+from localcluster.cli.postmortem import FailedContainer, container_state, failure_report, job_results, last_failure, result_line
 
 START = "=== localcluster: pod p container mxnet start #0 at T: ['x']"
 

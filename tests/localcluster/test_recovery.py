@@ -17,7 +17,7 @@ import yaml
 from helpers.engines import EMULATION, REAL, cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 

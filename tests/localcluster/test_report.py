@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli, postmortem, runview
+from localcluster.cli import commands as cli
+from localcluster.cli import postmortem, runview
 
 ROOT = Path(__file__).resolve().parents[2]
 

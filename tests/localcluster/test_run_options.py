@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import cli
-from localcluster.cli import RunOptions, silence_notice
+from localcluster.cli import commands as cli
+from localcluster.cli.commands import RunOptions, silence_notice
 
 PARSED = {
     "defaults": ([], {"validate": "Strict", "report_every": cli.REPORT_EVERY_SECONDS, "timeout": 600.0,

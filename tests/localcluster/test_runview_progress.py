@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from localcluster import runview
+from localcluster.cli import runview
 
 PROGRESS = {"reporter": "worker-1", "attempt": 0, "step": 40, "total": 100, "progressPercentage": 40,
             "lastUpdatedTime": "2026-11-21T10:00:00Z", "reporters": [

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
-from localcluster.node import NODE_NAME
+from localcluster.controlplane.processes import ControlPlane
+from localcluster.node.registration import NODE_NAME
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 

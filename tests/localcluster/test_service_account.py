@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from helpers.objectstore import ObjectBag
 
-from localcluster.dns import ClusterDNS
-from localcluster.podenv import resolve_env
-from localcluster.podsandbox import PodSandbox, kubernetes_service_env, token_file_env
+from localcluster.node.dns import ClusterDNS
+from localcluster.node.podenv import resolve_env
+from localcluster.node.podsandbox import PodSandbox, kubernetes_service_env, token_file_env
+from localcluster.node.volumes import SERVICE_ACCOUNT_DIR, PathMap, VolumeNotReady, path_map, prepare_volumes
 from localcluster.store import StoreError
-from localcluster.volumes import SERVICE_ACCOUNT_DIR, PathMap, VolumeNotReady, path_map, prepare_volumes
 
 # The volume the ServiceAccount admission plugin adds to every pod (kube-api-access-*), as stored.
 API_ACCESS = {"name": "kube-api-access-x2k9p", "projected": {"defaultMode": 420, "sources": [

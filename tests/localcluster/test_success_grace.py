@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 

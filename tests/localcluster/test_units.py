@@ -13,11 +13,11 @@ from localcluster.config import (
     DEFAULT_COMPOSITE_CONTROLLER,
     parse_composite_controller,
 )
-from localcluster.dns import ClusterDNS
 from localcluster.metacontroller import three_way_merge
-from localcluster.podenv import EnvError, expand, resolve_env
-from localcluster.podprocess import ContainerRun, backoff, exit_code, settle
-from localcluster.podstatus import PodStatusReport, pod_phase
+from localcluster.node.dns import ClusterDNS
+from localcluster.node.podenv import EnvError, expand, resolve_env
+from localcluster.node.podprocess import ContainerRun, backoff, exit_code, settle
+from localcluster.node.podstatus import PodStatusReport, pod_phase
 from localcluster.store import StoreError
 
 

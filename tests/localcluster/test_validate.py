@@ -1,6 +1,6 @@
 """`localcluster run --validate` meets a job's fields as `kubectl apply --validate` does: by asking the server.
 
-`run` reads the file as kubectl reads it (localcluster/kubectlyaml.py), then submits the job with
+`run` reads the file as kubectl reads it (localcluster/cli/kubectlyaml.py), then submits the job with
 the server's field validation (`fieldValidation=Strict|Warn|Ignore`). For every manifest of
 tests/helpers/unknown_field_cases.py, checked against the real server (the `control_plane`
 fixture): the `Warning:` lines `kubectl apply --validate=warn` prints must be the lines `run` gets,
@@ -22,9 +22,9 @@ import pytest
 from helpers.apiserver import install
 from helpers.unknown_field_cases import CASES, Case
 
-from localcluster.apistore import ApiStore
-from localcluster.cli import STRICT_HINT, InputError, load_job
-from localcluster.controlplane import ControlPlane
+from localcluster.cli.commands import STRICT_HINT, InputError, load_job
+from localcluster.controlplane.apistore import ApiStore
+from localcluster.controlplane.processes import ControlPlane
 from localcluster.store import StoreError
 
 pytestmark = pytest.mark.apiserver

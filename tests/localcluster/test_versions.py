@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import cli
-from localcluster.cli import InputError, load_job
-from localcluster.crds import served_kinds
+from localcluster.cli import commands as cli
+from localcluster.cli.commands import InputError, load_job
+from localcluster.cli.crds import served_kinds
 
 REPO = Path(__file__).resolve().parents[2]
 

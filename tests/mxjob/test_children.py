@@ -11,7 +11,7 @@ import yaml
 from helpers.mcsim import T0, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
-from localcluster.podenv import resolve_env
+from localcluster.node.podenv import resolve_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.34"

@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 from hooks.cli.mxjob_convert import main
 from hooks.mxjob.convert import convert_document
 from hooks.mxjob.sync import sync_mxjob
-from localcluster.podenv import resolve_env
+from localcluster.node.podenv import resolve_env
 
 CASES_DIR = Path(__file__).resolve().parent / "convert"
 KUBERNETES_VERSION = "1.34"

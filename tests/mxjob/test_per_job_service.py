@@ -14,7 +14,7 @@ from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.layout import MAX_ARG_STRLEN
 from hooks.mxjob.network import PER_JOB, PER_REPLICA, SERVICE_ANNOTATION
-from localcluster.podenv import resolve_env
+from localcluster.node.podenv import resolve_env
 
 
 def job(layout: str | None = PER_JOB, name: str = "mx", **replicas: int) -> dict:

@@ -20,7 +20,7 @@ from helpers.requests import mxjob_sync_request
 
 from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.progress import ACCESS_KEYS
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = ROOT / "reporter" / "mxjob_progress.py"

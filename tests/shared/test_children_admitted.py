@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hooks.kinds import SYNC
-from localcluster.controlplane import ControlPlane
+from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = pytest.mark.apiserver
 

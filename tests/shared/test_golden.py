@@ -24,7 +24,7 @@ from helpers.chainersim import gang_controller as chainer_gang_controller
 from helpers.mcsim import Sim, gang_controller, mxjob
 
 from hooks.kinds import SYNC
-from localcluster.podenv import resolve_env
+from localcluster.node.podenv import resolve_env
 
 
 class Scenario(Protocol):

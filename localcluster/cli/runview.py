@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from .cluster import LocalCluster, job_state
-from .types import KubeObject
+from localcluster.cluster import LocalCluster, job_state
+from localcluster.types import KubeObject
 
 # The view shows each running pod's last log line, cut to this width, and how long its log has been
 # silent once that is at least SILENT_SHOW_SECONDS.

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .controlplane import Component, ControlPlane, ControlPlaneError, _die_with_parent, _http_ok, bin_dir, free_port
+from localcluster.controlplane.processes import Component, ControlPlane, ControlPlaneError, bin_dir, die_with_parent, free_port, http_ok
 
 NAMESPACE = "kueue-system"
 SERVICE_ACCOUNT = "kueue-controller-manager"
@@ -243,7 +243,7 @@ class Kueue:
                                                    metrics_port=free_port(), cert_dir=cert_dir), indent=2))
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)  # only the mount point; the host's copy stays empty
         self._spawn(mount_wrapper(cert_dir, [str(binary()), f"--config={config}"]), kubeconfig)
-        self._wait(lambda: _http_ok(f"http://127.0.0.1:{health_port}/readyz"), "its readiness probe")
+        self._wait(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "its readiness probe")
         self._wait(self._webhooks_answer, "its webhooks to answer the API server")
         self.startup_seconds = time.monotonic() - begin
 
@@ -251,7 +251,7 @@ class Kueue:
         with self.log.open("wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        cwd=self.workdir, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-                                       preexec_fn=_die_with_parent)
+                                       preexec_fn=die_with_parent)
         self.component = Component("kueue", process, self.log)
 
     def _webhooks_answer(self) -> bool:
@@ -260,15 +260,7 @@ class Kueue:
 
     def _wait(self, ready: Callable[[], bool], what: str, timeout: float = START_TIMEOUT) -> None:
         assert self.component is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.component.process.poll() is not None:
-                raise ControlPlaneError(f"kueue exited with {self.component.process.returncode} while starting; "
-                                        f"end of {self.log}:\n{self.component.tail()}")
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"kueue: no {what} within {timeout:.0f} s; end of {self.log}:\n{self.component.tail()}")
+        self.component.wait_ready(ready, f"ready ({what})", timeout, interval=0.2)
 
     def stop(self) -> None:
         if self.component is not None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from .cluster import LocalCluster
-from .runview import cut, duration, last_output, pod_log, pod_row
-from .types import ContainerStatus
+from localcluster.cli.runview import cut, duration, last_output, pod_log, pod_row
+from localcluster.cluster import LocalCluster
+from localcluster.types import ContainerStatus
 
 FAILED_LOG_LINES = 15
 TROUBLE_LOG_LINES = 20

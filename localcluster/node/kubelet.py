@@ -22,7 +22,7 @@ Decisions (docs/localcluster.md says the same):
 - restartPolicy is honoured with a scaled-down crash-loop backoff (RESTART_BACKOFF, not 10 s..5 min).
 - Deletion: SIGTERM to the container's process group, SIGKILL after the grace period, then the Pod
   is removed from the store.
-- Scheduling is not the kubelet's: it runs only the pods bound to its Node (node.py, which it
+- Scheduling is not the kubelet's: it runs only the pods bound to its Node (registration.py, which it
   registers and keeps Ready with a heartbeat), by kube-scheduler or, for a gang's pods, by the gang
   stand-in (gang.py). A pod nothing has bound is not its business.
 - Volumes (volumes.py): emptyDir, configMap and projected volumes are directories under the pod's
@@ -46,12 +46,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .config import REPO_ROOT
-from .dns import ClusterDNS
-from .node import NODE_NAME, NodeHeartbeat
-from .noprocess import NOPROCESS, NoProcessNode, wants_noprocess
-from .podenv import EnvError
-from .podprocess import (
+from localcluster.config import REPO_ROOT
+from localcluster.node.dns import ClusterDNS
+from localcluster.node.noprocess import NOPROCESS, NoProcessNode, wants_noprocess
+from localcluster.node.podenv import EnvError
+from localcluster.node.podprocess import (
     POLL_SECONDS,
     RESTART_BACKOFF,
     ContainerRun,
@@ -66,11 +65,12 @@ from .podprocess import (
     signal_one,
     spawn,
 )
-from .podsandbox import PodSandbox
-from .podstatus import PodStatusReport, pod_phase
-from .store import DELETED, ObjectStore, controller_of, now_rfc3339
-from .types import KubeObject
-from .volumes import VolumeNotReady
+from localcluster.node.podsandbox import PodSandbox
+from localcluster.node.podstatus import PodStatusReport, pod_phase
+from localcluster.node.registration import NODE_NAME, NodeHeartbeat
+from localcluster.node.volumes import VolumeNotReady
+from localcluster.store import DELETED, ObjectStore, controller_of, now_rfc3339
+from localcluster.types import KubeObject
 
 CONFIG_RETRY_SECONDS = 0.5  # how soon a container waiting for its ConfigMap tries again
 VOLUME_RETRY_SECONDS = 0.2  # how soon a pod waiting for a configMap volume's ConfigMap tries again

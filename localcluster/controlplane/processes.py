@@ -19,7 +19,7 @@ What it sets up, and why:
 - kube-scheduler, as `system:kube-scheduler` with its own token and kubeconfig (the RBAC the API server's
   bootstrap policy gives that user on every cluster), leader election off: it binds every pod whose
   schedulerName is `default-scheduler` to a Node that fits it, preempts by PriorityClass, and honours
-  scheduling gates. The Node is the process kubelet's (localcluster/node.py).
+  scheduling gates. The Node is the process kubelet's (localcluster/node/registration.py).
 
 Every process runs in a process group of its own and is stopped with it (SIGTERM, then SIGKILL), on
 `stop()`, on leaving the `with` block, at interpreter exit, and, through PR_SET_PDEATHSIG, when the
@@ -52,7 +52,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from localcluster.config import REPO_ROOT
+
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -112,7 +113,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
     os.setsid()
     with contextlib.suppress(OSError, AttributeError):
@@ -124,6 +125,20 @@ class Component:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+
+    def wait_ready(self, ready: Callable[[], bool], what: str, timeout: float, *,
+                   error: type[Exception] = ControlPlaneError, interval: float = 0.1) -> None:
+        """Poll `ready` until it holds; `error`, quoting the log's end, if the process exits first or
+        `timeout` seconds pass (every process the local cluster starts is awaited this way)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise error(f"{self.name} exited with {self.process.returncode} while starting; "
+                            f"end of {self.log}:\n{self.tail()}")
+            if ready():
+                return
+            time.sleep(interval)
+        raise error(f"{self.name}: not {what} within {timeout:.0f} s; end of {self.log}:\n{self.tail()}")
 
     def tail(self, lines: int = 20) -> str:
         try:
@@ -240,7 +255,7 @@ class ControlPlane:
             f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
             "--unsafe-no-fsync=true", "--log-level=warn",
         ])
-        self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health"))
+        self._wait("etcd", lambda: http_ok(f"{etcd_url}/health"))
         self.startup_seconds["etcd"] = time.monotonic() - begin
 
         self.port = free_port()
@@ -296,7 +311,7 @@ class ControlPlane:
             self._wait("kube-controller-manager", lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"))
         self.startup_seconds["kube-controller-manager"] = time.monotonic() - mark
         if self.scheduler:
-            self._wait("kube-scheduler", lambda: _http_ok(f"https://127.0.0.1:{scheduler_port}/readyz",
+            self._wait("kube-scheduler", lambda: http_ok(f"https://127.0.0.1:{scheduler_port}/readyz",
                                                           context=_unverified_context()))
             self.startup_seconds["kube-scheduler"] = time.monotonic() - mark
 
@@ -305,22 +320,12 @@ class ControlPlane:
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [str(self.binaries / name), *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.root, preexec_fn=_die_with_parent,
+                cwd=self.root, preexec_fn=die_with_parent,
             )
         self.components.append(Component(name, process, log))
 
     def _wait(self, name: str, ready: Callable[[], bool], timeout: float = START_TIMEOUT) -> None:
-        component = next(c for c in self.components if c.name == name)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if component.process.poll() is not None:
-                raise ControlPlaneError(
-                    f"{name} exited with {component.process.returncode} while starting; end of {component.log}:\n{component.tail()}"
-                )
-            if ready():
-                return
-            time.sleep(0.1)
-        raise ControlPlaneError(f"{name} was not ready within {timeout:.0f} s; end of {component.log}:\n{component.tail()}")
+        next(c for c in self.components if c.name == name).wait_ready(ready, "ready", timeout)
 
     # -- clients ----------------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:
@@ -333,7 +338,7 @@ class ControlPlane:
             context = self._ssl_context()
         except ssl.SSLError:  # kube-apiserver is still writing its self-signed certificate: not ready yet
             return False
-        return _http_ok(f"{self.server}{path}", token=self.token, context=context)
+        return http_ok(f"{self.server}{path}", token=self.token, context=context)
 
     def get(self, path: str) -> dict[str, Any]:
         """GET a path of the API as admin, decoded."""
@@ -399,8 +404,8 @@ class ControlPlane:
 def prepare_cluster(cp: ControlPlane) -> None:
     """What the local cluster needs on a fresh control plane: the project's CRDs (crd/) and the third-party
     CRDs its children and CompositeControllers use (localcluster/thirdparty). The Node is the kubelet's to
-    register (node.py)."""
-    from .thirdparty import third_party_crds
+    register (node/registration.py)."""
+    from localcluster.thirdparty import third_party_crds
 
     crds = third_party_crds()
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
@@ -416,7 +421,8 @@ def ensure_namespace(cp: ControlPlane, namespace: str) -> None:
     cp.kubectl("wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=30s")
 
 
-def _http_ok(url: str, *, token: str = "", context: ssl.SSLContext | None = None) -> bool:
+def http_ok(url: str, *, token: str = "", context: ssl.SSLContext | None = None) -> bool:
+    """Whether `url` answers 200 (a readiness probe: any error is not ready)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), context=context, timeout=2) as response:

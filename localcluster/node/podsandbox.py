@@ -22,13 +22,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import REPO_ROOT
-from .dns import LOOPBACK, ClusterDNS
-from .node import NODE_NAME
-from .podenv import expand, resolve_env
-from .store import ObjectStore, StoreError
-from .types import Container, KubeObject
-from .volumes import (
+from localcluster.config import REPO_ROOT
+from localcluster.node.dns import LOOPBACK, ClusterDNS
+from localcluster.node.podenv import expand, resolve_env
+from localcluster.node.registration import NODE_NAME
+from localcluster.node.volumes import (
     SERVICE_ACCOUNT_DIR,
     PathMap,
     TokenRequester,
@@ -37,6 +35,8 @@ from .volumes import (
     prepare_volumes,
     rewrite_configmap_files,
 )
+from localcluster.store import ObjectStore, StoreError
+from localcluster.types import Container, KubeObject
 
 # ps-lite picks its own address from these; the only interface here is loopback. ps-lite's one
 # use of DMLC_USE_KUBERNETES is to make the scheduler bind 0.0.0.0 (in a cluster its Service name
@@ -195,8 +195,8 @@ class PodSandbox:
     def _kubectl_wrapper(self) -> str:
         python, repo = shlex.quote(sys.executable), shlex.quote(str(REPO_ROOT))
         pods, namespace = shlex.quote(str(self.pods_dir)), shlex.quote(self.namespace)
-        return (f"#!/bin/sh\n# kubectl stand-in of the local cluster: only `kubectl exec` (localcluster/kubectl.py)\n"
-                f"PYTHONPATH={repo} exec {python} -m localcluster.kubectl --pods-dir {pods} --namespace-default {namespace} \"$@\"\n")
+        return (f"#!/bin/sh\n# kubectl stand-in of the local cluster: only `kubectl exec` (localcluster/node/kubectl.py)\n"
+                f"PYTHONPATH={repo} exec {python} -m localcluster.node.kubectl --pods-dir {pods} --namespace-default {namespace} \"$@\"\n")
 
     def publish(self, container: str, *, first: bool, env: dict[str, str], workdir: Path) -> None:
         """Tell the kubectl stand-in how to exec into this running container."""

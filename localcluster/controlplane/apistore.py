@@ -29,9 +29,9 @@ from urllib.parse import quote, urlencode, urlsplit
 import kubernetes
 import urllib3
 
-from .config import KNOWN_KINDS, PARENT_KINDS, RELATED_KINDS
-from .store import ADDED, DELETED, MODIFIED, NewStatus, StoreError, Watcher, json_copy
-from .types import KubeObject
+from localcluster.config import KNOWN_KINDS, PARENT_KINDS, RELATED_KINDS
+from localcluster.store import ADDED, DELETED, MODIFIED, NewStatus, StoreError, Watcher, json_copy
+from localcluster.types import KubeObject
 
 # (apiVersion, kind) -> plural: every parent, child and related kind the stand-in knows (config.py), read
 # the other way round, plus Events.

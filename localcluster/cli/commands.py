@@ -29,18 +29,19 @@ from typing import Any, TextIO, cast
 
 import yaml
 
-from . import clusterup, kubectlyaml
-from .cluster import LocalCluster, check_dns_label
-from .config import PARENT_KINDS
-from .crds import ServedKind, served_kinds
-from .jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
-from .kueue import API_GROUP as KUEUE_GROUP
-from .metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
-from .metacontroller_binary import MetacontrollerBinaryError, check_binary
-from .postmortem import diagnosis, job_results, log_files, post_mortem
-from .runview import Progress, duration, last_output, pod_log, pod_row, render
-from .store import StoreError
-from .types import KubeObject
+from localcluster.cli import kubectlyaml
+from localcluster.cli import up as clusterup
+from localcluster.cli.crds import ServedKind, served_kinds
+from localcluster.cli.jobstatus import Outcome, RunEnd, Snapshot, UnknownKind, outcome, status_reader_for
+from localcluster.cli.postmortem import diagnosis, job_results, log_files, post_mortem
+from localcluster.cli.runview import Progress, duration, last_output, pod_log, pod_row, render
+from localcluster.cluster import LocalCluster, check_dns_label
+from localcluster.config import PARENT_KINDS
+from localcluster.controlplane.kueue import API_GROUP as KUEUE_GROUP
+from localcluster.metacontroller import CLIENT_BURST, CLIENT_QPS, Stale
+from localcluster.metacontroller.binary import MetacontrollerBinaryError, check_binary
+from localcluster.store import StoreError
+from localcluster.types import KubeObject
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_INVALID, EXIT_TIMEOUT, EXIT_STAND_IN = 0, 1, 2, 3, 4
 EXIT_SUSPENDED = 5  # the job is suspended: nothing will run until spec.runPolicy.suspend is false

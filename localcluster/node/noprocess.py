@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dns import LOOPBACK
-from .podstatus import keep_others
-from .store import ObjectStore, StoreError, now_rfc3339
-from .types import KubeObject
+from localcluster.node.dns import LOOPBACK
+from localcluster.node.podstatus import keep_others
+from localcluster.store import ObjectStore, StoreError, now_rfc3339
+from localcluster.types import KubeObject
 
 ANNOTATION_PREFIX = "localcluster.kubeflow.org/"
 KUBELET_ANNOTATION = ANNOTATION_PREFIX + "kubelet"  # "noprocess": this pod goes to the no-process node

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .types import KubeObject
+from localcluster.types import KubeObject
 
 # How a job stands, as `run` reports it: None while it goes on.
 Ending = Literal["Succeeded", "Failed", "Invalid", "Suspended"]

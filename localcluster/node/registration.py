@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .store import StoreError, now_rfc3339
-from .types import KubeObject
+from localcluster.store import StoreError, now_rfc3339
+from localcluster.types import KubeObject
 
 NODE_NAME = "localcluster"  # podsandbox.NODE_NAME is the same name, as the pods' spec.nodeName
 LEASE_NAMESPACE = "kube-node-lease"

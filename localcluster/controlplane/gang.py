@@ -20,9 +20,9 @@ import threading
 import traceback
 from typing import Any
 
-from .node import NODE_NAME
-from .store import DELETED, ObjectStore, StoreError, now_rfc3339
-from .types import KubeObject
+from localcluster.node.registration import NODE_NAME
+from localcluster.store import DELETED, ObjectStore, StoreError, now_rfc3339
+from localcluster.types import KubeObject
 
 DEFAULT_SCHEDULER = "default-scheduler"  # kube-scheduler's pods; a pod without schedulerName gets it by default
 POLL_SECONDS = 0.1  # how often a held pod is looked at again (a PodGroup or a peer may have come)

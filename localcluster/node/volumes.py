@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .types import KubeObject
+from localcluster.types import KubeObject
 
 DEFAULT_MODE = 0o644  # a configMap volume's defaultMode
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where admission mounts kube-api-access-*

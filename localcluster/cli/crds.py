@@ -1,8 +1,8 @@
 """What the shipped CRDs serve: per kind, its group, served versions, storage version and warnings.
 
-The local cluster has no API server, so it reads crd/ to do the one thing an API server does with
-a `conversion: None` CRD before Metacontroller sees a job: accept any served version, warn when it
-is deprecated, and store it under the storage version.
+`localcluster run` reads crd/ before it starts a cluster, so a job file in a version no CRD serves
+(an MXJob of `kubeflow.org/v1alpha1`, say) is refused at once with the served versions and the way
+to convert, instead of after the control plane is up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .config import REPO_ROOT
+from localcluster.config import REPO_ROOT
 
 CRD_DIR = REPO_ROOT / "crd"
 

@@ -18,16 +18,13 @@ import copy
 import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import MANIFEST_DIR, ControllerConfig
-from .controlplane import Component, ControlPlane, _die_with_parent, free_port
+from localcluster.config import MANIFEST_DIR, ControllerConfig
+from localcluster.controlplane.processes import Component, ControlPlane, die_with_parent, free_port, http_ok
 
 NAMESPACE = SERVICE_ACCOUNT = "metacontroller"
 SELF_ROLE = "metacontroller-self"
@@ -159,7 +156,7 @@ class MetacontrollerBinary:
         with self.log.open("wb") as out:
             try:
                 process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           cwd=self.workdir, preexec_fn=_die_with_parent)
+                                           cwd=self.workdir, preexec_fn=die_with_parent)
             except OSError as err:
                 raise MetacontrollerBinaryError(f"{self.binary} could not start: {err}") from err
         self.component = Component("metacontroller", process, self.log)
@@ -167,20 +164,8 @@ class MetacontrollerBinary:
 
     def _wait_healthy(self) -> None:
         assert self.component is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.component.process.poll() is not None:
-                raise MetacontrollerBinaryError(f"{self.binary} exited with {self.component.process.returncode} while "
-                                                f"starting; end of {self.log}:\n{self.component.tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise MetacontrollerBinaryError(f"{self.binary} was not ready within {READY_TIMEOUT:.0f} s; end of {self.log}:\n"
-                                        f"{self.component.tail()}")
+        self.component.wait_ready(lambda: http_ok(f"http://127.0.0.1:{self.health_port}/readyz"), "ready",
+                                  READY_TIMEOUT, error=MetacontrollerBinaryError)
 
     def errors(self) -> list[str]:
         """Its log's entries at level error and above (a sync that failed, a right it lacked), each as

@@ -1,4 +1,4 @@
-"""`kubectl exec` and `kubectl get pod` stand-in for pods of the local cluster (`python -m localcluster.kubectl`).
+"""`kubectl exec` and `kubectl get pod` stand-in for pods of the local cluster (`python -m localcluster.node.kubectl`).
 
 The process kubelet puts a `kubectl` wrapper calling this script on every pod's PATH (and where an
 init container from a kubectl image would have copied kubectl). `kubectl get pod [NAME...]` reads
@@ -26,8 +26,8 @@ from pathlib import Path
 import yaml
 from jsonpath_ng.ext import parse as jsonpath_parse
 
+from localcluster.node.volumes import PathMap
 from localcluster.types import KubeObject
-from localcluster.volumes import PathMap
 
 USAGE = ("usage: kubectl exec [-i] [-t] [-n NAMESPACE] [-c CONTAINER] POD -- COMMAND [ARG...]\n"
          "       kubectl get pod[s] [NAME...] [-n NAMESPACE] [-o json|yaml|name|jsonpath=TEMPLATE]")
@@ -164,7 +164,7 @@ def table_row(pod: KubeObject) -> tuple[str, str, str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: `python -m localcluster.kubectl --pods-dir DIR --namespace-default NS <kubectl args>`."""
+    """Entry point: `python -m localcluster.node.kubectl --pods-dir DIR --namespace-default NS <kubectl args>`."""
     pods_dir, default_ns = Path(argv[2]), argv[4]
     args = argv[5:]
     if args and args[0] == "get":

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from .dns import LOOPBACK
-from .podprocess import ContainerRun, will_restart
-from .store import ObjectStore, StoreError, now_rfc3339
-from .types import ContainerState, ContainerStatus, PodStatus
+from localcluster.node.dns import LOOPBACK
+from localcluster.node.podprocess import ContainerRun, will_restart
+from localcluster.store import ObjectStore, StoreError, now_rfc3339
+from localcluster.types import ContainerState, ContainerStatus, PodStatus
 
 EVICTED = "Evicted"
 # The conditions a kubelet writes; every other type belongs to someone else and is kept as it is.

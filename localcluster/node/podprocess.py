@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .store import now_rfc3339
-from .types import Container
+from localcluster.store import now_rfc3339
+from localcluster.types import Container
 
 PYTHON_NAMES = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 RESTART_BACKOFF = (0.5, 8.0)  # first delay, cap (seconds); doubles per restart

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from .cluster import LocalCluster
-from .controlplane import ControlPlane
-from .kueue import Kueue
-from .kueue import version as kueue_version
-from .metacontroller_binary import install_controllers
-from .node import NODE_NAME
-from .store import StoreError
+from localcluster.cluster import LocalCluster
+from localcluster.controlplane.kueue import Kueue
+from localcluster.controlplane.kueue import version as kueue_version
+from localcluster.controlplane.processes import ControlPlane
+from localcluster.metacontroller.binary import install_controllers
+from localcluster.node.registration import NODE_NAME
+from localcluster.store import StoreError
 
 UP_LOCK = "up.lock"
 KUBECONFIG = "kubeconfig"

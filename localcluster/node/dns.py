@@ -31,8 +31,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .store import ObjectStore
-from .types import KubeObject
+from localcluster.store import ObjectStore
+from localcluster.types import KubeObject
 
 LOOPBACK = "127.0.0.1"
 # Keys that name a host inside a JSON env value (MX_CONFIG uses "url").
