@@ -107,12 +107,16 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
 
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
-               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None) -> JSON:
+               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None,
+               unplaced: str = "") -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
-    `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress).
+    `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress), `unplaced`
+    which pods the scheduler has not placed and why (hooks.chainerjob.related.not_scheduled), said by
+    Waiting while the master waits for its workers, and by Running once the master runs.
     """
+    waits = f"; it waits for the scheduler: {unplaced}." if unplaced else "."
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
     own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.")
@@ -125,14 +129,14 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.clear("Waiting", WORKERS_READY, f"{subject(job.key)}: all {job.workers} workers were "
                                             f"ready, so the master was started.")
     elif job.distributed and outcome is None:
-        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready))
+        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
     elif master_status.get("active") and stall is not None:  # spec.runPolicy.stallPolicy action Report
         own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
     elif master_status.get("active"):
         workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
+        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}{waits}")
 
     status = _with_master_status(own, master_status, now)
     if job.distributed:

@@ -68,6 +68,7 @@ from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import Record, attempt_record_name
 from hooks.shared.progress import progress_status
+from hooks.shared.scheduling import held_words
 from hooks.shared.status import parse_time, plus_seconds
 
 
@@ -243,8 +244,7 @@ def running(obs: Observation, slots: Mapping[str, Slot], gang: GangView) -> Plan
                 if obs.history.get(name, {}).get("recreations")}
     # Under gang scheduling a new pod waits until its PodGroup is observed; Created says so, and
     # says which pods the scheduler has not placed, and why.
-    unplaced = not_scheduled(obs)
-    created = f"{subject(job.key)} is created" + (f"; it waits for the scheduler: {unplaced}." if unplaced else ".")
+    created = f"{subject(job.key)} is created{waits_for(obs)}."
     if gang.wait_message is not None and any(name not in obs.all_pods for name in pods):
         pods, created = [name for name in pods if name in obs.all_pods], gang.wait_message
     records = dict(failures.new_records)
@@ -253,8 +253,12 @@ def running(obs: Observation, slots: Mapping[str, Slot], gang: GangView) -> Plan
     conds = _started(obs, created)
     _say_how_it_runs(obs, conds, slots)
     deadline = active_deadline(obs)
-    return Plan(status=_status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
-                               completion_time=obs.completion_time, attempt=obs.attempt),
+    status = _status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
+                     completion_time=obs.completion_time, attempt=obs.attempt)
+    waiting = waiting_column(obs)
+    if waiting is not None:
+        status["waiting"] = waiting
+    return Plan(status=status,
                 pods=tuple(pods), services=tuple(slots), attempts=attempts, restart_records=records,
                 job_attempt=obs.known_attempt, podgroup=True,
                 resync_after=(deadline - obs.now).total_seconds() if deadline is not None else None)
@@ -301,10 +305,7 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
                   f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.", at=began)
     else:
         # The deciding pods run while another waits for room (ps-lite then waits for it too): say which, and why.
-        unplaced = not_scheduled(obs)
-        conds.set("Running", True, RUNNING,
-                  f"{subject(key)} is running" + (f"; it waits for the scheduler: {unplaced}." if unplaced else "."),
-                  at=began)
+        conds.set("Running", True, RUNNING, f"{subject(key)} is running{waits_for(obs)}.", at=began)
 
 
 def record_outcome(obs: Observation, slots: Mapping[str, Slot], observed_services: Mapping[str, Any],
@@ -393,19 +394,36 @@ def _started(obs: Observation, created: str) -> Conditions[ConditionType]:
     return conds
 
 
+def held_back(obs: Observation) -> list[tuple[str, str]]:
+    """The live pods Kueue or the scheduler holds back, as (who, what): Kueue, while its admission
+    gate is on, with the words of the group's Workload (hooks.shared.kueue); else the scheduler, with
+    its reason (hooks.shared.scheduling). Pods with the same reason go together: the first MAX_NAMED
+    pods, then how many more. A job that waits for room or for its queue says so while it waits, and
+    in its Failed message when activeDeadlineSeconds (the only timeout) ends it."""
+    pods = [p for p in in_job_order(obs.job, obs.pods.values())
+            if (p.queued or p.unscheduled) and not p.terminating]
+    held = [("Kueue", p.name, p.queued) if p.queued else ("the scheduler", p.name, str(p.unscheduled)) for p in pods]
+    return held_words(held, {"Kueue": "admitted", "the scheduler": "scheduled"}, MAX_NAMED)
+
+
 def not_scheduled(obs: Observation) -> str:
-    """The live pods the scheduler has not placed, each with its reason (hooks.shared.scheduling),
-    pods with the same reason together: the first MAX_NAMED pods, then how many more; "" when none.
-    A job that waits for room on its nodes says so while it waits, and in its Failed message when
-    activeDeadlineSeconds (the only timeout; there is no separate one for scheduling) ends it."""
-    pods = [p for p in in_job_order(obs.job, obs.pods.values()) if p.unscheduled and not p.terminating]
-    groups: dict[str, list[str]] = {}
-    for pod in pods[:MAX_NAMED]:
-        groups.setdefault(str(pod.unscheduled).rstrip("."), []).append(pod.name)
-    words = [f"pod {names[0]} is not scheduled: {reason}" if len(names) == 1 else
-             f"pods {', '.join(names)} are not scheduled: {reason}" for reason, names in groups.items()]
-    more = f"; and {len(pods) - MAX_NAMED} more" if len(pods) > MAX_NAMED else ""
-    return "; ".join(words) + more
+    """What held_back says, in one clause; "" when nothing holds a pod back."""
+    return "; ".join(what for _, what in held_back(obs))
+
+
+def waits_for(obs: Observation) -> str:
+    """`; it waits for Kueue: ...; it waits for the scheduler: ...` for a condition's message; "" when
+    nothing holds a pod back."""
+    said: dict[str, list[str]] = {}
+    for who, what in held_back(obs):
+        said.setdefault(who, []).append(what)
+    return "".join(f"; it waits for {who}: {'; '.join(whats)}" for who, whats in said.items())
+
+
+def waiting_column(obs: Observation) -> str | None:
+    """status.waiting (the Waiting column): who holds the first held-back pod back, and their short
+    reason (`Kueue: Pending`, `Scheduler: Unschedulable`); None when nothing does."""
+    return next((p.held for p in in_job_order(obs.job, obs.pods.values()) if p.held and not p.terminating), None)
 
 
 def active_deadline(obs: Observation) -> datetime | None:
