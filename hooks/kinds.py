@@ -17,7 +17,7 @@ from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob import vocabulary as mxjob_vocabulary
-from hooks.mxjob.sync import KUEUE_POD_GROUPS_SETTING, sync_mxjob
+from hooks.mxjob.sync import KUEUE_POD_GROUPS_SETTING, customize_mxjob, sync_mxjob
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
 from hooks.shared.k8s import JSON, SyncResponse
 
@@ -40,10 +40,12 @@ class Kind:
     # The fields of observed children its core reads (see hooks.server.wire): the shell decodes
     # only these. None: every field.
     observed_fields: Mapping[str, Any] | None = None
-    # Its CompositeController's customize hook, if it has one: `customize(request)` answers
+    # Its CompositeController's customize hook, if it has one: `customize(request, **settings)` answers
     # `{"relatedResources": [...]}`, the objects each sync request then carries in `related`.
-    customize: Callable[[Mapping[str, Any]], JSON] | None = None
+    customize: Callable[..., JSON] | None = None
     customize_routes: tuple[str, ...] = ()
+    # The settings (keyword parameters, as for `sync`) its customize hook takes too.
+    customize_settings: tuple[str, ...] = ()
 
     def settings_from(self, environ: Mapping[str, str]) -> dict[str, str]:
         """This kind's settings from an environment (the shell passes its own), defaults filled in."""
@@ -57,6 +59,11 @@ MXJOB = Kind(
     sync=sync_mxjob,
     settings={"kueue_pod_groups": (KUEUE_POD_GROUPS_SETTING, "false")},
     observed_fields=MXJOB_OBSERVED_FIELDS,
+    # A queued job's Kueue Workloads are not its children: the customize hook relates them, so a job
+    # Kueue holds back says why (hooks.shared.kueue).
+    customize=customize_mxjob,
+    customize_routes=("/mxjob/customize",),
+    customize_settings=("kueue_pod_groups",),
 )
 
 CHAINERJOB = Kind(

@@ -193,6 +193,8 @@ class LocalCluster:
         for config in self.configs:
             kinds.add((config.parent_api_version, config.parent_kind))
             kinds |= {(rule["apiVersion"], rule["kind"]) for rule in config.children}
+        if self.want_kueue:  # an MXJob's customize hook relates its Kueue Workloads (hooks.shared.kueue)
+            kinds.add(("kueue.x-k8s.io/v1beta2", "Workload"))
         store = ApiStore(self.control_plane.kubeconfig, sorted(kinds))
         store.start()
         self._wire(store)

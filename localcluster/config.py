@@ -28,6 +28,11 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("apps/v1", "statefulsets"): "StatefulSet",
     ("batch/v1", "jobs"): "Job",
 }
+# Kinds a customize hook may relate but no controller has as a child: an MXJob's Kueue Workloads
+# (hooks.shared.kueue), served only where Kueue's CRDs are installed.
+RELATED_KINDS: dict[tuple[str, str], str] = {
+    ("kueue.x-k8s.io/v1beta2", "workloads"): "Workload",
+}
 PARENT_KINDS: dict[tuple[str, str], str] = {
     ("kubeflow.org/v1", "mxjobs"): "MXJob",
     ("kubeflow.org/v1alpha1", "chainerjobs"): "ChainerJob",

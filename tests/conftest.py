@@ -20,6 +20,7 @@ from helpers.shared_plane import clear_local_clusters
 from localcluster.controlplane.processes import ControlPlane, ControlPlaneError
 
 _STARTED: list[ControlPlane] = []
+_WORKER_STARTUPS: list[dict[str, float]] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,6 +90,18 @@ def metacontroller(request: pytest.FixtureRequest) -> str:
     return str(binary)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A test process of `make test` (pytest-xdist) hands its control planes' start-up times to the
+    main process, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["control_plane_startup"] = [plane.startup_seconds for plane in _STARTED]
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    _WORKER_STARTUPS.extend(getattr(node, "workeroutput", {}).get("control_plane_startup", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     real = {outcome: [r for r in terminalreporter.stats.get(outcome, []) if "real_metacontroller" in getattr(r, "keywords", {})]
             for outcome in ("passed", "failed", "skipped", "error")}
@@ -96,6 +109,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         binary = real_binary()
         terminalreporter.write_line(f"under the real Metacontroller ({binary or 'METACONTROLLER_BIN unset'}): "
                                     + ", ".join(f"{len(reports)} {outcome}" for outcome, reports in real.items()))
-    for plane in _STARTED:
-        times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in plane.startup_seconds.items())
+    for startup in [plane.startup_seconds for plane in _STARTED] + _WORKER_STARTUPS:
+        times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in startup.items())
         terminalreporter.write_line(f"real control plane started in: {times}")

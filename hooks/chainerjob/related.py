@@ -1,4 +1,4 @@
-"""The master's pods, which are not the ChainerJob's children, and what the newest failed one showed.
+"""The job's pods, which are not the ChainerJob's children, and what the newest failed master pod showed.
 
 The master is a batch/v1 Job; its pods belong to that Job, so the ChainerJob's sync request never
 lists them among its children, and the Job's own status carries no exit code. Metacontroller's
@@ -7,11 +7,12 @@ also wants, and Metacontroller sends them in the sync request's `related` map, k
 `children` (`Pod.v1`, then the pod's name), and syncs the parent again when one of them changes
 (docs/chainerjob.md, "The master's pods").
 
-`customize_chainerjob` answers the customize hook: the pods with the master's operator labels, in
-the job's namespace. It depends on the parent's name alone, as Metacontroller requires (it keeps
-one answer per parent uid and generation). `master_failure` reads the newest failed master pod:
-its exit code, reason and the line of its message that says what went wrong, bounded
-(hooks.shared.termination).
+`customize_chainerjob` answers the customize hook: the pods with the job's operator name label (the
+master's and the workers'), in the job's namespace. It depends on the parent's name alone, as
+Metacontroller requires (it keeps one answer per parent uid and generation). `master_failure` reads
+the newest failed master pod: its exit code, reason and the line of its message that says what went
+wrong, bounded (hooks.shared.termination). `not_scheduled` says which pods the scheduler has not
+placed, and why.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, POD_KEY
 from hooks.shared.request import read_parent
+from hooks.shared.scheduling import held_words, unscheduled
 from hooks.shared.termination import (
     MAX_MESSAGE,
     MAX_REASON,
@@ -36,10 +38,13 @@ from hooks.shared.termination import (
 )
 
 FAILURE_KEY = "masterFailure"  # the outcome record's key for what the master pod showed
+MAX_NAMED = 3  # pods a waiting message names one by one; more are counted ("and 2 more"), as an MXJob's
 
 
 def customize_chainerjob(request: Mapping[str, Any]) -> JSON:
-    """The customize hook's answer: the master Job's pods, by the operator labels of its template.
+    """The customize hook's answer: every pod of the job, by the operator label the master's and the
+    workers' templates share: the master's pods (what a failed one showed) and the workers' (the
+    StatefulSet's status does not say why a worker is Pending; its PodScheduled condition does).
 
     No namespace in the rule: with hook version v1 Metacontroller looks for a namespaced parent's
     related objects in the parent's namespace only.
@@ -47,7 +52,30 @@ def customize_chainerjob(request: Mapping[str, Any]) -> JSON:
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=KIND)
     name = parent["metadata"]["name"]
     return {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
-                                  "labelSelector": {"matchLabels": names.master_labels(name)}}]}
+                                  "labelSelector": {"matchLabels": names.common_labels(name)}}]}
+
+
+def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any]) -> str:
+    """The job's live Pending pods the scheduler has not placed, each with its reason (hooks.shared.scheduling):
+    the master's first, then the workers in their order (`worker_pods`); "" when none."""
+    order = {name: i for i, name in enumerate(worker_pods)}
+    held: list[tuple[tuple[int, int, str], str, str]] = []
+    for name, pod in pods.items():
+        if not isinstance(pod, Mapping) or not isinstance(name, str):
+            continue
+        meta, status = _object(pod.get("metadata")), _object(pod.get("status"))
+        labels = _object(meta.get("labels"))
+        if labels.get(names.NAME_LABEL) != job_name or meta.get("deletionTimestamp"):
+            continue
+        if status.get("phase") != "Pending":
+            continue
+        why = unscheduled(status)
+        if why:
+            master = labels.get(names.ROLE_LABEL) == "master"
+            held.append(((0 if master else 1, order.get(name, len(order)), name), name, why))
+    held.sort()
+    return "; ".join(words for _, words in held_words([("scheduler", name, why) for _, name, why in held],
+                                                      {"scheduler": "scheduled"}, MAX_NAMED))
 
 
 def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:

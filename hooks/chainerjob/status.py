@@ -110,14 +110,17 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
                ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None,
-               restart: Restart | None = None, restarting: bool = False) -> JSON:
+               restart: Restart | None = None, restarting: bool = False, unplaced: str = "") -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
     `stall` the clause saying how a running job may have stalled (hooks.chainerjob.progress),
     `restart` the whole-job restart the job is in or came through, `restarting` whether the earlier
-    attempt is still being replaced (hooks.chainerjob.restarts).
+    attempt is still being replaced (hooks.chainerjob.restarts), `unplaced` which pods the scheduler
+    has not placed and why (hooks.chainerjob.related.not_scheduled), said by Waiting while the master
+    waits for its workers, and by Running once the master runs.
     """
+    waits = f"; it waits for the scheduler: {unplaced}." if unplaced else "."
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
     own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.")
@@ -130,11 +133,11 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.clear("Waiting", WORKERS_READY, f"{subject(job.key)}: all {job.workers} workers were "
                                             f"ready, so the master was started.")
     elif job.distributed and outcome is None:
-        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready))
+        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
     else:
-        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting)
+        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits)
 
     status = _with_master_status(own, master_status, now)
     if restart is not None:
@@ -146,8 +149,10 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
 
 
 def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[str, Any], *, stall: str | None,
-                   restart: Restart | None, restarting: bool) -> None:
-    """Running, and Restarting through a whole-job restart until the new attempt's master runs."""
+                   restart: Restart | None, restarting: bool, waits: str) -> None:
+    """Running, and Restarting through a whole-job restart until the new attempt's master runs.
+
+    `waits` ends the Running message: what the scheduler has not placed yet, or a full stop."""
     active = bool(master_status.get("active"))
     # Started, not active: between its pod's success and the Job's Complete nothing is active.
     started = active or "startTime" in master_status
@@ -164,7 +169,7 @@ def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[
         own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
     elif active:
         workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}.")
+        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}{waits}")
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],

@@ -14,7 +14,7 @@ from typing import Any
 
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
-from hooks.chainerjob.related import read_related_pods
+from hooks.chainerjob.related import not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import failed_validation, finished, finished_while_invalid, master_record, status_for
 from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
@@ -62,10 +62,11 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
     observed = dict(zip(keys, read_children(request, keys, fields=OBSERVED_FIELDS), strict=True))
-    # The master Job's pods, from the customize hook's related objects (hooks.chainerjob.related).
-    master_pods = read_related_pods(request)
+    # The job's pods (the master Job's and the workers'), from the customize hook's related objects
+    # (hooks.chainerjob.related): what a failed master pod showed, and why a pod waits to be scheduled.
+    job_pods = read_related_pods(request)
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
-    answer = _answer(parent, gang, observed, old, master_pods, now=now, kubectl_image=kubectl_image)
+    answer = _answer(parent, gang, observed, old, job_pods, now=now, kubectl_image=kubectl_image)
     warnings = old.warnings()
     if warnings:
         answer["status"][WARNINGS_FIELD] = warnings
@@ -97,14 +98,14 @@ def read_back(old: OldStatus) -> JSON:
 
 
 def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old: OldStatus,
-            master_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str) -> SyncResponse:
+            job_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str) -> SyncResponse:
     """The answer from the parsed parts of a request and the last status: decide, build, status."""
     old_status = read_back(old)
     try:
         job = parse_chainerjob(parent)
         podgroup = children.podgroup_for_job(job, gang) if gang is not None else None
     except SpecError as err:
-        return _invalid_spec(parent, observed, old, old_status, err, master_pods, now)
+        return _invalid_spec(parent, observed, old, old_status, err, job_pods, now)
     if failed_validation(old_status):
         # Failed is terminal: a job refused at creation stays refused; create it again instead.
         return {"status": {k: v for k, v in old_status.items() if k != "observedGeneration"}, "children": []}
@@ -118,7 +119,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     master_job = current[JOB_KEY].get(names.master(job.name))
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
-    master_status = _master_status(master_job, observed, job.name, old_status, master_pods, job.master.main_container)
+    master_status = _master_status(master_job, observed, job.name, old_status, job_pods, job.master.main_container)
     reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"),
                                    attempts.pending or attempts.known) \
         if job.progress.enabled else {}
@@ -155,7 +156,10 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         status = status_for(job, old_status, {"conditions": []}, dict.fromkeys(ready, 0),
                             dataclasses.replace(decision, master=False), now, restart=restart, restarting=True)
     else:
-        status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, restart=restart)
+        workers = names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()})
+        unplaced = not_scheduled(job.name, workers, job_pods)
+        status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, restart=restart,
+                            unplaced=unplaced)
     if (shown := progress_status(reports)) is not None:
         status["progress"] = shown
     answer: SyncResponse = {"status": status, "children": wanted}
@@ -166,16 +170,16 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
-                   old_status: JSON, master_pods: Mapping[str, Any], main_container: str | None) -> JSON:
+                   old_status: JSON, job_pods: Mapping[str, Any], main_container: str | None) -> JSON:
     """The master Job's part of the status: the observed Job's, else the outcome record's, else the
     old status's (hooks.chainerjob.status.master_record)."""
     recorded = read_record(observed[CONFIG_MAP_KEY].get(outcome_name(name)))
     return master_record(master_job, old_status, recorded=recorded.data if recorded is not None else None,
-                         job_name=name, master_pods=master_pods, main_container=main_container)
+                         job_name=name, master_pods=job_pods, main_container=main_container)
 
 
 def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: OldStatus, old_status: JSON,
-                  err: SpecError, master_pods: Mapping[str, Any], now: datetime) -> SyncResponse:
+                  err: SpecError, job_pods: Mapping[str, Any], now: datetime) -> SyncResponse:
     """A spec the hook cannot act on (hooks.shared.answers): a new job is refused, an edit keeps
     every child; `old_status` is what the hook reads back of `old`."""
     message = invalid_spec_message(PARENT_KIND, parent, err.problems)
@@ -189,7 +193,7 @@ def _invalid_spec(parent: JSON, observed: dict[str, Mapping[str, Any]], old: Old
     # stale status cannot undo.
     # The spec cannot be read, so neither can the master's container name (None: the pods tell).
     master_status = _master_status(observed[JOB_KEY].get(names.master(name)), observed, name, old_status,
-                                   master_pods, None)
+                                   job_pods, None)
     outcome = finished(master_status)
     if outcome is None:
         return keep_children(kept_status(old, old_status, read_back_fields=READ_BACK_FIELDS), kept, message)

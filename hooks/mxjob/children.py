@@ -13,6 +13,7 @@ from hooks.mxjob.names import (
     KUEUE_POD_GROUP_TOTAL_ANNOTATION,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
+    RUN_STARTED_ANNOTATION,
     child_name,
     job_labels,
     job_selector,
@@ -24,9 +25,11 @@ from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION, job_service_name
 from hooks.mxjob.observed import Slot, is_live
 from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob, ReplicaSpec, SpecError
 from hooks.mxjob.template import MAIN_CONTAINER, main_ports
+from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
+from hooks.shared.status import parse_time
 from hooks.shared.termination import with_log_fallback
 
 
@@ -124,13 +127,33 @@ def podgroup_for_job(job: MXJob, gang: Gang) -> JSON:
                         min_member=min_member, policy=policy, resources=resources)
 
 
-def services_for(job: MXJob, slots: Mapping[str, Slot], names: Sequence[str]) -> list[JSON]:
+def services_for(job: MXJob, slots: Mapping[str, Slot], names: Sequence[str], *, started: str | None) -> list[JSON]:
     """The desired Services of a job whose lifecycle keeps the Services of the slots `names`:
-    each one's own, or, per job, the job's one Service while any of them is kept."""
+    each one's own, or, per job, the job's one Service while any of them is kept; each says when
+    the run began (`started`, the status's startTime: `run_started` reads it back)."""
     if job.service_layout == PER_JOB:
-        return [job_service_for(job)] if names else []
-    builders = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
-    return [builders[slots[n].rtype](slots[n].index) for n in names]
+        services = [job_service_for(job)] if names else []
+    else:
+        builders = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
+        services = [builders[slots[n].rtype](slots[n].index) for n in names]
+    if started is not None:
+        for service in services:
+            service["metadata"]["annotations"] = {RUN_STARTED_ANNOTATION: started}
+    return services
+
+
+def run_started(observed_services: Mapping[str, Any]) -> str | None:
+    """When the job's run began, as its live Services keep it (the earliest, should they differ).
+
+    A sync may read the parent without the startTime the sync before wrote (Metacontroller's
+    parent cache lags its own status writes): stamped from that sync's clock, startTime would
+    alternate between two seconds, a status write on every sync. The Services are created with the
+    run (its first sync with children, or its resume: a suspended job has none) and kept while it
+    runs, so every sync of one run reads the same time here."""
+    times = [parsed for service in observed_services.values() if is_live(service)
+             if (parsed := parse_time(((service.get("metadata") or {}).get("annotations") or {})
+                                      .get(RUN_STARTED_ANNOTATION))) is not None]
+    return rfc3339(min(times)) if times else None
 
 
 def service_names(job: MXJob, slots: Mapping[str, Slot]) -> Collection[str]:

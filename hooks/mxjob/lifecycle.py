@@ -19,7 +19,7 @@ tests/mxjob/test_lifecycle_table.py.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -68,7 +68,8 @@ from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import Record, attempt_record_name
 from hooks.shared.progress import progress_status
-from hooks.shared.status import plus_seconds
+from hooks.shared.scheduling import held_words
+from hooks.shared.status import parse_time, plus_seconds
 
 
 @dataclass(frozen=True)
@@ -214,10 +215,13 @@ def waiting_in_grace(obs: Observation, wait: GraceWait, slots: Mapping[str, Slot
     """The deciding pods succeeded and others still run: Running stays True, nothing new starts."""
     conds = _started(obs, f"{subject(obs.job.key)} is created.")
     names = ", ".join(f"{p.rtype} {p.index}" for p in wait.pods)
+    # The message changes when a pod it names ends: stamped with when the last pod ended, as the
+    # pods keep it, so a sync reading the status of one write earlier stamps it alike.
+    ends = [parse_time(p.finished_at) for p in obs.pods.values() if p.finished]
     conds.set("Running", True, RUNNING,
               f"{subject(obs.job.key)}: {success_part(obs.job)}; waiting up to "
               f"{SUCCESS_GRACE_SECONDS} s for the pods still running to end ({names}) "
-              f"before the job is Succeeded.")
+              f"before the job is Succeeded.", at=max((e for e in ends if e is not None), default=None))
     return Plan(status=_status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
                                completion_time=obs.completion_time, attempt=obs.attempt),
                 pods=tuple(name for name in slots if name in obs.pods), services=tuple(slots),
@@ -240,8 +244,7 @@ def running(obs: Observation, slots: Mapping[str, Slot], gang: GangView) -> Plan
                 if obs.history.get(name, {}).get("recreations")}
     # Under gang scheduling a new pod waits until its PodGroup is observed; Created says so, and
     # says which pods the scheduler has not placed, and why.
-    unplaced = not_scheduled(obs)
-    created = f"{subject(job.key)} is created" + (f"; it waits for the scheduler: {unplaced}." if unplaced else ".")
+    created = f"{subject(job.key)} is created{waits_for(obs)}."
     if gang.wait_message is not None and any(name not in obs.all_pods for name in pods):
         pods, created = [name for name in pods if name in obs.all_pods], gang.wait_message
     records = dict(failures.new_records)
@@ -250,8 +253,12 @@ def running(obs: Observation, slots: Mapping[str, Slot], gang: GangView) -> Plan
     conds = _started(obs, created)
     _say_how_it_runs(obs, conds, slots)
     deadline = active_deadline(obs)
-    return Plan(status=_status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
-                               completion_time=obs.completion_time, attempt=obs.attempt),
+    status = _status(obs, conds, replicas=_counts(obs, _not_counted(obs)), start_time=started_at(obs),
+                     completion_time=obs.completion_time, attempt=obs.attempt)
+    waiting = waiting_column(obs)
+    if waiting is not None:
+        status["waiting"] = waiting
+    return Plan(status=status,
                 pods=tuple(pods), services=tuple(slots), attempts=attempts, restart_records=records,
                 job_attempt=obs.known_attempt, podgroup=True,
                 resync_after=(deadline - obs.now).total_seconds() if deadline is not None else None)
@@ -277,23 +284,28 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     again = (f"{subject(key)}: every pod of attempt {obs.attempt} is running (the job was "
              f"restarted after {attempt_cause(obs)})." if obs.attempt
              else f"{subject(key)}: every recreated pod is running again.")
-    conds.clear("Restarting", RUNNING, again)
+    # Each transition is stamped with when its premise came true, as the pods keep it (a sync reading
+    # the status of one write earlier then stamps it as the sync that made it); a later change of
+    # the message only is stamped now, as it happens.
+    recreated = [p for p in obs.pods.values() if (p.job_attempt == obs.attempt if obs.attempt else p.attempt)]
+    conds.clear("Restarting", RUNNING, again, at=running_since(recreated))
     if not deciding_pods_run(obs):
         return
+    deciding = set(obs.job.deciding_slots())
+    began = None if conds.is_true("Running") else running_since(
+        p for p in obs.pods.values() if (p.rtype, p.index) in deciding)
     lagging = stalled(obs)
     if obs.stall is not None:  # runPolicy.stallPolicy action Report: it runs on, and says so
-        conds.set("Running", True, STALLED, f"{subject(key)} may have stalled: {obs.stall.clause}.")
+        conds.set("Running", True, STALLED, f"{subject(key)} may have stalled: {obs.stall.clause}.", at=began)
     elif lagging:
         conds.set("Running", True, STALLED,
                   f"{subject(key)} may make no progress: {lagging} while its peers ran, "
                   f"and ps-lite does not admit a process that comes back (docs/lifecycle.md, "
                   f"\"Recovery measured\": such a job waits until activeDeadlineSeconds); "
-                  f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.")
+                  f"runPolicy.failurePolicy RestartJob, the default, restarts the whole job instead.", at=began)
     else:
         # The deciding pods run while another waits for room (ps-lite then waits for it too): say which, and why.
-        unplaced = not_scheduled(obs)
-        conds.set("Running", True, RUNNING,
-                  f"{subject(key)} is running" + (f"; it waits for the scheduler: {unplaced}." if unplaced else "."))
+        conds.set("Running", True, RUNNING, f"{subject(key)} is running{waits_for(obs)}.", at=began)
 
 
 def record_outcome(obs: Observation, slots: Mapping[str, Slot], observed_services: Mapping[str, Any],
@@ -351,32 +363,67 @@ def finished_with_record(obs: Observation, record: Record, slots: Mapping[str, S
 # --- rules -------------------------------------------------------------------------------------
 
 def started_at(obs: Observation) -> str:
-    """startTime once the job runs: set when children are first created, and again on resume."""
+    """startTime once the job runs: set when children are first created, and again on resume.
+
+    Read from the run's Services once they are observed (the parent read may be one status write
+    behind: hooks.mxjob.children.run_started); before, the status's, or now on the run's first sync."""
+    if obs.run_started is not None:
+        return obs.run_started
     return rfc3339(obs.now) if obs.resumed or obs.start_time is None else obs.start_time
 
 
+def running_since(pods: Iterable[PodView]) -> datetime | None:
+    """When the last of the running `pods` started running, as their containers keep it (which a
+    stale parent cannot undo); None when none runs or one does not say (the sync's own time then)."""
+    times = [parse_time(p.started_at) for p in pods if p.active]
+    if not times or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
+
+
 def _started(obs: Observation, created: str) -> Conditions[ConditionType]:
-    """The conditions of a job that runs: resumed if it was suspended, Created with `created`."""
+    """The conditions of a job that runs: resumed if it was suspended, Created with `created`.
+
+    Both transitions happen when the run begins, and are stamped with startTime: a sync that reads
+    the parent of before them (Suspended, or no status) stamps them as the sync that made them."""
     conds = obs.conditions()
+    began = parse_rfc3339(started_at(obs))
     if obs.resumed:
-        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.")
-    conds.set("Created", True, CREATED, created)
+        conds.set("Suspended", False, RESUMED, f"{subject(obs.job.key)} is resumed.", at=began)
+    conds.set("Created", True, CREATED, created, at=began if conds.get("Created") is None else None)
     return conds
 
 
+def held_back(obs: Observation) -> list[tuple[str, str]]:
+    """The live pods Kueue or the scheduler holds back, as (who, what): Kueue, while its admission
+    gate is on, with the words of the group's Workload (hooks.shared.kueue); else the scheduler, with
+    its reason (hooks.shared.scheduling). Pods with the same reason go together: the first MAX_NAMED
+    pods, then how many more. A job that waits for room or for its queue says so while it waits, and
+    in its Failed message when activeDeadlineSeconds (the only timeout) ends it."""
+    pods = [p for p in in_job_order(obs.job, obs.pods.values())
+            if (p.queued or p.unscheduled) and not p.terminating]
+    held = [("Kueue", p.name, p.queued) if p.queued else ("the scheduler", p.name, str(p.unscheduled)) for p in pods]
+    return held_words(held, {"Kueue": "admitted", "the scheduler": "scheduled"}, MAX_NAMED)
+
+
 def not_scheduled(obs: Observation) -> str:
-    """The live pods the scheduler has not placed, each with its reason (hooks.shared.scheduling),
-    pods with the same reason together: the first MAX_NAMED pods, then how many more; "" when none.
-    A job that waits for room on its nodes says so while it waits, and in its Failed message when
-    activeDeadlineSeconds (the only timeout; there is no separate one for scheduling) ends it."""
-    pods = [p for p in in_job_order(obs.job, obs.pods.values()) if p.unscheduled and not p.terminating]
-    groups: dict[str, list[str]] = {}
-    for pod in pods[:MAX_NAMED]:
-        groups.setdefault(str(pod.unscheduled).rstrip("."), []).append(pod.name)
-    words = [f"pod {names[0]} is not scheduled: {reason}" if len(names) == 1 else
-             f"pods {', '.join(names)} are not scheduled: {reason}" for reason, names in groups.items()]
-    more = f"; and {len(pods) - MAX_NAMED} more" if len(pods) > MAX_NAMED else ""
-    return "; ".join(words) + more
+    """What held_back says, in one clause; "" when nothing holds a pod back."""
+    return "; ".join(what for _, what in held_back(obs))
+
+
+def waits_for(obs: Observation) -> str:
+    """`; it waits for Kueue: ...; it waits for the scheduler: ...` for a condition's message; "" when
+    nothing holds a pod back."""
+    said: dict[str, list[str]] = {}
+    for who, what in held_back(obs):
+        said.setdefault(who, []).append(what)
+    return "".join(f"; it waits for {who}: {'; '.join(whats)}" for who, whats in said.items())
+
+
+def waiting_column(obs: Observation) -> str | None:
+    """status.waiting (the Waiting column): who holds the first held-back pod back, and their short
+    reason (`Kueue: Pending`, `Scheduler: Unschedulable`); None when nothing does."""
+    return next((p.held for p in in_job_order(obs.job, obs.pods.values()) if p.held and not p.terminating), None)
 
 
 def active_deadline(obs: Observation) -> datetime | None:

@@ -23,6 +23,9 @@ JOB_ATTEMPT_LABEL = "training.kubeflow.org/job-attempt"
 # On every pod: the replica layout it was built with (each type's count and port), so the layout
 # guard can tell a started job's layout from its pods when the cluster ConfigMap is not observed.
 LAYOUT_ANNOTATION = "training.kubeflow.org/replica-layout"
+# On every Service: when the job's run began (status.startTime: its first sync with children, or
+# its resume), so startTime can be read from the children when the status is stale (docs/lifecycle.md).
+RUN_STARTED_ANNOTATION = "training.kubeflow.org/run-started"
 # Kueue v0.11 and later queue an MXJob's pods as one plain-pod group (docs/ecosystem.md, "Kueue"):
 # every pod names its LocalQueue (hooks.mxjob.spec.KUEUE_QUEUE_KEY), its group and the group's size.
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

@@ -37,6 +37,7 @@ class Memory(NamedTuple):
     restarts: Mapping[str, Mapping[int, Record]] = {}
     attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
     progress: Mapping[str, Report] = {}  # the reports in the observed `<job>-progress` ConfigMap
+    run_started: str | None = None  # when the run began, as the Services keep it (hooks.mxjob.children.run_started)
 
 
 NO_MEMORY = Memory()
@@ -66,7 +67,8 @@ class Observation:
     attempt_records: Mapping[int, Record]
     was_terminal: bool
     resumed: bool  # the old status says Suspended: a transition that runs the job resumes it
-    start_time: str | None
+    start_time: str | None  # as the parent shows it
+    run_started: str | None  # as the job's Services keep it: what a stale parent cannot undo
     completion_time: str | None
     cleaned_up_time: str | None
     old_attempt: int
@@ -123,8 +125,9 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     return Observation(
         job=job, now=now, old=old, old_conditions=old_conditions, all_pods=all_pods, pods=pods, leaving=leaving,
         restarts=memory.restarts, attempt_records=memory.attempts, was_terminal=was_terminal,
-        resumed=before.is_true("Suspended"), start_time=start_time, completion_time=completion_time,
-        cleaned_up_time=cleaned_up_time, old_attempt=old_attempt, known_attempt=known_attempt, attempt=attempt,
+        resumed=before.is_true("Suspended"), start_time=start_time, run_started=memory.run_started,
+        completion_time=completion_time, cleaned_up_time=cleaned_up_time, old_attempt=old_attempt,
+        known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
         failures=failures,
         # A finished job counts nothing more: its terminal status keeps the count, as its outcome

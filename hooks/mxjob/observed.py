@@ -5,12 +5,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeGuard, get_args
 
-from hooks.mxjob.names import JOB_ATTEMPT_LABEL, RESTART_ATTEMPT_LABEL, child_name
-from hooks.mxjob.spec import MXJob
+from hooks.mxjob.names import JOB_ATTEMPT_LABEL, KUEUE_POD_GROUP_LABEL, RESTART_ATTEMPT_LABEL, child_name
+from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
-from hooks.shared.scheduling import unscheduled
+from hooks.shared.kueue import gated_by_kueue, pending
+from hooks.shared.scheduling import unscheduled, unscheduled_reason
 from hooks.shared.termination import (
     MAX_REASON,
     Said,
@@ -69,6 +70,7 @@ class PodView:
     last_exit_code: int | None = None  # of the mxnet container's previous run (lastState), if it restarted
     attempt: int = 0  # how many times the operator had recreated this pod's slot when it created it
     finished_at: str | None = None  # when the mxnet container terminated (state.terminated.finishedAt)
+    started_at: str | None = None  # when the mxnet container started running (state.running.startedAt)
     job_attempt: int = 0  # the job attempt the pod was created for (its job-attempt label)
     # Why it ended: the DisruptionTarget condition's reason (PreemptionByScheduler, ...), else the
     # pod's (Evicted, ...), else the container's (OOMKilled, Error); hooks.shared.termination.
@@ -79,6 +81,11 @@ class PodView:
     log_line: bool = False
     # Why the scheduler has not placed it (its PodScheduled condition; hooks.shared.scheduling), while Pending.
     unscheduled: str | None = None
+    # While Kueue's admission gate holds it: why Kueue has not admitted its group, in Kueue's words
+    # (the group's Workload, related by the customize hook; hooks.shared.kueue).
+    queued: str | None = None
+    # Who holds it back and their short reason (`Kueue: Pending`, `Scheduler: Unschedulable`), while Pending.
+    held: str | None = None
     last_reason: str | None = None  # the container's previous run's reason and message, after an in-place restart
     last_message: str | None = None
     last_log_line: bool = False
@@ -126,8 +133,10 @@ def replica_slots(job: MXJob) -> dict[str, Slot]:
             for rtype, spec in job.replicas.items() for i in range(spec.replicas)}
 
 
-def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[str, PodView]:
-    """Views of the observed pods that belong to a replica slot; strays are left out (deleted)."""
+def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any],
+              workloads: Mapping[str, Any] | None = None) -> dict[str, PodView]:
+    """Views of the observed pods that belong to a replica slot; strays are left out (deleted).
+    `workloads`: the related Kueue Workloads by name (the customize hook's; none without it)."""
     views = {}
     for name, pod in observed.items():
         slot = slots.get(name)
@@ -155,14 +164,35 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any]) -> dict[st
             exit_code=None if taken else exit_code(state), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(last_state),
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),
-            finished_at=_finished_at(state),
+            finished_at=_state_time(state, "terminated", "finishedAt"),
+            started_at=_state_time(state, "running", "startedAt"),
             job_attempt=_attempt(labels.get(JOB_ATTEMPT_LABEL)),
             reason=reason, message=said.text if said else None, log_line=bool(said and said.log),
-            unscheduled=unscheduled(status) if phase == "Pending" and not taken else None,
+            **({} if taken else _held(pod, workloads or {})),
             last_reason=terminated(last_state, "reason", MAX_REASON),
             last_message=last_said.text if last_said else None, last_log_line=bool(last_said and last_said.log),
         )
     return views
+
+
+def _held(pod: Mapping[str, Any], workloads: Mapping[str, Any]) -> dict[str, str | None]:
+    """A Pending pod's `unscheduled`, `queued` and `held` (PodView): Kueue holds a pod of a Kueue pod group
+    while its admission gate is on (the words of its group's Workload, when related), else the scheduler,
+    if it says so."""
+    status = pod.get("status") or {}
+    if _phase(status.get("phase")) != "Pending":
+        return {}
+    why = {"unscheduled": unscheduled(status)}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    group, queue = labels.get(KUEUE_POD_GROUP_LABEL), labels.get(KUEUE_QUEUE_KEY)
+    if gated_by_kueue(pod.get("spec")) and isinstance(group, str) and isinstance(queue, str):
+        said = pending(workloads.get(group))
+        if said is None:
+            return {**why, "queued": f"LocalQueue {queue} has not admitted them yet", "held": "Kueue"}
+        words = f"Workload {group} of LocalQueue {queue} is {said.reason}"
+        return {**why, "queued": f"{words}: {said.message}" if said.message else words, "held": f"Kueue: {said.reason}"}
+    reason = unscheduled_reason(status)
+    return {**why, "held": f"Scheduler: {reason}"} if why["unscheduled"] and reason else why
 
 
 def _main_container_spec(spec: Any) -> Mapping[str, Any] | None:
@@ -181,9 +211,10 @@ def _main_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def _finished_at(state: Any) -> str | None:
-    terminated = state.get("terminated") if isinstance(state, Mapping) else None
-    value = terminated.get("finishedAt") if isinstance(terminated, Mapping) else None
+def _state_time(state: Any, part: str, key: str) -> str | None:
+    """A time of a container state: `terminated.finishedAt`, `running.startedAt`."""
+    inner = state.get(part) if isinstance(state, Mapping) else None
+    value = inner.get(key) if isinstance(inner, Mapping) else None
     return value if isinstance(value, str) else None
 
 

@@ -153,10 +153,10 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas,
-                 service_layout=service_layout, queue=_queue_name(meta))
+                 service_layout=service_layout, queue=queue_name(meta))
 
 
-def _queue_name(meta: Mapping[str, Any]) -> str:
+def queue_name(meta: Mapping[str, Any]) -> str:
     """The job's Kueue LocalQueue: its label, else (deprecated) its annotation; "" for none."""
     for key in ("labels", "annotations"):
         found = meta.get(key)

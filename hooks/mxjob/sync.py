@@ -11,21 +11,29 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hooks.mxjob.children import cluster_config_map, pod_builder, podgroup_for_job, services_by_slot, services_for
+from hooks.mxjob.children import (
+    cluster_config_map,
+    pod_builder,
+    podgroup_for_job,
+    run_started,
+    services_by_slot,
+    services_for,
+)
 from hooks.mxjob.env import cluster_wiring
 from hooks.mxjob.layout import check_layout
 from hooks.mxjob.lifecycle import NO_GANG, GangView, Plan, decide
-from hooks.mxjob.names import job_labels
+from hooks.mxjob.names import job_labels, pod_group_name
 from hooks.mxjob.observation import Memory
 from hooks.mxjob.observed import Observed, replica_slots, view_pods
 from hooks.mxjob.outcome import read_outcome, recorded_status
-from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob
+from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob, queue_name
 from hooks.mxjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER, subject
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
 from hooks.shared.conditions import rfc3339
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
+from hooks.shared.kueue import read_related_workloads, workload_rule
 from hooks.shared.memory import (
     attempt_record_name,
     attempt_records,
@@ -67,12 +75,15 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
                  "annotations": dict[str, str], "deletionTimestamp": str},
     # The layout guard reads the DMLC_NUM_* entries of live pods (hooks.mxjob.layout); the policy
     # says whether a termination message may be a log tail (hooks.shared.termination).
-    "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}], "terminationMessagePolicy": str}]},
+    # Kueue's admission gate says Kueue holds a pod back (hooks.shared.kueue).
+    "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}], "terminationMessagePolicy": str}],
+             "schedulingGates": [{"name": str}]},
     # A pod's DisruptionTarget condition says why it ended (preemption, eviction: hooks.shared.termination).
     "status": {"phase": str, "reason": str, "message": str,
                "conditions": [{"type": str, "status": str, "reason": str, "message": str}],
                "containerStatuses": [{"name": str, "restartCount": int,
-                                      "state": {"terminated": {"exitCode": int, "finishedAt": str,
+                                      "state": {"running": {"startedAt": str},
+                                                "terminated": {"exitCode": int, "finishedAt": str,
                                                                "reason": str, "message": str}},
                                       "lastState": {"terminated": {"exitCode": int, "reason": str,
                                                                    "message": str}}}]},
@@ -89,6 +100,30 @@ def kueue_setting(value: str) -> bool:
         raise ValueError(f"{KUEUE_POD_GROUPS_SETTING}={value!r}: use true (Kueue v0.11 and later: plain-pod groups) "
                          "or false (Kueue v0.5-v0.10, or none: the default)")
     return value == "true"
+
+
+# How many job attempts' Workloads, from the status's attempt on, one customize answer relates.
+# Metacontroller keeps an answer per parent uid and generation (up to 20 minutes; docs/chainerjob.md),
+# not per attempt: a job restarted more often than this within that time shows Kueue's words again
+# once the answer is asked anew, and until then says only that Kueue holds its pods.
+KUEUE_ATTEMPTS_RELATED = 8
+
+
+def customize_mxjob(request: Mapping[str, Any], *, kueue_pod_groups: str = "false") -> JSON:
+    """The customize hook's answer: for a queued job whose pods form Kueue pod groups, the Workloads of
+    its groups (named after them, hooks.mxjob.names.pod_group_name), from the attempt its status
+    shows on; nothing else, so a cluster without Kueue's CRDs is never asked for Workloads.
+    It depends on the parent alone, as Metacontroller requires."""
+    parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
+    meta = parent["metadata"]
+    if not kueue_setting(kueue_pod_groups) or not queue_name(meta):
+        return {"relatedResources": []}
+    status = parent.get("status")
+    attempt = status.get("attempt") if isinstance(status, Mapping) else None
+    first = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0 else 0
+    names = [pod_group_name(str(meta["name"]), str(meta.get("uid", "")), n)
+             for n in range(first, first + KUEUE_ATTEMPTS_RELATED)]
+    return {"relatedResources": [workload_rule(names)]}
 
 
 def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: str = "false") -> SyncResponse:
@@ -115,7 +150,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
     restarts = {pod: records for pod, records in restart_records(observed.config_maps).items() if pod in slots}
     attempts = attempt_records(observed.config_maps, job.name)
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
-                    attempts=attempts,
+                    attempts=attempts, run_started=run_started(observed.services),
                     progress=observed_reports(observed.config_maps.get(progress_name(job.name))) if progress.enabled
                     else {})
     gang_view = NO_GANG  # new pods wait until their PodGroup is observed (hooks.shared.gang.new_pods_wait)
@@ -126,7 +161,9 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
         # creates ServiceAccounts after Pods (DESIGN of the write order: docs/progress.md).
         gang_view = GangView(f"{subject(job.key)} is created; its pods wait for their ServiceAccount "
                              f"{progress_name(job.name)}.")
-    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods), slots=slots,
+    # A queued job's Kueue Workloads (its customize hook relates them) say why Kueue holds its pods back.
+    workloads = read_related_workloads(request) if pod_groups and job.queue else {}
+    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods, workloads), slots=slots,
                   observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
                   gang=gang_view)
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang, kueue_pod_groups=pod_groups)
@@ -139,7 +176,8 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
                     for n, pod in zip(plan.pods, children, strict=True)]
         if not plan.cleaned_up:
             children += progress_children(job.name, job.namespace, job_labels(job.name))
-    children += services_for(job, slots, plan.services)
+    started = plan.status.get("startTime")
+    children += services_for(job, slots, plan.services, started=started if isinstance(started, str) else None)
     if plan.needs_cluster_map:
         children.append(cluster_config_map(job, wiring))
     children += _records(job, plan, observed.config_maps,

@@ -128,7 +128,8 @@ def create_app(config: Mapping[str, Any] | None = None, *, kinds: Iterable[Kind]
         """Metacontroller's customize hook for one job kind: which related objects its syncs get.
         Not a sync: it is logged (as `customize`) but not counted in the sync metrics."""
         started = time.perf_counter()
-        answer = _answer_customize(table[kind], full_decoder, app.config["MAX_CONTENT_LENGTH"])
+        answer = _answer_customize(table[kind], full_decoder, app.config["MAX_CONTENT_LENGTH"],
+                                   {name: settings[kind][name] for name in table[kind].customize_settings})
         answer.fields.update(status=answer.status, duration_ms=round((time.perf_counter() - started) * 1000, 3))
         _log_sync(answer.fields, answer.error, hook="customize")
         return Response(answer.body, status=answer.status, mimetype=_JSON)
@@ -217,7 +218,8 @@ def _answer_sync(kind: Kind, decoder: RequestDecoder, limit: int | None, setting
     return SyncAnswer(200, payload, fields)
 
 
-def _answer_customize(kind: Kind, decoder: RequestDecoder, limit: int | None) -> SyncAnswer:
+def _answer_customize(kind: Kind, decoder: RequestDecoder, limit: int | None,
+                      settings: Mapping[str, str]) -> SyncAnswer:
     """The answer to the current customize request; errors as for a sync (a non-200 makes
     Metacontroller retry the parent's sync, so a bug must never answer 200 with no rules)."""
     fields: dict[str, Any] = {"kind": kind.name, "hook": "customize"}
@@ -227,7 +229,7 @@ def _answer_customize(kind: Kind, decoder: RequestDecoder, limit: int | None) ->
     fields.update(_job_identity(body))
     assert kind.customize is not None  # only kinds with a customize hook get the route
     try:
-        answer = kind.customize(body)
+        answer = kind.customize(body, **settings)
     except InvalidRequest as exc:
         return _bad_request(fields, str(exc))
     except Exception as exc:  # a bug in the core

@@ -29,14 +29,14 @@ from urllib.parse import quote, urlencode, urlsplit
 import kubernetes
 import urllib3
 
-from localcluster.config import KNOWN_KINDS, PARENT_KINDS
+from localcluster.config import KNOWN_KINDS, PARENT_KINDS, RELATED_KINDS
 from localcluster.store import ADDED, DELETED, MODIFIED, NewStatus, StoreError, Watcher, json_copy
 from localcluster.types import KubeObject
 
-# (apiVersion, kind) -> plural: every parent and child kind the stand-in knows (config.py), read
+# (apiVersion, kind) -> plural: every parent, child and related kind the stand-in knows (config.py), read
 # the other way round, plus Events.
 PLURALS: dict[tuple[str, str], str] = {
-    **{(api_version, kind): plural for (api_version, plural), kind in {**KNOWN_KINDS, **PARENT_KINDS}.items()},
+    **{(api_version, kind): plural for (api_version, plural), kind in {**KNOWN_KINDS, **PARENT_KINDS, **RELATED_KINDS}.items()},
     ("v1", "Event"): "events",
 }
 WATCH_TIMEOUT_SECONDS = 240  # the server ends a watch after this; the informer resumes from its resourceVersion

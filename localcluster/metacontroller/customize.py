@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from localcluster.config import KNOWN_KINDS
+from localcluster.config import KNOWN_KINDS, RELATED_KINDS
 from localcluster.store import json_copy
 from localcluster.types import KubeObject
 
@@ -57,7 +57,7 @@ def related_rule(rule: Any, namespace: str) -> RelatedRule:
     invalid rule does in Metacontroller (determineSelectionType)."""
     if not isinstance(rule, dict):
         raise SyncError(f"customize hook answer: a related rule is not an object: {str(rule)[:200]}")
-    kind = KNOWN_KINDS.get((rule.get("apiVersion", ""), rule.get("resource", "")))
+    kind = {**KNOWN_KINDS, **RELATED_KINDS}.get((rule.get("apiVersion", ""), rule.get("resource", "")))
     if kind is None:
         raise SyncError(f"customize hook answer: related {rule.get('apiVersion')}/{rule.get('resource')} is not emulated")
     selector, names = rule.get("labelSelector"), tuple(rule.get("names") or ())

@@ -46,10 +46,10 @@ def pod(name: str, *, phase: str = "Failed", labels: dict | None = None, contain
 
 # --- the customize hook ---------------------------------------------------------------------------
 
-def test_customize_relates_the_master_pods_by_their_operator_labels_only():
+def test_customize_relates_the_jobs_pods_by_its_operator_name_label_only():
     answer = customize_chainerjob({"controller": {}, "parent": parent()})
     assert answer == {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
-                                            "labelSelector": {"matchLabels": MASTER_LABELS}}]}
+                                            "labelSelector": {"matchLabels": {"chainerjob.kubeflow.org/name": "chj"}}}]}
 
 
 def test_customize_depends_on_the_name_alone_even_for_an_invalid_spec():
@@ -295,8 +295,8 @@ def test_a_customize_bug_is_a_500_never_a_200(customize):
     assert reply.status_code == 500 and reply.get_json()["error"] == "internal error"
 
 
-def test_the_mxjob_kind_has_no_customize_route():
-    assert create_app().test_client().post("/mxjob/customize", json={"parent": parent()}).status_code == 404
+def test_the_mxjob_customize_route_refuses_a_chainerjob():
+    assert create_app().test_client().post("/mxjob/customize", json={"parent": parent()}).status_code == 400
 
 
 def test_a_sync_through_the_server_reads_the_related_pods():

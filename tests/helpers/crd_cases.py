@@ -188,6 +188,7 @@ REPRESENTATIVE_STATUS = {
     "observedGeneration": 3,
     "restartCount": 1,
     "attempt": 1,
+    "waiting": "Scheduler: Unschedulable",  # never on a finished job in life; here so every field is written
     "restartHistory": {
         "job-worker-1": {"lastFailedUID": "0b4f", "recreations": 1, "priorContainerRestarts": 2}
     },

@@ -70,16 +70,19 @@ class PodRefusal:
         self._wait(admitted=False)
         return self
 
-    def lift(self) -> None:
+    def lift(self, wait: bool = True) -> None:
         """Let the pod be created: the binding and policy go, and the creator's next retry passes."""
         for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
             path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{self.name}"
             with contextlib.suppress(StoreError):
                 self.api.request("DELETE", path)
-        self._wait(admitted=True)
+        if wait:
+            self._wait(admitted=True)
 
-    def __exit__(self, *exc: object) -> None:
-        self.lift()  # never left behind on the session's control plane, whatever the test did
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        # Never left behind on the session's control plane, whatever the test did; after a failing
+        # test it is removed without the wait, whose timeout would hide the test's own error.
+        self.lift(wait=exc_type is None)
 
 
 def scheduled(pod: dict) -> dict:

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from helpers.objectstore import ObjectBag
-from hooks.mxjob.sync import sync_mxjob
+from hooks.mxjob.sync import customize_mxjob, sync_mxjob
 from hooks.shared.conditions import rfc3339
 from hooks.shared.memory import ATTEMPT_INFIX, OUTCOME_SUFFIX, RESTART_INFIX
 from localcluster.config import parse_composite_controller
@@ -290,8 +290,9 @@ class Sim(Stepped):
 
     def __init__(self, parent: Any, now: datetime = T0, controller: dict | None = None, *, stale: Stale | None = None,
                  settings: dict[str, Any] | None = None):
+        settings = settings or {}
         super().__init__(parent, sync_mxjob, MXJOB_CONTROLLER, now=now, controller=controller, stale=stale,
-                         settings=settings or {})
+                         settings=settings, customize=lambda request: customize_mxjob(request, **settings))
 
     @property
     def pods(self) -> dict[str, dict]:
@@ -329,7 +330,8 @@ class Sim(Stepped):
 
         `reason` and `message` go on the terminated state (the last one when only a last exit code
         is given); `pod_reason` on the pod (Evicted, DeadlineExceeded)."""
-        state: dict = {"running": {}} if phase == "Running" else {}
+        # The kubelet stamps when the container started running; the Running condition is stamped with it.
+        state: dict = {"running": {"startedAt": rfc3339(self.now)}} if phase == "Running" else {}
         extra = {k: v for k, v in (("reason", reason), ("message", message)) if v is not None}
         if exit_code is not None:
             # The kubelet stamps every terminated state; the success grace counts from it.

@@ -80,7 +80,8 @@ def test_every_hook_url_names_the_hooks_service_in_the_chosen_namespace(tmp_path
     controllers = [o for o in objects if o["kind"] == "CompositeController"]
     assert sorted(c["metadata"]["name"] for c in controllers) == ["chainerjob-controller", "mxjob-controller"]
     urls = {(c["metadata"]["name"], hook): url for c in controllers for hook, url in hook_urls(c).items()}
-    assert sorted(urls) == [("chainerjob-controller", "customize"), ("chainerjob-controller", "sync"), ("mxjob-controller", "sync")]
+    assert sorted(urls) == [("chainerjob-controller", "customize"), ("chainerjob-controller", "sync"),
+                            ("mxjob-controller", "customize"), ("mxjob-controller", "sync")]
     ports = [p["port"] for p in service["spec"]["ports"]]
     for where, url in urls.items():
         parsed = urlsplit(url)
@@ -102,7 +103,7 @@ def test_every_hook_url_names_the_hooks_service_in_the_chosen_namespace(tmp_path
 def test_without_the_namespace_line_the_urls_name_mxjob_system(tmp_path):
     objects = render(write(tmp_path / "install", readme_install()))
     urls = [url for o in objects if o["kind"] == "CompositeController" for url in hook_urls(o).values()]
-    assert len(urls) == 3
+    assert len(urls) == 4  # each kind's sync and customize hooks
     assert {urlsplit(url).hostname for url in urls} == {f"{HOOKS}.{SHIPPED_NAMESPACE}"}
     assert the(objects, "Service", HOOKS)["metadata"]["namespace"] == SHIPPED_NAMESPACE
 
@@ -189,11 +190,12 @@ def test_jobs_run_through_the_urls_of_an_install_in_the_chosen_namespace(tmp_pat
         # The control: the same controller calling the namespace the install ships with reaches no Service here.
         shipped = parse_composite_controller(the(render(ROOT / "metacontroller"), "CompositeController", "mxjob-controller"),
                                              "metacontroller/ as shipped")
-        assert urlsplit(shipped.hook_url).hostname == f"{HOOKS}.{SHIPPED_NAMESPACE}"
+        assert {urlsplit(url).hostname for url in (shipped.hook_url, shipped.customize_url)} == {f"{HOOKS}.{SHIPPED_NAMESPACE}"}
         use_controller(cluster, shipped)
         job = cluster.submit(shell_mxjob("lost"))
         [error, *_] = cluster.wait_for(lambda: sync_errors(cluster, "lost"), 30, what="a SyncError for the job")
-        lookup = f'Post "{shipped.hook_url}": dial tcp: lookup {HOOKS}.{SHIPPED_NAMESPACE}'
+        # Metacontroller asks the customize hook for the related objects before it syncs, so that call fails first.
+        lookup = f'Post "{shipped.customize_url}": dial tcp: lookup {HOOKS}.{SHIPPED_NAMESPACE}'
         # What Metacontroller's HTTP client says (a real one wraps it in where it failed, and names the DNS
         # server it asked where the machine has one).
         assert lookup in error and error.endswith("no such host"), error

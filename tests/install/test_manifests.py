@@ -221,15 +221,17 @@ def test_sync_webhook_points_at_the_hooks_service(controller, path):
     assert [p["port"] for p in service["spec"]["ports"]] == [int(port or 80)]
 
 
-def test_the_chainerjob_customize_hook_points_at_a_route_the_hooks_serve():
-    from hooks.kinds import CHAINERJOB
+@pytest.mark.parametrize("controller", ["mxjob-controller", "chainerjob-controller"])
+def test_each_customize_hook_points_at_a_route_the_hooks_serve(controller):
+    from hooks.kinds import KINDS
 
-    webhook = the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["customize"]["webhook"]
+    hooks = the(install(), "CompositeController", controller)["spec"]["hooks"]
+    webhook = hooks["customize"]["webhook"]
     assert webhook["timeout"] == "10s"
     url = urlsplit(webhook_url(webhook))
-    assert url.netloc == urlsplit(webhook_url(the(install(), "CompositeController", "chainerjob-controller")["spec"]["hooks"]["sync"]
-                                              ["webhook"])).netloc
-    assert url.path in CHAINERJOB.customize_routes
+    assert url.netloc == urlsplit(webhook_url(hooks["sync"]["webhook"])).netloc
+    [kind] = [k for k in KINDS if url.path in k.customize_routes]
+    assert urlsplit(webhook_url(hooks["sync"]["webhook"])).path in kind.routes
 
 
 def test_service_reaches_the_http_port_of_the_hooks_pods():
@@ -364,13 +366,24 @@ def test_metacontroller_may_manage_every_parent_and_child_of_each_controller(con
     assert missing == []
 
 
-def test_metacontroller_may_list_and_watch_what_the_customize_hook_relates():
-    # Metacontroller reads related objects through informers of its own, so it needs list and watch.
+def related_by_each_customize_hook() -> dict[str, list[dict]]:
+    """What each kind's customize hook relates, for a parent that relates the most: an MXJob queued in
+    Kueue with plain-pod groups on (its Workloads), a ChainerJob (its pods)."""
     from hooks.chainerjob.related import customize_chainerjob
+    from hooks.mxjob.sync import customize_mxjob
 
-    parent = {"apiVersion": "kubeflow.org/v1alpha1", "kind": "ChainerJob", "metadata": {"name": "j", "namespace": "n"}}
+    mxjob = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
+             "metadata": {"name": "j", "namespace": "n", "uid": "u", "labels": {"kueue.x-k8s.io/queue-name": "q"}}}
+    chainerjob = {"apiVersion": "kubeflow.org/v1alpha1", "kind": "ChainerJob", "metadata": {"name": "j", "namespace": "n"}}
+    return {"MXJob": customize_mxjob({"parent": mxjob}, kueue_pod_groups="true")["relatedResources"],
+            "ChainerJob": customize_chainerjob({"parent": chainerjob})["relatedResources"]}
+
+
+@pytest.mark.parametrize("kind", ["MXJob", "ChainerJob"])
+def test_metacontroller_may_list_and_watch_what_the_customize_hook_relates(kind):
+    # Metacontroller reads related objects through informers of its own, so it needs list and watch.
     rules = metacontroller_rules()
-    related = customize_chainerjob({"parent": parent})["relatedResources"]
+    related = related_by_each_customize_hook()[kind]
     assert related
     missing = [(r["apiVersion"], r["resource"], v) for r in related for v in ("list", "watch")
                if not allows(rules, r["apiVersion"].rpartition("/")[0], r["resource"], v)]

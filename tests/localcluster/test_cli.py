@@ -298,7 +298,7 @@ def test_a_closed_pipe_ends_the_run_quietly_and_stops_everything(tmp_path: Path)
     path = write(tmp_path, job("piped", ["python", "-c", "import time; time.sleep(120)", marker]))
     proc = start_cli(tmp_path, "run", str(path), "--timeout", "100", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: processes_with(marker), 60, "the pod's process")
+        wait_until(lambda: processes_with(marker), 90, "the pod's process")  # start-up, as above
         proc.stdout.close()  # type: ignore[union-attr]  # what `| head` does once it has its lines
         code = proc.wait(timeout=60)
         stderr = proc.stderr.read()  # type: ignore[union-attr]

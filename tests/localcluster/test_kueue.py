@@ -195,10 +195,28 @@ def test_two_mxjobs_that_do_not_fit_together_are_admitted_each_as_one_pod_group(
     pods = cluster.pods("second", queue)
     assert len(pods) == 2 and all(gated(p) and phase(p) == "Pending" for p in pods)
 
+    # What the user sees: the job says Kueue holds it back, in Kueue's own words (its customize hook
+    # relates the group's Workload), and `kubectl get` shows who holds it and Kueue's reason.
+    said = cond(waiting, "QuotaReserved")
+    why = (f"it waits for Kueue: pods second-worker-0, second-worker-1 are not admitted: Workload "
+           f"{waiting['metadata']['name']} of LocalQueue q is {said['reason']}: {said['message']}")
+    created = cluster.wait_for(lambda: (c := cond(cluster.get_job("second", queue), "Created")).get("message", "").endswith(
+        f"{why}.") and c, TIMEOUT, what="the second job to say why Kueue holds it back")
+    assert created["message"] == f"MXJob {queue}/second is created; {why}."
+    assert said["reason"] == "Pending"
+    assert cluster.get_job("second", queue)["status"]["waiting"] == "Kueue: Pending"  # type: ignore[index]
+    assert cluster.control_plane is not None
+    table = cluster.control_plane.kubectl("get", "mxjob", "-n", queue, "-o",
+                                          "custom-columns=NAME:.metadata.name,WAITING:.status.waiting").stdout
+    assert [row.split(None, 1) for row in table.splitlines()[1:]] == [["first", "<none>"], ["second", "Kueue: Pending"]], table
+    header, *rows = cluster.control_plane.kubectl("get", "mxjob", "second", "-n", queue).stdout.splitlines()
+    assert header.split()[:3] == ["NAME", "STATE", "WAITING"] and rows[0].split()[:4] == ["second", "Created", "Kueue:", "Pending"]
+
     release.touch()
     for name in ("first", "second"):
         job = cluster.wait_finished(name, TIMEOUT, namespace=queue)
         assert finished(job) == "Succeeded", job.get("status")
+        assert "waiting" not in job["status"]
     cluster.wait_for(lambda: all(cond(group_workload(cluster, queue, name), "Finished").get("status") == "True"
                                  for name in ("first", "second")), TIMEOUT, what="both groups' Workloads to finish")
 

@@ -194,3 +194,38 @@ def test_the_kubelet_registers_its_node_with_the_size_asked_for_and_keeps_it_unt
     lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE_NAME}"
     renewed = cp.get(lease)["spec"]["renewTime"]
     cluster.wait_for(lambda: cp.get(lease)["spec"]["renewTime"] != renewed, 15, what="the Lease renewed")
+
+
+def chainerjob(name: str, *, worker_cpu: str) -> dict[str, Any]:
+    """A ChainerJob of one worker asking for `worker_cpu`; its master is never started while the worker is not ready."""
+    def template(cpu: str | None) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "chainer", "image": "busybox:1.36", "command": SLEEP}
+        if cpu:
+            container["resources"] = {"requests": {"cpu": cpu}}
+        return {"spec": {"terminationGracePeriodSeconds": 1, "containers": [container]}}
+    return {"apiVersion": "kubeflow.org/v1alpha1", "kind": "ChainerJob", "metadata": {"name": name},
+            "spec": {"master": {"template": template(None)},
+                     "workerSets": {"ws": {"replicas": 1, "template": template(worker_cpu)}}}}
+
+
+def test_a_chainerjob_worker_asking_for_more_cpu_than_the_node_has_is_said_with_the_schedulers_reason(
+        cluster: LocalCluster):
+    cluster.submit(chainerjob("bigc", worker_cpu="3"))
+    worker = "bigc-workerset-ws-0"
+
+    def held() -> dict[str, Any]:
+        scheduled = pod_condition(cluster.pod(worker), "PodScheduled")
+        return scheduled if scheduled.get("status") == "False" else {}
+
+    scheduled = cluster.wait_for(held, 30, what=f"the scheduler's verdict on {worker}")
+    assert scheduled["reason"] == "Unschedulable"
+    why = f"it waits for the scheduler: pod {worker} is not scheduled: {scheduled['message'].rstrip('.')}."
+    assert scheduled["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    waiting = cluster.wait_for(lambda: (m := (condition(cluster.get_job("bigc"), "Waiting") or {}).get("message", ""))
+                               .endswith(why) and m, 15, what="the ChainerJob to say it waits, and why")
+    assert waiting == ("ChainerJob default/bigc is waiting for its workers: 0 of 1 ready (ws 0/1); the master starts "
+                       f"when all are ready; {why}")
+    assert cluster.control_plane is not None
+    described = " ".join(cluster.control_plane.kubectl("describe", "chainerjob", "bigc").stdout.split())
+    assert f"pod {worker} is not scheduled: 0/1 nodes are available: 1 Insufficient cpu" in described
+    assert not [p for p in cluster.pods("bigc") if "master" in p["metadata"]["name"]]

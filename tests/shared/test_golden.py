@@ -63,6 +63,18 @@ def running_all_pods_observed() -> Sim:
     return sim
 
 
+def waiting_for_the_scheduler() -> Sim:
+    """A worker the scheduler cannot place: the job says which and why, and status.waiting says who."""
+    sim = Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 1}))
+    sim.sync()
+    sim.tick(5)
+    sim.run("mx-scheduler-0", "mx-server-0")
+    sim.write_status("v1", "Pod", "mx-worker-0", {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu."}]})
+    return sim
+
+
 def terminal_succeeded() -> Sim:
     sim = running_all_pods_observed()
     sim.sync()
@@ -462,7 +474,7 @@ def gang_chainerjob_master_complete() -> ChainerSim:
 
 
 CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for f in (
-    first_sync_dist_cpu, first_sync_tune, running_all_pods_observed, terminal_succeeded,
+    first_sync_dist_cpu, first_sync_tune, running_all_pods_observed, waiting_for_the_scheduler, terminal_succeeded,
     terminal_failed_never, terminal_failed_exitcode_permanent, restarting_exitcode_retryable,
     terminal_failed_backoff_limit, terminal_failed_deadline, terminal_ttl_cleanup,
     terminal_failed_validation, suspended_running_job, restarting_whole_job_worker_lost,

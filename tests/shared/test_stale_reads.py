@@ -196,9 +196,9 @@ def test_an_older_status_is_never_written_over_a_newer_one(stale):
     watch.check()
 
 
-def _job_restart(stale: Stale | None) -> tuple[Sim, Watch]:
+def _restarting(stale: Stale | None) -> tuple[Sim, Watch]:
     """A worker killed (137 under ExitCode restarts the whole job), a second passing between the
-    syncs that follow; the job settled with the new attempt's pods running. While it restarts,
+    syncs that follow; the job settled with the new attempt's pods created. While it restarts,
     Restarting carries the time the attempt's record keeps (the sync that decided the restart)."""
     sim = Sim(mxjob(replicas={t: {"replicas": n, "restartPolicy": "ExitCode"}
                               for t, n in {"Scheduler": 1, "Server": 1, "Worker": 2}.items()}), stale=stale)
@@ -215,6 +215,12 @@ def _job_restart(stale: Stale | None) -> tuple[Sim, Watch]:
     assert rfc3339(sim.now - timedelta(seconds=3)) <= decided <= rfc3339(sim.now)
     restarting = sim.condition("Restarting") or {}
     assert (restarting.get("status"), restarting.get("lastTransitionTime")) == ("True", decided)
+    return sim, watch
+
+
+def _job_restart(stale: Stale | None) -> tuple[Sim, Watch]:
+    """`_restarting`, then the new attempt's pods run; the job settled."""
+    sim, watch = _restarting(stale)
     sim.run()
     watch.settle()
     return sim, watch
@@ -236,6 +242,121 @@ def test_a_job_restart_settles_when_the_syncs_after_it_read_the_status_of_one_wr
     assert restarting.get("status") == "False"
     assert sim.condition("Running")["status"] == "True"  # type: ignore[index]
     watch.check()
+
+
+def _times(status: dict) -> dict[str, str]:
+    """startTime and each condition's transition time: what a sync stamps from its own clock."""
+    stamped = {f"{c['type']}.lastTransitionTime": c["lastTransitionTime"] for c in status.get("conditions") or []}
+    return {"startTime": status.get("startTime", ""), **stamped}
+
+
+def _stale_syncs_statuses(sim: Sim, watch: Watch, syncs: int) -> list[dict]:
+    """Syncs a second apart, each (in "parent" mode) reading the status of one write earlier: the
+    status after each."""
+    seen = []
+    for _ in range(syncs):
+        sim.tick(1)
+        watch.sync()
+        seen.append(sim.status)
+    return seen
+
+
+def _stale_syncs(sim: Sim, watch: Watch, syncs: int = 4) -> list[dict[str, str]]:
+    """`_stale_syncs_statuses`: the times each status carries."""
+    return [_times(status) for status in _stale_syncs_statuses(sim, watch, syncs)]
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_start_time_stays_when_the_syncs_after_the_first_read_it_without_status(stale):
+    """Before: startTime (and Created) was the sync's own time whenever the parent read showed none.
+    The sync after the first read the parent as created, with the children the first had made, and
+    wrote its own second over the first's; the next read the first status again, and so on: each
+    sync wrote the other time back (10:00:00, 10:00:01, 10:00:00, ...), a hot loop under a parent
+    cache one write behind (test_recovery's stale parent case), and a startTime that moved by a
+    second in a real cluster (test_e2e). Now the job's Services keep the time its run began."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.sync()
+    first = _times(sim.status)
+    assert first == {"startTime": "2026-11-21T10:00:00Z", "Created.lastTransitionTime": "2026-11-21T10:00:00Z"}
+    assert _stale_syncs(sim, watch) == [first] * 4
+    assert not watch.wrote
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_start_time_of_a_resumed_job_stays_when_the_syncs_after_the_resume_read_it_suspended(stale):
+    """The same on resume, which sets startTime again: the syncs after it read the status of
+    before (Suspended True) and resumed the job again, each at its own second."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.edit({"runPolicy": {"suspend": True}})
+    watch.settle()
+    assert sim.state() == "Suspended" and sim.pods == {}
+    sim.tick(60)
+    sim.edit({"runPolicy": {"suspend": False}})
+    watch.sync()
+    resumed = _times(sim.status)
+    assert (resumed["startTime"], resumed["Suspended.lastTransitionTime"]) == ("2026-11-21T10:01:00Z",) * 2
+    assert _stale_syncs(sim, watch) == [resumed] * 4
+    assert not watch.wrote
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_running_stays_stamped_when_the_syncs_after_read_the_status_of_before(stale):
+    """Before: Running was stamped with the clock of the first sync that saw the deciding pods run,
+    and the sync after it, reading the status of before, stamped it again with its own: two times
+    alternated as startTime's did. Now it is stamped with when the last deciding pod started running,
+    whichever sync sees it first."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.tick(5)
+    sim.run()
+    seen = _stale_syncs(sim, watch, 6)  # from 10:00:06 on
+    assert seen[-1]["Running.lastTransitionTime"] == "2026-11-21T10:00:05Z"
+    assert seen[-4:] == [seen[-1]] * 4
+    assert not watch.wrote
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_a_restarted_job_running_again_stays_stamped_when_the_syncs_after_read_it_restarting(stale):
+    """The same as a whole-job restart ends: Restarting goes False and Running True, stamped with when
+    the last pod of the new attempt started running."""
+    sim, watch = _restarting(stale)
+    sim.tick(5)
+    sim.run()
+    started = rfc3339(sim.now)
+    seen = _stale_syncs(sim, watch, 6)
+    assert seen[-1]["Restarting.lastTransitionTime"] == seen[-1]["Running.lastTransitionTime"] == started
+    assert seen[-4:] == [seen[-1]] * 4
+    assert not watch.wrote
+
+
+def _updates(status: dict) -> dict[str, str]:
+    """Each condition's message and update time."""
+    return {c["type"]: f"{c['lastUpdateTime']} {c['message']}" for c in status.get("conditions") or []}
+
+
+@pytest.mark.parametrize("stale", MODES)
+def test_the_success_grace_message_stays_stamped_when_the_syncs_after_read_the_status_of_before(stale):
+    """Before: while the job waited out the success grace, Running's message (which pods still run)
+    was stamped with the sync's own clock, and a sync reading the status of before stamped it again:
+    two update times alternated. Now it is stamped with when the last of the pods it names ended."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.run()
+    watch.settle()
+    sim.tick(5)
+    sim.set_phase("mx-scheduler-0", "Succeeded", exit_code=0)
+    seen = [_updates(s) for s in _stale_syncs_statuses(sim, watch, 4)]
+    assert seen[-1]["Running"].startswith("2026-11-21T10:00:05Z ") and "(Server 0, Worker 0, Worker 1)" in seen[-1]["Running"]
+    assert seen[-3:] == [seen[-1]] * 3 and not watch.wrote
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    seen = [_updates(s) for s in _stale_syncs_statuses(sim, watch, 4)]
+    assert seen[-1]["Running"].startswith("2026-11-21T10:00:09Z ") and "(Server 0, Worker 1)" in seen[-1]["Running"]
+    assert seen[-3:] == [seen[-1]] * 3 and not watch.wrote
 
 
 def test_a_terminal_status_is_never_replaced_by_a_stale_read():
