@@ -31,6 +31,12 @@ AGENT_RECORDS_ENV = "CHAINERJOB_AGENT_RECORDS"
 HOSTFILE_KEY = "hostfile"
 
 
+def attempt_in(labels: object) -> int:
+    """The attempt an object's labels say it belongs to (ATTEMPT_LABEL; absent or not a count: 0)."""
+    value = labels.get(ATTEMPT_LABEL) if isinstance(labels, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
+
+
 def service_account(job_name: str) -> str:
     """The master pod's ServiceAccount, the one allowed to exec into the workers."""
     return f"{job_name}-launcher"

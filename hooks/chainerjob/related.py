@@ -55,9 +55,11 @@ def customize_chainerjob(request: Mapping[str, Any]) -> JSON:
                                   "labelSelector": {"matchLabels": names.common_labels(name)}}]}
 
 
-def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any]) -> str:
+def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any], attempt: int = 0) -> str:
     """The job's live Pending pods the scheduler has not placed, each with its reason (hooks.shared.scheduling):
-    the master's first, then the workers in their order (`worker_pods`); "" when none."""
+    the master's first, then the workers in their order (`worker_pods`); "" when none. Only the pods of
+    `attempt` (a whole-job restart's worker pods have the names of the earlier attempt's, which the
+    garbage collector may not have marked for deletion yet)."""
     order = {name: i for i, name in enumerate(worker_pods)}
     held: list[tuple[tuple[int, int, str], str, str]] = []
     for name, pod in pods.items():
@@ -65,7 +67,8 @@ def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any]
             continue
         meta, status = _object(pod.get("metadata")), _object(pod.get("status"))
         labels = _object(meta.get("labels"))
-        if labels.get(names.NAME_LABEL) != job_name or meta.get("deletionTimestamp"):
+        if labels.get(names.NAME_LABEL) != job_name or meta.get("deletionTimestamp") \
+                or names.attempt_in(labels) != attempt:
             continue
         if status.get("phase") != "Pending":
             continue
@@ -93,11 +96,16 @@ def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:
     return pods
 
 
-def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str | None) -> JSON | None:
-    """What the newest failed master pod showed: `{pod, exitCode, reason, message}` (each only when
-    known), or None when no failed master pod is observed. Newest: the latest finish of its main
-    container, then the latest creation, then the name, so the same pods always give the same answer.
-    `main_container` None (the spec cannot be read): `chainer`, else the pod's first container."""
+def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str | None,
+                   attempt: int = 0) -> JSON | None:
+    """What the newest failed master pod of `attempt` showed: `{pod, exitCode, reason, message}` (each
+    only when known), or None when no failed master pod is observed. Newest: the latest finish of its
+    main container, then the latest creation, then the name, so the same pods always give the same answer.
+    `main_container` None (the spec cannot be read): `chainer`, else the pod's first container.
+
+    Only the pods of the master Job's own attempt (a whole-job restart, hooks.chainerjob.restarts)
+    count: a new attempt's pod that failed before its container finished (evicted while it started)
+    has no finish time, so an earlier attempt's pod, still listed while it goes, would read as newer."""
     wanted = names.master_labels(job_name)
     found: list[tuple[tuple[str, str, str], JSON]] = []
     for name, pod in pods.items():
@@ -105,7 +113,8 @@ def master_failure(pods: Mapping[str, Any], job_name: str, main_container: str |
             continue
         meta, status, spec = _object(pod.get("metadata")), _object(pod.get("status")), _object(pod.get("spec"))
         labels = _object(meta.get("labels"))
-        if any(labels.get(k) != v for k, v in wanted.items()) or status.get("phase") != "Failed":
+        if (any(labels.get(k) != v for k, v in wanted.items()) or status.get("phase") != "Failed"
+                or names.attempt_in(labels) != attempt):
             continue
         container = main_container or _default_container(spec)
         state = _container_state(status, container)

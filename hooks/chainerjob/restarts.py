@@ -52,9 +52,8 @@ class Attempts:
 
 def attempt_of(child: Mapping[str, Any]) -> int:
     """The attempt a master Job or StatefulSet belongs to, from its label (unlabelled: 0)."""
-    labels = (child.get("metadata") or {}).get("labels") or {}
-    value = labels.get(names.ATTEMPT_LABEL) if isinstance(labels, Mapping) else None
-    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 9 else 0
+    meta = child.get("metadata")
+    return names.attempt_in(meta.get("labels") if isinstance(meta, Mapping) else None)
 
 
 def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[str, Any],

@@ -15,7 +15,7 @@ from typing import Any
 from hooks.chainerjob.decision import Decision
 from hooks.chainerjob.progress import stopped_by_stall
 from hooks.chainerjob.related import FAILURE_KEY, failure_words, master_failure, recorded_failure
-from hooks.chainerjob.restarts import Restart, restarted_message, restarting_message
+from hooks.chainerjob.restarts import Restart, attempt_of, restarted_message, restarting_message
 from hooks.chainerjob.spec import ChainerJob
 from hooks.chainerjob.vocabulary import (
     CREATED,
@@ -82,7 +82,8 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
     if recorded is not None:
         failure = recorded_failure(recorded)
     else:
-        failure = master_failure(master_pods or {}, job_name, main_container) if master_job is not None else None
+        failure = master_failure(master_pods or {}, job_name, main_container, attempt_of(master_job)) \
+            if master_job is not None else None
     if failure is not None:
         record[FAILURE_KEY] = failure
         if master_job is not None:  # a recorded or old Failed condition says it already

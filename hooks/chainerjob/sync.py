@@ -157,7 +157,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                             dataclasses.replace(decision, master=False), now, restart=restart, restarting=True)
     else:
         workers = names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()})
-        unplaced = not_scheduled(job.name, workers, job_pods)
+        unplaced = not_scheduled(job.name, workers, job_pods, attempts.known)
         status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, restart=restart,
                             unplaced=unplaced)
     if (shown := progress_status(reports)) is not None:

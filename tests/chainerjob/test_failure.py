@@ -19,6 +19,7 @@ from hooks.chainerjob.related import (
     read_related_pods,
     recorded_failure,
 )
+from hooks.chainerjob.status import master_record
 from hooks.chainerjob.sync import CONFIG_MAP_KEY, sync_chainerjob
 from hooks.kinds import CHAINERJOB, MXJOB
 from hooks.server.app import create_app
@@ -98,6 +99,34 @@ def test_pods_that_finished_together_are_told_apart_by_creation_then_name():
     assert master_failure(pods, "chj", "chainer")["pod"] == "a"  # type: ignore[index]
     pods["a"]["metadata"]["creationTimestamp"] = "2026-11-21T10:00:00Z"
     assert master_failure(pods, "chj", "chainer")["pod"] == "b"  # type: ignore[index]
+
+
+def attempts_pods() -> dict:
+    """A master pod of attempt 0 that finished, and one of the restart's attempt 1 that failed before
+    its container finished (evicted while it started: no finishedAt)."""
+    return {"chj-master-old": pod("chj-master-old", terminated={"exitCode": 2, "reason": "Error",
+                                                                "finishedAt": "2026-11-21T10:01:00Z"}),
+            "chj-master-new": pod("chj-master-new", labels={**MASTER_LABELS, "chainerjob.kubeflow.org/attempt": "1"},
+                                  created="2026-11-21T10:10:00Z", reason="Evicted", message="The node was low on memory.")}
+
+
+@pytest.mark.parametrize(("attempt", "expected"), [
+    (0, {"pod": "chj-master-old", "exitCode": 2, "reason": "Error"}),
+    (1, {"pod": "chj-master-new", "reason": "Evicted", "message": "The node was low on memory."}),
+], ids=["attempt-0", "attempt-1"])
+def test_only_the_master_pods_of_the_attempt_are_read(attempt, expected):
+    assert master_failure(attempts_pods(), "chj", "chainer", attempt) == expected
+
+
+def test_a_restarted_master_job_that_fails_names_its_own_pod_not_an_earlier_attempts():
+    job = {"metadata": {"name": "chj-master", "labels": {"chainerjob.kubeflow.org/attempt": "1"}},
+           "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                                   "message": "Job has reached the specified backoff limit"}]}}
+    record = master_record(job, {}, job_name="chj", master_pods=attempts_pods(), main_container="chainer")
+    assert record["masterFailure"]["pod"] == "chj-master-new"
+    assert record["conditions"][0]["message"] == (
+        "Job has reached the specified backoff limit; the master pod chj-master-new ended with no exit code, "
+        "reason Evicted: 'The node was low on memory.'")
 
 
 def test_the_main_container_is_read_and_without_a_spec_chainer_then_the_first():

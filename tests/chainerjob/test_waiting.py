@@ -49,6 +49,18 @@ def test_not_scheduled_names_the_jobs_pending_pods_and_the_schedulers_reason(pod
     assert not_scheduled("chj", WORKERS, pods) == expected
 
 
+@pytest.mark.parametrize(("attempt", "expected"), [(0, "chj-workerset-ws-0"), (1, "chj-workerset-ws-1")],
+                         ids=["attempt-0-unlabelled", "attempt-1-labelled"])
+def test_not_scheduled_names_only_the_pods_of_the_current_attempt(attempt, expected):
+    # After a whole-job restart the new attempt's worker pods have the earlier's names; an earlier
+    # pod the garbage collector has not marked yet is not the new attempt's.
+    old_name, old = worker(0)
+    new_name, new = worker(1)
+    new["metadata"]["labels"]["chainerjob.kubeflow.org/attempt"] = "1"
+    assert not_scheduled("chj", WORKERS, {old_name: old, new_name: new}, attempt) == \
+        f"pod {expected} is not scheduled: {NO_ROOM.rstrip('.')}"
+
+
 def unschedulable(sim: ChainerSim, name: str) -> None:
     """A worker pod of the StatefulSet that the scheduler cannot place."""
     sim.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
