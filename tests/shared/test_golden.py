@@ -400,6 +400,37 @@ def chainerjob_progress_rank_silent() -> ChainerSim:
     return sim
 
 
+def chainerjob_restarted_by_stall() -> ChainerSim:
+    # spec.runPolicy.stallPolicy RestartJob (docs/progress.md): no report within the timeout, so the
+    # master Job and the workers were replaced as attempt 1 (status.attempt, the `-attempt-1` record);
+    # its master runs, so Restarting is False and Running True again.
+    parent = example("chainerjob-mn.yaml")
+    parent["spec"]["runPolicy"] = {"stallPolicy": {"timeoutSeconds": 120, "action": "RestartJob"}}
+    sim = ChainerSim(parent)
+    sim.sync()
+    sim.sync()
+    sim.tick(20)
+    sim.all_ready()
+    sim.sync()
+    sim.tick(5)
+    sim.master("example-job-mn-master", active=1)
+    sim.sync()
+    sim.tick(120)
+    sim.sync()
+    sim.tick(10)
+    sim.sync()  # the restart is decided and recorded
+    assert sim.status["attempt"] == 1, sim.status
+    sim.sync()  # attempt 0's master Job and StatefulSet are deleted
+    sim.tick(5)
+    sim.sync()  # attempt 1's StatefulSet is created
+    sim.tick(20)
+    sim.all_ready()
+    sim.sync()  # and its master Job
+    sim.tick(5)
+    sim.master("example-job-mn-master", active=1)
+    return sim
+
+
 def chainerjob_master_complete() -> ChainerSim:
     sim = chainerjob_master_running()
     sim.sync()
@@ -488,7 +519,7 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
     gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
     per_job_service_terminal_succeeded, per_job_service_invalid_value, per_job_service_set_on_a_running_job,
-    progress_running_one_reporter_silent, chainerjob_progress_rank_silent)}
+    progress_running_one_reporter_silent, chainerjob_progress_rank_silent, chainerjob_restarted_by_stall)}
 
 
 def _dump(data: dict) -> str:
