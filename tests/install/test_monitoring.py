@@ -140,6 +140,7 @@ def test_the_cases_cover_restarts_failures_and_both_kinds():
     assert any(s.get("attempt", 0) > 0 for k, s in statuses if k == "MXJob")
     assert any(s.get("restartCount", 0) > 0 for k, s in statuses if k == "MXJob")
     assert any(s.get("failed", 0) > 0 for k, s in statuses if k == "ChainerJob")
+    assert any(s.get("attempt", 0) > 0 for k, s in statuses if k == "ChainerJob")
     for kind in ("MXJob", "ChainerJob"):
         assert {s["conditions"][-1]["type"] for k, s in statuses if k == kind} >= {"Failed", "Running"}
         assert any("completionTime" in s for k, s in statuses if k == kind)
@@ -173,7 +174,7 @@ def expected_samples(job: dict) -> list[Sample]:
             found += [(f"status_replicas_{what}", {"replica_type": rtype}, float(counts.get(what, 0)))
                       for what in ("active", "succeeded", "failed")]
     else:
-        found += [(f"status_{what}", {}, float(status.get(what, 0))) for what in ("active", "succeeded", "failed")]
+        found += [(f"status_{what}", {}, float(status.get(what, 0))) for what in ("active", "succeeded", "failed", "attempt")]
         for name, counts in status.get("workerSets", {}).items():
             found += [("status_worker_replicas", {"worker_set": name}, float(counts.get("replicas", 0))),
                       ("status_worker_ready_replicas", {"worker_set": name}, float(counts.get("readyReplicas", 0)))]
