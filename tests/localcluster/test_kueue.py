@@ -270,7 +270,7 @@ def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cl
                      what="the preempted pod released by Kueue's finalizer and gone")
     victim = [obj for event, obj in seen if obj["metadata"]["name"] == "low" and obj["metadata"]["uid"] == first["metadata"]["uid"]]
     evicted = [cond(obj, "TerminationTarget") for obj in victim if cond(obj, "TerminationTarget")]
-    # v0.17.0 says which eviction: WorkloadEvictedDueToPreempted here (DESIGN 14 read WorkloadEvicted in its source).
+    # v0.17.0 says which eviction: WorkloadEvictedDueToPreempted here (a reading of its source had expected WorkloadEvicted).
     assert evicted and evicted[-1]["status"] == "True" and evicted[-1]["reason"] == "WorkloadEvictedDueToPreempted", evicted
     assert evicted[-1]["message"].startswith("Preempted to accommodate a workload")
     last = victim[-1]["status"]
