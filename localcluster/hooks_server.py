@@ -29,6 +29,14 @@ def gunicorn_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "gunicorn"]
 
 
+# What gunicorn logs when its --bind address is taken (it retries for 5 s, then exits 1).
+ADDRESS_IN_USE = "Address already in use"
+
+
+class PortTaken(Exception):
+    """The port picked for the hooks server was taken before gunicorn could bind it."""
+
+
 class HooksServer:
     """gunicorn serving hooks.server.app on 127.0.0.1:<port>; start, stop and restart on the same port."""
 
@@ -36,6 +44,9 @@ class HooksServer:
                  settings: dict[str, str] | None = None):
         """`settings`: hooks server settings (docs/hooks-server.md) the environment does not set already."""
         self.port = port or free_port()
+        # A port picked here may be taken before gunicorn binds it (by any process's outgoing
+        # connection, or another test process's server): then the first start picks another.
+        self._may_move = port is None
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.settings = settings or {}
@@ -47,8 +58,22 @@ class HooksServer:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> None:
-        """Start gunicorn and wait until /readyz answers 200."""
+        """Start gunicorn and wait until /readyz answers 200; on a free port taken meanwhile, on another."""
+        for attempt in range(1, 5):
+            try:
+                self._start_once()
+            except PortTaken as taken:
+                if attempt == 4:
+                    raise RuntimeError(f"hooks server: {attempt} free ports were taken before gunicorn bound them; "
+                                       f"see {self.log_path}") from taken
+                self.port = free_port()
+                continue
+            self._may_move = False  # once served, restarts keep the port
+            return
+
+    def _start_once(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         # Made per start and removed by stop, so no run leaves a metrics directory behind.
         self._metrics_dir = tempfile.mkdtemp(prefix="mxjob-hooks-metrics-")
         env = {**self.settings, **os.environ, "PROMETHEUS_MULTIPROC_DIR": self._metrics_dir}
@@ -62,12 +87,21 @@ class HooksServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"hooks server exited with {self._process.returncode}; see {self.log_path}")
+                code = self._process.returncode
+                if self._may_move and ADDRESS_IN_USE in self._log_since(log_start):
+                    self.stop()
+                    raise PortTaken(self.port)
+                raise RuntimeError(f"hooks server exited with {code}; see {self.log_path}")
             if self._ready():
                 return
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"hooks server not ready after {self.startup_timeout:g}s; see {self.log_path}")
+
+    def _log_since(self, offset: int) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
 
     def _ready(self) -> bool:
         try:

@@ -327,18 +327,24 @@ def test_restarting_the_hooks_server_mid_job_changes_nothing(cluster: LocalClust
 
 
 class FakeHook:
-    """A loopback sync hook whose answer a test supplies: `answer(request) -> (status, body)`."""
+    """A loopback sync hook whose answer a test supplies: `answer(request) -> (status, body)`; it answers
+    customize requests (no `children`) with no related objects, as the real hooks do for a job without Kueue."""
 
     def __init__(self, answer: Callable[[dict], tuple[int, Any]]):
         self.answer = answer
         self.requests: list[dict] = []
+        self.customize_requests: list[dict] = []
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                hook.requests.append(request)
-                code, body = hook.answer(request)
+                if "children" in request:
+                    hook.requests.append(request)
+                    code, body = hook.answer(request)
+                else:  # the MXJob controller's customize hook, asked first: nothing related
+                    hook.customize_requests.append(request)
+                    code, body = 200, {"relatedResources": []}
                 payload = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(payload)))
