@@ -16,6 +16,10 @@ WORKER_SET_LABEL = "chainerjob.kubeflow.org/workersetname"
 # their pods, belong to; only from the first restart on (attempt 0 is unlabelled, as before).
 ATTEMPT_LABEL = "chainerjob.kubeflow.org/attempt"
 ATTEMPT_ENV = "MXJOB_ATTEMPT"  # what the progress helper reads (the same name as an MXJob's pods')
+# Times kept in children (hooks.shared.memory.stamp), read back by every later sync: when the job was
+# first answered (on each child the hook owns but records), and when its master Job was (on that Job).
+CREATED_ANNOTATION = "chainerjob.kubeflow.org/created"
+MASTER_STARTED_ANNOTATION = "chainerjob.kubeflow.org/master-started"
 
 ASSETS_DIR = "/kubeflow/chainer-operator/assets"
 KUBECTL_DIR = "/kubeflow/chainer-operator/kube"

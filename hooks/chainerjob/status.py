@@ -9,6 +9,7 @@ condition's type, always says where the job is.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -109,9 +110,18 @@ def failed_validation(old_status: Mapping[str, Any]) -> bool:
                for c in old_status.get("conditions") or [] if isinstance(c, Mapping))
 
 
+@dataclass(frozen=True)
+class KeptTimes:
+    """When things happened, as the children keep them (hooks.chainerjob.sync._kept_times)."""
+
+    created: datetime  # the job's first sync
+    master_started: datetime | None  # the sync that first answered the master Job (None: unknown)
+
+
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
-               ready: Mapping[str, int], decision: Decision, now: datetime, *, stall: str | None = None,
-               restart: Restart | None = None, restarting: bool = False, unplaced: str = "") -> JSON:
+               ready: Mapping[str, int], decision: Decision, now: datetime, *, times: KeptTimes,
+               stall: str | None = None, restart: Restart | None = None, restarting: bool = False,
+               unplaced: str = "") -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
@@ -120,21 +130,28 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     attempt is still being replaced (hooks.chainerjob.restarts), `unplaced` which pods the scheduler
     has not placed and why (hooks.chainerjob.related.not_scheduled), said by Waiting while the master
     waits for its workers, and by Running once the master runs.
+
+    Each transition is stamped with a time every sync reads alike (`times`, the master Job's own
+    times, the restart's record), not with `now`: a sync that reads the status of one write earlier
+    then writes the same status as the sync before it (a fixed point under a lagging parent cache).
     """
     waits = f"; it waits for the scheduler: {unplaced}." if unplaced else "."
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
-    own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.")
+    # The attempt's start: Waiting goes True with it (a restart's, from its record).
+    began = restart.recorded_at if restart is not None else times.created
+    own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.", at=times.created)
     if decision.waiting_message is not None and outcome is None:
-        own.set("Waiting", decision.waiting_reason, decision.waiting_message)
+        own.set("Waiting", decision.waiting_reason, decision.waiting_message, at=began)
     elif decision.master and decision.gang:
         own.clear("Waiting", PODGROUP_CREATED, f"{subject(job.key)}: its PodGroup exists, so the master "
-                                               f"and the workers were created; the gang starts them together.")
+                                               f"and the workers were created; the gang starts them together.",
+                  at=times.master_started)
     elif decision.master:
         own.clear("Waiting", WORKERS_READY, f"{subject(job.key)}: all {job.workers} workers were "
-                                            f"ready, so the master was started.")
+                                            f"ready, so the master was started.", at=times.master_started)
     elif job.distributed and outcome is None:
-        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits)
+        own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits, at=began)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
     else:
@@ -164,13 +181,15 @@ def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[
         own.set("Restarting", STALLED, message, at=restart.recorded_at)
         own.clear("Running", STALLED, message, at=restart.recorded_at)
         return
+    # When the Job controller started the master Job: what every sync that sees it active reads.
+    job_started = parse_time(master_status.get("startTime"))
     if restart is not None:
-        own.clear("Restarting", RESTARTED, restarted_message(job.key, restart))
+        own.clear("Restarting", RESTARTED, restarted_message(job.key, restart), at=job_started)
     if active and stall is not None:  # spec.runPolicy.stallPolicy action Report
-        own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.")
+        own.set("Running", STALLED, f"{subject(job.key)} may have stalled: {stall}.", at=job_started)
     elif active:
         workers = f" with {job.workers} workers" if job.distributed else ""
-        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}{waits}")
+        own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}{waits}", at=job_started)
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
@@ -201,8 +220,9 @@ class _OwnConditions:
                                      state_order=STATE_ORDER)
 
     def set(self, ctype: OwnCondition, reason: str, message: str, *, at: datetime | None = None) -> None:
-        """Set the condition True."""
-        self.conditions.set(ctype, True, reason, message, at=at)
+        """Set the condition True; `at`: when it came true, if it was not (a change of its message
+        alone, as it happens, is stamped now)."""
+        self.conditions.set(ctype, True, reason, message, at=None if self.conditions.is_true(ctype) else at)
 
     def clear(self, ctype: OwnCondition, reason: str, message: str, *, at: datetime | None = None) -> None:
         """Set the condition False if it is True."""
@@ -212,11 +232,13 @@ class _OwnConditions:
 def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], outcome: JobCondition) -> None:
     reason = SUCCEEDED if outcome == "Complete" else FAILED
     final = next(c for c in master_status["conditions"] if c["type"] == outcome and c.get("status") == "True")
+    # When the master Job finished, as its condition (or the outcome record) keeps it.
+    ended = parse_time(final.get("lastTransitionTime"))
     if final.get("reason") == STALLED:  # the hook ended it (hooks.chainerjob.progress): its message says how
-        own.clear("Running", STALLED, final.get("message", ""))
+        own.clear("Running", STALLED, final.get("message", ""), at=ended)
         return
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
-    own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.")
+    own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.", at=ended)
 
 
 def _with_master_status(own: _OwnConditions, master_status: Mapping[str, Any], now: datetime) -> JSON:

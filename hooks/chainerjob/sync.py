@@ -14,17 +14,26 @@ from typing import Any
 
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
+from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION
 from hooks.chainerjob.related import not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
-from hooks.chainerjob.status import failed_validation, finished, finished_while_invalid, master_record, status_for
+from hooks.chainerjob.status import (
+    KeptTimes,
+    failed_validation,
+    finished,
+    finished_while_invalid,
+    master_record,
+    status_for,
+)
 from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
+from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, SERVICE_KEY, SyncResponse
-from hooks.shared.memory import outcome_child, outcome_name, read_record
+from hooks.shared.memory import outcome_child, outcome_name, read_record, stamp, stamped_time
 from hooks.shared.progress import progress_name, progress_status
 from hooks.shared.request import parent_key, read_children, read_parent
-from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter
+from hooks.shared.status import WARNINGS_FIELD, OldStatus, is_counter, parse_time
 
 PARENT_KIND = KIND
 
@@ -145,8 +154,9 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                       ready=ready, statefulsets=current[STATEFULSET_KEY], podgroup=podgroup,
                       observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account,
                       restarting=restarting)
+    times = _kept_times(observed, master_job, old_status, now)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=current, master_status=master_status,
-                              kubectl_image=kubectl_image, gang=gang, attempt=attempts.known)
+                              kubectl_image=kubectl_image, gang=gang, attempt=attempts.known, times=times)
     wanted += restarts.kept_records(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name))
     if restart is not None and restart.new_record is not None:
         wanted.append(restart.new_record)
@@ -154,12 +164,13 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # The status says where the new attempt is, from the sync that decides the restart on: what
         # attempt 0 still shows while it goes would change it on the sync that sees the record.
         status = status_for(job, old_status, {"conditions": []}, dict.fromkeys(ready, 0),
-                            dataclasses.replace(decision, master=False), now, restart=restart, restarting=True)
+                            dataclasses.replace(decision, master=False), now, times=times, restart=restart,
+                            restarting=True)
     else:
         workers = names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()})
         unplaced = not_scheduled(job.name, workers, job_pods, attempts.known)
-        status = status_for(job, old_status, master_status, ready, decision, now, stall=stall.clause, restart=restart,
-                            unplaced=unplaced)
+        status = status_for(job, old_status, master_status, ready, decision, now, times=times, stall=stall.clause,
+                            restart=restart, unplaced=unplaced)
     if (shown := progress_status(reports)) is not None:
         status["progress"] = shown
     answer: SyncResponse = {"status": status, "children": wanted}
@@ -167,6 +178,23 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # Never 0: Metacontroller reads 0 as "no resync"; a due deadline should fire at once.
         answer["resyncAfterSeconds"] = max(stall.resync_after, 0.001)
     return answer
+
+
+def _kept_times(observed: Mapping[str, Mapping[str, Any]], master_job: Mapping[str, Any] | None, old_status: JSON,
+                now: datetime) -> KeptTimes:
+    """The times the children keep (hooks.shared.memory.stamped_time), so that a sync reading the
+    status of one write earlier stamps a change as the sync that made it did.
+
+    When the job was created: as its children keep it, else as the status says (children made
+    before the children kept it), else now (its first sync). When its master Job was first
+    answered: as that Job keeps it; now if it is not observed (this sync may create it); unknown
+    for a master made before the Job kept it (its condition is already in the status)."""
+    created = stamped_time((child for group in observed.values() for child in group.values()), CREATED_ANNOTATION)
+    if created is None:
+        said = next((c for c in old_status["conditions"] if c.get("type") == "Created"), None)
+        created = parse_time(said.get("lastTransitionTime")) if said is not None else None
+    master_started = now if master_job is None else stamped_time([master_job], MASTER_STARTED_ANNOTATION)
+    return KeptTimes(created=created or now, master_started=master_started)
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
@@ -215,10 +243,12 @@ def _scaled_to_zero(statefulset: JSON) -> JSON:
 
 def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | None,
                      observed: Mapping[str, Mapping[str, Any]], master_status: Mapping[str, Any],
-                     kubectl_image: str, gang: Gang | None = None, attempt: int = 0) -> list[JSON]:
+                     kubectl_image: str, gang: Gang | None = None, attempt: int = 0,
+                     times: KeptTimes | None = None) -> list[JSON]:
     """Exactly the children the decision names, in a fixed order: the PodGroup, progress reporting's,
     launcher RBAC and assets, then per worker set, then the master, then the outcome record.
-    `observed` holds only the current attempt's master Job and StatefulSets (hooks.chainerjob.restarts)."""
+    `observed` holds only the current attempt's master Job and StatefulSets (hooks.chainerjob.restarts);
+    `times` are stamped on them (the records are written once and never changed)."""
     wanted: list[JSON] = [podgroup] if decision.podgroup and podgroup is not None else []
     if job.progress.enabled:
         wanted += progress.reporting_children(job)
@@ -232,7 +262,12 @@ def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | No
                                             attempt=attempt)
                    for ws in job.worker_sets.values() if ws.name not in decision.held_back]
     if decision.master:
-        wanted.append(children.master_job_for(job, kubectl_image=kubectl_image, gang=gang, attempt=attempt))
+        master = children.master_job_for(job, kubectl_image=kubectl_image, gang=gang, attempt=attempt)
+        if times is not None and times.master_started is not None:
+            stamp([master], MASTER_STARTED_ANNOTATION, rfc3339(times.master_started))
+        wanted.append(master)
+    if times is not None:
+        stamp(wanted, CREATED_ANNOTATION, rfc3339(times.created))
     outcome = outcome_child(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name),
                             master_status if decision.done else None)
     if outcome is not None:

@@ -29,7 +29,7 @@ from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
-from hooks.shared.status import parse_time
+from hooks.shared.memory import stamp, stamped_time
 from hooks.shared.termination import with_log_fallback
 
 
@@ -137,23 +137,17 @@ def services_for(job: MXJob, slots: Mapping[str, Slot], names: Sequence[str], *,
         builders = {rtype: service_builder(job, spec) for rtype, spec in job.replicas.items()}
         services = [builders[slots[n].rtype](slots[n].index) for n in names]
     if started is not None:
-        for service in services:
-            service["metadata"]["annotations"] = {RUN_STARTED_ANNOTATION: started}
+        stamp(services, RUN_STARTED_ANNOTATION, started)
     return services
 
 
 def run_started(observed_services: Mapping[str, Any]) -> str | None:
-    """When the job's run began, as its live Services keep it (the earliest, should they differ).
+    """When the job's run began, as its live Services keep it (hooks.shared.memory.stamped_time).
 
-    A sync may read the parent without the startTime the sync before wrote (Metacontroller's
-    parent cache lags its own status writes): stamped from that sync's clock, startTime would
-    alternate between two seconds, a status write on every sync. The Services are created with the
-    run (its first sync with children, or its resume: a suspended job has none) and kept while it
-    runs, so every sync of one run reads the same time here."""
-    times = [parsed for service in observed_services.values() if is_live(service)
-             if (parsed := parse_time(((service.get("metadata") or {}).get("annotations") or {})
-                                      .get(RUN_STARTED_ANNOTATION))) is not None]
-    return rfc3339(min(times)) if times else None
+    The Services are created with the run (its first sync with children, or its resume: a
+    suspended job has none) and kept while it runs, so every sync of one run reads the same time."""
+    started = stamped_time(observed_services.values(), RUN_STARTED_ANNOTATION)
+    return rfc3339(started) if started is not None else None
 
 
 def service_names(job: MXJob, slots: Mapping[str, Slot]) -> Collection[str]:

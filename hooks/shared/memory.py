@@ -16,14 +16,19 @@ holds a JSON object under one key. This module owns their shape; each kind decid
 - `<job>-attempt-<n>`: the n-th restart of the whole job (MXJob, failurePolicy RestartJob), with
   the pod whose loss caused it and what it showed. Pods of an earlier attempt are deleted only on
   a sync that sees it.
+
+Times are kept too, as annotations of the children they concern (`stamp`, `stamped_time`): when a
+condition changed is then read back by every later sync, not stamped again from a later sync's clock.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.shared.k8s import JSON
+from hooks.shared.status import parse_time
 
 RECORD_KEY = "record"
 OUTCOME_SUFFIX = "-outcome"
@@ -133,3 +138,24 @@ def restart_records(config_maps: Mapping[str, Any]) -> dict[str, dict[int, Recor
 def _name(observed: Mapping[str, Any]) -> str:
     meta = observed.get("metadata")
     return str(meta.get("name")) if isinstance(meta, Mapping) else "?"
+
+
+def stamp(children: Iterable[JSON], annotation: str, moment: str) -> None:
+    """Annotate children built by this sync (fresh dicts) with a time for later syncs to read back."""
+    for child in children:
+        meta = child.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), annotation: moment}
+
+
+def stamped_time(observed: Iterable[Any], annotation: str) -> datetime | None:
+    """The earliest time the live observed children keep under `annotation` (None: none does).
+
+    A sync may read the parent without the status the sync before it wrote (Metacontroller's parent
+    cache lags its own status writes): a time stamped from each sync's own clock would alternate
+    between two seconds, a status write on every sync. A child keeps the time the sync that first
+    answered it stamped, and every later sync reads that one. The earliest, should two syncs that
+    raced have stamped different ones; a child being deleted no longer counts."""
+    times = [parsed for child in observed if isinstance(child, Mapping)
+             if isinstance(meta := child.get("metadata"), Mapping) and not meta.get("deletionTimestamp")
+             if (parsed := parse_time((meta.get("annotations") or {}).get(annotation))) is not None]
+    return min(times) if times else None

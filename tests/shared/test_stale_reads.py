@@ -553,6 +553,39 @@ def test_a_chainerjob_invalid_edit_read_with_a_stale_status_keeps_the_recorded_o
     assert [c["type"] for c in invalid["conditions"] if c["status"] == "True"] == ["Created", "Failed"]
 
 
+def _chainerjob_times(sim: ChainerSim, watch: Watch, syncs: int = 4) -> list[dict[str, str]]:
+    return [{f"{c['type']}.{stamp}": c.get(stamp) for c in status["conditions"] for stamp in ("lastTransitionTime", "lastUpdateTime")}
+            for status in _stale_syncs_statuses(sim, watch, syncs)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["non-distributed", "distributed"])
+@pytest.mark.parametrize("stale", MODES)
+def test_chainerjob_conditions_stay_stamped_when_the_syncs_after_read_the_status_of_before(stale, workers):
+    """Before: Created, Waiting, Running and the end were stamped with the clock of the first sync
+    that saw them, and each sync after it, reading the status of before, stamped them again with
+    its own second: two statuses alternated, a status write on every sync. Now each is stamped with
+    a time the children keep (the job's first sync, the master Job's, the Job controller's start
+    and end), whichever sync sees it first."""
+    sim = ChainerSim(chainerjob(workers={"ws": workers} if workers else None), stale=stale)
+    watch = Watch(sim, "Job")
+    watch.sync()
+    created = _chainerjob_times(sim, watch)
+    assert created[-1]["Created.lastTransitionTime"] == "2026-11-21T10:00:00Z"
+    assert created == [created[-1]] * 4
+    steps: list[tuple[str, Any]] = [("started", lambda: sim.master("chj-master", active=1)),
+                                    ("ended", lambda: sim.master("chj-master", succeeded=1,
+                                                                 finished=("Complete", "CompletionsReached", "done")))]
+    if workers:
+        steps.insert(0, ("ready", sim.all_ready))
+    for step, event in steps:
+        event()
+        seen = _chainerjob_times(sim, watch, 6)
+        assert seen[-4:] == [seen[-1]] * 4, step
+        assert not watch.wrote, step
+    assert sim.state() == "Complete"
+    watch.check()
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(0, 2), st.sampled_from(["Complete", "Failed"]), st.sampled_from(STALE_MODES),
        st.lists(st.booleans(), min_size=1, max_size=6), st.integers(0, 3), st.booleans(), st.booleans())
