@@ -46,6 +46,7 @@ from hooks.mxjob.restarts import (
     fatal_message,
     in_job_order,
     restart_message,
+    restarted_at,
 )
 from hooks.mxjob.spec import MXJob
 from hooks.mxjob.stall import check_stall, job_reports
@@ -278,8 +279,10 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     if waiting:
         message = restart_message(obs.job, waiting, obs.history, obs.restarts, obs.failures.new_records,
                                   obs.restart_total)
-        conds.set("Restarting", True, RESTARTING, message)
-        conds.clear("Running", RESTARTING, message)
+        at = None if conds.is_true("Restarting") else restarted_at(
+            waiting, obs.pods, obs.history, obs.restarts, obs.failures.new_records)
+        conds.set("Restarting", True, RESTARTING, message, at=at)
+        conds.clear("Running", RESTARTING, message, at=at)
         return
     again = (f"{subject(key)}: every pod of attempt {obs.attempt} is running (the job was "
              f"restarted after {attempt_cause(obs)})." if obs.attempt

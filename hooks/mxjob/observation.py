@@ -117,7 +117,7 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     if was_terminal or job.run_policy.suspend or succeeded:
         failures = no_failures(history)
     else:
-        failures = classify_failures(job, pods, history, memory.restarts)
+        failures = classify_failures(job, pods, history, memory.restarts, now=now)
     old_attempt = old.counter("attempt") or 0
     failures = with_collateral(job, failures, job_restart_pending=old_attempt > known_attempt)
     # A pod lost for a whole-job restart now: its record is created; the old pods go on a later sync.

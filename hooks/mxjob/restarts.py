@@ -9,15 +9,17 @@ given is never changed; a new one is returned.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, NamedTuple, cast
 
 from hooks.mxjob.observed import PodView, Slot
 from hooks.mxjob.runpolicy import FailureRule
 from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import FAIL_JOB, RESTART_JOB, RESTART_POD, SCHEDULER, FailureAction, subject
+from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
 from hooks.shared.memory import Record, restart_record_name
-from hooks.shared.status import OldStatus, is_counter
+from hooks.shared.status import OldStatus, is_counter, parse_time
 from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, Said, first_line, how_it_ended
 from hooks.shared.validation import is_int32
 
@@ -105,7 +107,7 @@ def counted_in_records(pod: PodView, records: Mapping[int, Record]) -> bool:
 
 
 def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[str, RestartRecord],
-                      restarts: Mapping[str, Mapping[int, Record]]) -> Failures:
+                      restarts: Mapping[str, Mapping[int, Record]], *, now: datetime) -> Failures:
     """Split failed pods into job failures and pods to recreate; count each failure once.
 
     A failure is counted when it is new to both memories: the status history (by the failed
@@ -148,11 +150,11 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
         if in_records:
             recorded.add(pod.name)
         else:
-            new_records[restart_record_name(pod.name, record.get("recreations", 1))] = _restart_record(pod)
+            new_records[restart_record_name(pod.name, record.get("recreations", 1))] = _restart_record(pod, now)
     return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
 
 
-def _restart_record(pod: PodView) -> JSON:
+def _restart_record(pod: PodView, now: datetime) -> JSON:
     data: JSON = {"failedUID": pod.uid, "containerRestarts": pod.restarts}
     if pod.exit_code is not None:
         data["exitCode"] = pod.exit_code
@@ -162,6 +164,8 @@ def _restart_record(pod: PodView) -> JSON:
         data["message"] = pod.message
         if pod.log_line:
             data["logLine"] = True  # the message is only the last line of a log tail
+    # When it failed (restarted_at reads it back): as the pod shows it, else this sync's time.
+    data["time"] = pod.finished_at if parse_time(pod.finished_at) is not None else rfc3339(now)
     return data
 
 
@@ -313,17 +317,39 @@ def restart_message(job: MXJob, names: list[str], history: Mapping[str, RestartR
     ended, and the budget."""
     parts = []
     for name in names[:MAX_NAMED]:
-        record = history.get(name, {})
-        # How it ended, from its restart record (observed, or created now).
-        n = record.get("recreations", 0)
-        observed = restarts.get(name, {}).get(n)
-        data: Mapping[str, Any] = observed.data if observed is not None else new_records.get(
-            restart_record_name(name, n), {})
-        parts.append(f"pod {name} ended with {recorded_cause(data, record.get('lastExitCode'))} and is recreated")
+        data = _last_record(name, history, restarts, new_records)
+        parts.append(f"pod {name} ended with {recorded_cause(data, history.get(name, {}).get('lastExitCode'))} "
+                     f"and is recreated")
     if len(names) > MAX_NAMED:
         parts.append(f"and {len(names) - MAX_NAMED} more pods are recreated")
     return (f"{subject(job.key)} is restarting: {'; '.join(parts)} "
             f"(restarts so far: {total}{backoff_budget(job)}).")
+
+
+def restarted_at(names: list[str], pods: Mapping[str, PodView], history: Mapping[str, RestartRecord],
+                 restarts: Mapping[str, Mapping[int, Record]], new_records: Mapping[str, JSON]) -> datetime | None:
+    """When the first of these pods' recreations began: when the pod failed, as its restart record
+    keeps it (observed or created now), else as the failed pod shows it (None: neither says).
+
+    A sync that reads the status of one write earlier (Metacontroller's parent cache) does not see
+    Restarting True: stamped from its own clock, the condition would alternate between two times."""
+    times = []
+    for name in names:
+        moment = parse_time(_last_record(name, history, restarts, new_records).get("time"))
+        pod = pods.get(name)
+        if moment is None and pod is not None and pod.uid == history.get(name, {}).get("lastFailedUID"):
+            moment = parse_time(pod.finished_at)
+        if moment is not None:
+            times.append(moment)
+    return min(times) if times else None
+
+
+def _last_record(name: str, history: Mapping[str, RestartRecord], restarts: Mapping[str, Mapping[int, Record]],
+                 new_records: Mapping[str, JSON]) -> Mapping[str, Any]:
+    """What the pod's last recreation's restart record holds (observed, or created now; {}: none)."""
+    n = history.get(name, {}).get("recreations", 0)
+    observed = restarts.get(name, {}).get(n)
+    return observed.data if observed is not None else new_records.get(restart_record_name(name, n), {})
 
 
 def backoff_budget(job: MXJob) -> str:

@@ -333,6 +333,37 @@ def test_a_restarted_job_running_again_stays_stamped_when_the_syncs_after_read_i
     assert not watch.wrote
 
 
+@pytest.mark.parametrize("ended", [{"exit_code": 137}, {"pod_reason": "Evicted"}], ids=["killed", "evicted-no-exit"])
+@pytest.mark.parametrize("stale", MODES)
+def test_a_recreated_pod_restarting_stays_stamped_when_the_syncs_after_read_the_status_of_before(stale, ended):
+    """Before: Restarting True for a pod's recreation was stamped with the clock of the first sync
+    that saw the failure, and each sync after it, reading the status of before, stamped it again.
+    Now it is stamped with when the pod failed, as its restart record keeps it (the container's
+    finishedAt, or the time of the sync that recorded a failure without one)."""
+    sim = Sim(mxjob(replicas={"Worker": {"replicas": 1, "restartPolicy": "OnFailure"}}), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.run()
+    watch.settle()
+    sim.tick(5)
+    failed_at = rfc3339(sim.now)
+    sim.set_phase("mx-worker-0", "Failed", **ended)
+    for _ in range(3):  # the first sync to see it comes a second later ("children": a sync after)
+        sim.tick(1)
+        watch.sync()
+        restarting = sim.condition("Restarting") or {}
+        if restarting.get("status") == "True":
+            break
+    assert restarting.get("status") == "True"
+    first = restarting["lastTransitionTime"]
+    # Killed: when its container ended; without a container state: the sync that recorded it.
+    assert first == (failed_at if "exit_code" in ended else rfc3339(sim.now))
+    seen = _stale_syncs(sim, watch, 6)  # the record observed, the failed pod deleted, ...
+    assert all(times.get("Restarting.lastTransitionTime") == first for times in seen)
+    assert seen[-3:] == [seen[-1]] * 3
+    watch.check()
+
+
 def _updates(status: dict) -> dict[str, str]:
     """Each condition's message and update time."""
     return {c["type"]: f"{c['lastUpdateTime']} {c['message']}" for c in status.get("conditions") or []}
