@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from localcluster.config import REPO_ROOT
-from localcluster.node.dns import LOOPBACK, free_port
+from localcluster.ports import LOOPBACK, PORT_ATTEMPTS, free_port, says_port_taken
 
 # The Dockerfile's command, plus a loopback --bind (the default binds 0.0.0.0:8080).
 SERVER_ARGS = ["--config", "python:hooks.server.gunicorn_conf", "hooks.server.app:create_app()"]
@@ -27,10 +27,6 @@ def gunicorn_command() -> list[str]:
     """gunicorn from this environment (the venv's script, or `python -m gunicorn`)."""
     script = Path(sys.executable).parent / "gunicorn"
     return [str(script)] if script.exists() else [sys.executable, "-m", "gunicorn"]
-
-
-# What gunicorn logs when its --bind address is taken (it retries for 5 s, then exits 1).
-ADDRESS_IN_USE = "Address already in use"
 
 
 class PortTaken(Exception):
@@ -59,11 +55,11 @@ class HooksServer:
 
     def start(self) -> None:
         """Start gunicorn and wait until /readyz answers 200; on a free port taken meanwhile, on another."""
-        for attempt in range(1, 5):
+        for attempt in range(1, PORT_ATTEMPTS + 1):
             try:
                 self._start_once()
             except PortTaken as taken:
-                if attempt == 4:
+                if attempt == PORT_ATTEMPTS:
                     raise RuntimeError(f"hooks server: {attempt} free ports were taken before gunicorn bound them; "
                                        f"see {self.log_path}") from taken
                 self.port = free_port()
@@ -88,7 +84,8 @@ class HooksServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 code = self._process.returncode
-                if self._may_move and ADDRESS_IN_USE in self._log_since(log_start):
+                # gunicorn retries a taken --bind address for 5 s, then exits 1.
+                if self._may_move and says_port_taken(self._log_since(log_start)):
                     self.stop()
                     raise PortTaken(self.port)
                 raise RuntimeError(f"hooks server exited with {code}; see {self.log_path}")

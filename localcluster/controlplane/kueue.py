@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from localcluster.controlplane.processes import Component, ControlPlane, ControlPlaneError, bin_dir, die_with_parent, free_port, http_ok
+from localcluster.controlplane.processes import Component, ControlPlane, ControlPlaneError, bin_dir, die_with_parent, http_ok
+from localcluster.ports import PORT_ATTEMPTS, free_port
 
 NAMESPACE = "kueue-system"
 SERVICE_ACCOUNT = "kueue-controller-manager"
@@ -228,9 +229,22 @@ class Kueue:
         begin = time.monotonic()
         cert_dir = self.workdir / "certs"
         ca_pem = write_certificates(cert_dir)
-        self.webhook_port = free_port()
-        objects = adapt_manifests(render_manifests(self.cp, self.workdir), f"https://127.0.0.1:{self.webhook_port}", ca_pem)
         self.cp.kubectl("create", "namespace", NAMESPACE, check=False)  # there already on a second start
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_on(free_port(), cert_dir, ca_pem)
+                break
+            except ControlPlaneError:
+                # A port picked for it was taken before it bound it (localcluster.ports): on new ones.
+                if attempt == PORT_ATTEMPTS or self.component is None or not self.component.lost_its_port():
+                    raise
+        self._wait(self._webhooks_answer, "its webhooks to answer the API server")
+        self.startup_seconds = time.monotonic() - begin
+
+    def _start_on(self, webhook_port: int, cert_dir: Path, ca_pem: bytes) -> None:
+        """Install its manifests with webhooks on `webhook_port`, start it, wait for its readiness probe."""
+        self.webhook_port = webhook_port
+        objects = adapt_manifests(render_manifests(self.cp, self.workdir), f"https://127.0.0.1:{self.webhook_port}", ca_pem)
         self.cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", timeout=120,
                         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
         self.cp.wait_established(*(o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"))
@@ -244,8 +258,6 @@ class Kueue:
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)  # only the mount point; the host's copy stays empty
         self._spawn(mount_wrapper(cert_dir, [str(binary()), f"--config={config}"]), kubeconfig)
         self._wait(lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"), "its readiness probe")
-        self._wait(self._webhooks_answer, "its webhooks to answer the API server")
-        self.startup_seconds = time.monotonic() - begin
 
     def _spawn(self, argv: list[str], kubeconfig: Path) -> None:
         with self.log.open("wb") as out:

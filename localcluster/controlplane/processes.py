@@ -31,13 +31,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from localcluster.config import REPO_ROOT
+from localcluster.ports import PORT_ATTEMPTS, free_port, says_port_taken
 
 # Where `make controlplane` puts the binaries; CONTROLPLANE_BIN points elsewhere.
 DEFAULT_BIN_DIR = REPO_ROOT / ".controlplane" / "bin"
@@ -107,12 +108,6 @@ def missing_binaries(directory: Path | None = None) -> list[str]:
     return [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
     os.setsid()
@@ -139,6 +134,10 @@ class Component:
                 return
             time.sleep(interval)
         raise error(f"{self.name}: not {what} within {timeout:.0f} s; end of {self.log}:\n{self.tail()}")
+
+    def lost_its_port(self) -> bool:
+        """Whether it exited because a port picked for it was taken before it bound it (localcluster.ports)."""
+        return self.process.poll() is not None and says_port_taken(self.tail(50))
 
     def tail(self, lines: int = 20) -> str:
         try:
@@ -245,21 +244,34 @@ class ControlPlane:
         (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n"
                                               f"{scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n")
 
-        etcd_port, etcd_peer = free_port(), free_port()
+        def etcd(ports: list[int]) -> list[str]:
+            client, peer = ports
+            return ["--name=default", f"--data-dir={self.root / 'etcd'}",
+                    f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
+                    f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                    "--unsafe-no-fsync=true", "--log-level=warn"]
+
+        etcd_port, _ = self._start_on_free_ports("etcd", 2, etcd, lambda ports: http_ok(f"http://127.0.0.1:{ports[0]}/health"))
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self._spawn("etcd", [
-            "--name=default", f"--data-dir={self.root / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync=true", "--log-level=warn",
-        ])
-        self._wait("etcd", lambda: http_ok(f"{etcd_url}/health"))
         self.startup_seconds["etcd"] = time.monotonic() - begin
 
-        self.port = free_port()
-        self._spawn("kube-apiserver", [
+        def apiserver(ports: list[int]) -> list[str]:
+            self.port = ports[0]  # self.server (the issuer below) and readiness read it
+            return self._apiserver_args(etcd_url, sa_key)
+
+        self._start_on_free_ports("kube-apiserver", 1, apiserver, lambda _: self._api_ok("/readyz"))
+        self.startup_seconds["kube-apiserver"] = time.monotonic() - begin - self.startup_seconds["etcd"]
+        self._write_kubeconfig(self.kubeconfig, "admin", self.token)
+        self._write_kubeconfig(self.scheduler_kubeconfig, SCHEDULER_USER, scheduler_token)
+
+        if not self.hold_controllers:
+            self.start_controllers()
+        self.startup_seconds["total"] = time.monotonic() - begin
+
+    def _apiserver_args(self, etcd_url: str, sa_key: Path) -> list[str]:
+        return [
             f"--etcd-servers={etcd_url}",
             f"--cert-dir={self.root / 'pki'}", "--bind-address=127.0.0.1", f"--secure-port={self.port}",
             # A loopback bind address makes the server look for the host's default-route IP otherwise.
@@ -275,29 +287,25 @@ class ControlPlane:
             # Reach a node's kubelet (pods/log, exec) at its InternalIP, not at its host name.
             "--kubelet-preferred-address-types=InternalIP",
             *self.extra_apiserver_flags,
-        ])
-        self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
-        self.startup_seconds["kube-apiserver"] = time.monotonic() - begin - self.startup_seconds["etcd"]
-        self._write_kubeconfig(self.kubeconfig, "admin", self.token)
-        self._write_kubeconfig(self.scheduler_kubeconfig, SCHEDULER_USER, scheduler_token)
-
-        if not self.hold_controllers:
-            self.start_controllers()
-        self.startup_seconds["total"] = time.monotonic() - begin
+        ]
 
     def start_controllers(self) -> None:
         """Start kube-controller-manager and kube-scheduler (start() does, unless `hold_controllers`: install
         CRDs first, so the garbage collector knows their kinds from the start instead of after its next 30 s
         discovery). Both start before either is waited for: they come up side by side."""
         mark = time.monotonic()
-        scheduler_port = free_port()
+
+        def scheduler(ports: list[int]) -> list[str]:
+            # Its /readyz (always allowed, no client certificate needed) says when its informers have synced.
+            return [f"--kubeconfig={self.scheduler_kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
+                    f"--secure-port={ports[0]}", f"--cert-dir={self.root / 'pki' / 'kube-scheduler'}"]
+
+        def scheduler_ready(ports: list[int]) -> bool:
+            return http_ok(f"https://127.0.0.1:{ports[0]}/readyz", context=_unverified_context())
+
+        scheduler_ports = [free_port()]
         if self.scheduler:
-            self._spawn("kube-scheduler", [
-                f"--kubeconfig={self.scheduler_kubeconfig}",
-                # Its /readyz (always allowed, no client certificate needed) says when its informers have synced.
-                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={scheduler_port}",
-                f"--cert-dir={self.root / 'pki' / 'kube-scheduler'}",
-            ])
+            self._spawn("kube-scheduler", scheduler(scheduler_ports))
         sa_key = self.root / "pki" / "service-account.key"
         self._spawn("kube-controller-manager", [
             f"--kubeconfig={self.kubeconfig}",
@@ -311,8 +319,7 @@ class ControlPlane:
             self._wait("kube-controller-manager", lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"))
         self.startup_seconds["kube-controller-manager"] = time.monotonic() - mark
         if self.scheduler:
-            self._wait("kube-scheduler", lambda: http_ok(f"https://127.0.0.1:{scheduler_port}/readyz",
-                                                          context=_unverified_context()))
+            self._start_on_free_ports("kube-scheduler", 1, scheduler, scheduler_ready, started=scheduler_ports)
             self.startup_seconds["kube-scheduler"] = time.monotonic() - mark
 
     def _spawn(self, name: str, args: list[str]) -> None:
@@ -324,8 +331,32 @@ class ControlPlane:
             )
         self.components.append(Component(name, process, log))
 
+    def _start_on_free_ports(self, name: str, count: int, args: Callable[[list[int]], list[str]],
+                             ready: Callable[[list[int]], bool], *, started: list[int] | None = None) -> list[int]:
+        """Start `name` with `args(ports)` on `count` ports picked free and wait until `ready(ports)`;
+        again on new ports when it exited because one was taken meanwhile (localcluster.ports).
+        `started`: the ports of a start already spawned, to wait for first."""
+        ports = started
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if ports is None:
+                ports = [free_port() for _ in range(count)]
+                self._spawn(name, args(ports))
+            component = self.components[-1] if self.components[-1].name == name else self._component(name)
+            try:
+                component.wait_ready(functools.partial(ready, ports), "ready", START_TIMEOUT)
+                return ports
+            except ControlPlaneError:
+                if attempt == PORT_ATTEMPTS or not component.lost_its_port():
+                    raise
+            self.components.remove(component)
+            ports = None
+        raise AssertionError("unreachable")
+
+    def _component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
     def _wait(self, name: str, ready: Callable[[], bool], timeout: float = START_TIMEOUT) -> None:
-        next(c for c in self.components if c.name == name).wait_ready(ready, "ready", timeout)
+        self._component(name).wait_ready(ready, "ready", timeout)
 
     # -- clients ----------------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:

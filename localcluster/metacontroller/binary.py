@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from localcluster.config import MANIFEST_DIR, ControllerConfig
-from localcluster.controlplane.processes import Component, ControlPlane, die_with_parent, free_port, http_ok
+from localcluster.controlplane.processes import Component, ControlPlane, die_with_parent, http_ok
+from localcluster.ports import PORT_ATTEMPTS, free_port
 
 NAMESPACE = SERVICE_ACCOUNT = "metacontroller"
 SELF_ROLE = "metacontroller-self"
@@ -145,7 +146,18 @@ class MetacontrollerBinary:
             "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
             "contexts": [{"name": "metacontroller", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
         }, indent=2))
-        self.health_port = free_port()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self._spawn(kubeconfig, free_port())
+            try:
+                self._wait_healthy()
+                return
+            except MetacontrollerBinaryError:
+                # Its health port was taken before it bound it (localcluster.ports): on a new one.
+                if attempt == PORT_ATTEMPTS or self.component is None or not self.component.lost_its_port():
+                    raise
+
+    def _spawn(self, kubeconfig: Path, health_port: int) -> None:
+        self.health_port = health_port
         args = [str(self.binary), f"--kubeconfig={kubeconfig}", f"--discovery-interval={self.discovery_interval}",
                 f"--client-go-qps={self.client_qps:g}", f"--client-go-burst={self.client_burst}",
                 "--metrics-address=0", f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
@@ -160,7 +172,6 @@ class MetacontrollerBinary:
             except OSError as err:
                 raise MetacontrollerBinaryError(f"{self.binary} could not start: {err}") from err
         self.component = Component("metacontroller", process, self.log)
-        self._wait_healthy()
 
     def _wait_healthy(self) -> None:
         assert self.component is not None

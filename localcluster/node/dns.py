@@ -24,17 +24,16 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from localcluster.ports import LOOPBACK, free_port
 from localcluster.store import ObjectStore
 from localcluster.types import KubeObject
 
-LOOPBACK = "127.0.0.1"
 # Keys that name a host inside a JSON env value (MX_CONFIG uses "url").
 HOST_KEYS = ("url", "host", "hostname", "address")
 # `<PREFIX>_PORT` is the port of the host in one of these siblings (DMLC_PS_ROOT_PORT ↔ DMLC_PS_ROOT_URI).
@@ -42,14 +41,6 @@ HOST_SUFFIXES = ("_URI", "_HOST", "_ADDR", "_ADDRESS")
 # Hosts that are never a Service of the namespace, even where a host is expected.
 NOT_CLUSTER_NAMES = frozenset({"localhost", "0.0.0.0", "127.0.0.1"})
 _HOST_PORT = re.compile(r"^(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)(:(?P<port>\d{1,5}))?$")
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]  # (host, port) for AF_INET; typeshed says Any
-        return port
 
 
 HOST_HOSTS = Path("/etc/hosts")

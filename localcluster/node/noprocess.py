@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from localcluster.node.dns import LOOPBACK
 from localcluster.node.podstatus import keep_others
+from localcluster.ports import LOOPBACK
 from localcluster.store import ObjectStore, StoreError, now_rfc3339
 from localcluster.types import KubeObject
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from localcluster.config import REPO_ROOT
-from localcluster.node.dns import LOOPBACK, ClusterDNS
+from localcluster.node.dns import ClusterDNS
 from localcluster.node.podenv import expand, resolve_env
 from localcluster.node.registration import NODE_NAME
 from localcluster.node.volumes import (
@@ -35,6 +35,7 @@ from localcluster.node.volumes import (
     prepare_volumes,
     rewrite_configmap_files,
 )
+from localcluster.ports import LOOPBACK
 from localcluster.store import ObjectStore, StoreError
 from localcluster.types import Container, KubeObject
 

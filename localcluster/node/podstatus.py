@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from localcluster.node.dns import LOOPBACK
 from localcluster.node.podprocess import ContainerRun, will_restart
+from localcluster.ports import LOOPBACK
 from localcluster.store import ObjectStore, StoreError, now_rfc3339
 from localcluster.types import ContainerState, ContainerStatus, PodStatus
 
