@@ -21,8 +21,15 @@ def job(workers: dict | None = None, **run_policy) -> dict:
 
 
 def running(parent: dict) -> ChainerSim:
-    """Sync until the workers are ready and the master Job runs, and the job is Running."""
+    """A new job, synced until it is Running."""
     sim = ChainerSim(parent)
+    run_attempt(sim)
+    return sim
+
+
+def run_attempt(sim: ChainerSim) -> None:
+    """Sync until the workers are ready and the master Job runs, and the job is Running (a new job,
+    or a restarted one's new attempt)."""
     for _ in range(2):
         sim.sync()
     if sim.children[STATEFULSET_KEY]:
@@ -31,7 +38,6 @@ def running(parent: dict) -> ChainerSim:
     sim.master("chj-master", active=1)
     sim.sync()
     assert sim.state() == "Running", sim.status
-    return sim
 
 
 def report(sim: ChainerSim, reporter: str = "rank-0", *, step: int, total: int | None = 100, **metrics) -> None:
@@ -339,13 +345,7 @@ def test_restart_job_records_the_attempt_then_replaces_the_master_and_workers():
 def test_reports_count_for_their_attempt_and_the_clock_restarts_with_it():
     sim = running(restart_job())
     stall(sim)
-    for _ in range(2):
-        sim.sync()
-    sim.all_ready()
-    sim.sync()
-    sim.master("chj-master", active=1)
-    sim.sync()
-    assert sim.state() == "Running"
+    run_attempt(sim)
     sim.tick(59)
     sim.sync()
     assert sim.condition("Running")["reason"] == "ChainerJobRunning", "a new attempt gets a whole timeout"
@@ -360,13 +360,7 @@ def test_a_stall_past_max_restarts_fails_the_job(max_restarts):
     sim = running(restart_job(maxRestarts=max_restarts))
     for _ in range(max_restarts):
         stall(sim)
-        for _ in range(2):
-            sim.sync()
-        sim.all_ready()
-        sim.sync()
-        sim.master("chj-master", active=1)
-        sim.sync()
-        assert sim.state() == "Running"
+        run_attempt(sim)
     stall(sim)
     failed = sim.condition("Failed")
     assert sim.state() == "Failed" and failed["reason"] == "ChainerJobStalled"

@@ -370,12 +370,10 @@ def chainerjob_master_running() -> ChainerSim:
     return sim
 
 
-def chainerjob_progress_rank_silent() -> ChainerSim:
-    # spec.runPolicy.progress and stallPolicy (docs/progress.md): every rank reports; rank-1 falls
-    # silent past the timeout, so Running says the job may have stalled (action Report).
+def _chainerjob_mn_running(run_policy: dict) -> ChainerSim:
+    """The ChainerMN example with this runPolicy: its workers ready 20 s in, its master running 5 s later."""
     parent = example("chainerjob-mn.yaml")
-    parent["spec"]["runPolicy"] = {"progress": {"reporters": "AllReplicas"},
-                                   "stallPolicy": {"timeoutSeconds": 120, "action": "Report"}}
+    parent["spec"]["runPolicy"] = run_policy
     sim = ChainerSim(parent)
     sim.sync()
     sim.sync()
@@ -385,6 +383,14 @@ def chainerjob_progress_rank_silent() -> ChainerSim:
     sim.tick(5)
     sim.master("example-job-mn-master", active=1)
     sim.sync()
+    return sim
+
+
+def chainerjob_progress_rank_silent() -> ChainerSim:
+    # spec.runPolicy.progress and stallPolicy (docs/progress.md): every rank reports; rank-1 falls
+    # silent past the timeout, so Running says the job may have stalled (action Report).
+    sim = _chainerjob_mn_running({"progress": {"reporters": "AllReplicas"},
+                                  "stallPolicy": {"timeoutSeconds": 120, "action": "Report"}})
 
     def report(name: str, step: int, **metrics: float) -> None:
         entry = json.dumps({"attempt": 0, "step": step, "total": 500, "metrics": metrics,
@@ -404,17 +410,7 @@ def chainerjob_restarted_by_stall() -> ChainerSim:
     # spec.runPolicy.stallPolicy RestartJob (docs/progress.md): no report within the timeout, so the
     # master Job and the workers were replaced as attempt 1 (status.attempt, the `-attempt-1` record);
     # its master runs, so Restarting is False and Running True again.
-    parent = example("chainerjob-mn.yaml")
-    parent["spec"]["runPolicy"] = {"stallPolicy": {"timeoutSeconds": 120, "action": "RestartJob"}}
-    sim = ChainerSim(parent)
-    sim.sync()
-    sim.sync()
-    sim.tick(20)
-    sim.all_ready()
-    sim.sync()
-    sim.tick(5)
-    sim.master("example-job-mn-master", active=1)
-    sim.sync()
+    sim = _chainerjob_mn_running({"stallPolicy": {"timeoutSeconds": 120, "action": "RestartJob"}})
     sim.tick(120)
     sim.sync()
     sim.tick(10)
