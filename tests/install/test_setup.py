@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -15,8 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
 
 
+# The Makefile's settings, and what an outer make hands down (`make test KUEUE=run` puts KUEUE=run in
+# MAKEFLAGS and in the tests' environment): left out, so each call here sees the Makefile's defaults.
+MAKE_SETTINGS = ("PY", "EXAMPLE", "CONTROLPLANE", "KUEUE", "IMAGE_CHECK", "TEST_WORKERS", "MAKEFLAGS", "MFLAGS",
+                 "MAKELEVEL")
+
+
 def make(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": path} if path is not None else None
+    env = {k: v for k, v in os.environ.items() if k not in MAKE_SETTINGS}
+    if path is not None:
+        env = {"PATH": path}
     return subprocess.run([shutil.which("make") or "make", "-f", str(ROOT / "Makefile"), "--no-print-directory", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
