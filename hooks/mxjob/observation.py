@@ -89,6 +89,8 @@ class Observation:
     uncounted_attempts: int = 0
     # The container restarts of the attempt a queue eviction replaces now, for its record to carry.
     evicted_restarts: int = 0
+    # The container restarts queue evictions carried over: their records', and the one decided now.
+    carried_restarts: int = 0
 
     @property
     def counted_attempts(self) -> int:
@@ -155,6 +157,7 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
         failures=failures, uncounted_attempts=uncounted, evicted_restarts=evicted_restarts,
+        carried_restarts=carried,
         # A finished job counts nothing more: its terminal status keeps the count, as its outcome
         # record does (a recount could differ: pods kept after the end restart in place, and a
         # refused whole-job restart read back recounts the lost pods' own restarts).
