@@ -84,6 +84,7 @@ class Observation:
     failures: Failures
     restart_total: int
     stall: Stall | None = None  # the job has stalled now (runPolicy.stallPolicy, hooks.mxjob.stall)
+    evicting: bool = False  # this sync decides a whole-job restart because Kueue stopped the job's pods
     # Attempts a queue eviction began (their records say so; and the one decided now, if Kueue
     # stopped its pods): not counted against backoffLimit or failurePolicy.maxRestarts.
     uncounted_attempts: int = 0
@@ -97,10 +98,6 @@ class Observation:
         """The whole-job restarts counted against backoffLimit and failurePolicy.maxRestarts."""
         return self.attempt - self.uncounted_attempts
 
-    @property
-    def evicting(self) -> bool:
-        """Whether this sync decides a whole-job restart because Kueue stopped the job's pods."""
-        return self.attempt > self.known_attempt and bool(self.failures.evicted)
 
     @property
     def history(self) -> Mapping[str, RestartRecord]:
@@ -156,7 +153,7 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         completion_time=completion_time, cleaned_up_time=cleaned_up_time, old_attempt=old_attempt,
         known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
-        failures=failures, uncounted_attempts=uncounted, evicted_restarts=evicted_restarts,
+        failures=failures, evicting=evicting, uncounted_attempts=uncounted, evicted_restarts=evicted_restarts,
         carried_restarts=carried,
         # A finished job counts nothing more: its terminal status keeps the count, as its outcome
         # record does (a recount could differ: pods kept after the end restart in place, and a

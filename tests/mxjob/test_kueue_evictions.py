@@ -342,3 +342,20 @@ def test_the_restarting_condition_of_an_eviction_stays_stamped_under_stale_reads
         seen.append((sim.condition("Restarting") or {}).get("lastTransitionTime"))
     assert decided is not None and set(seen) == {decided}
     watch.check()
+
+
+@pytest.mark.parametrize("seen", ["same-sync", "after-the-decision"])
+def test_a_pod_that_fails_on_its_own_beside_an_eviction_is_judged_as_in_several_losses_in_one_sync(seen):
+    """Kueue does not stop a pod that had ended: an error seen with the eviction came first and fails the
+    job; one seen after the restart was decided is a peer giving up, part of the restart."""
+    sim = running(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": {"replicas": 2, "restartPolicy": "Never"}}))
+    evict(sim, "mx-scheduler-0", "mx-server-0", "mx-worker-1")
+    if seen == "after-the-decision":
+        sim.sync()
+    sim.set_phase("mx-worker-0", "Failed", exit_code=1, reason="Error")
+    sim.sync()
+    if seen == "same-sync":
+        assert sim.state() == "Failed"
+        assert "Worker 0 (pod mx-worker-0) failed with exit code 1" in sim.condition("Failed")["message"]  # type: ignore[index]
+    else:
+        assert restarting(sim)["reason"] == "MXJobEvictedByQueue" and sim.status.get("restartCount", 0) == 0
