@@ -98,7 +98,6 @@ class Observation:
         """The whole-job restarts counted against backoffLimit and failurePolicy.maxRestarts."""
         return self.attempt - self.uncounted_attempts
 
-
     @property
     def history(self) -> Mapping[str, RestartRecord]:
         """The restart history with this sync's failures counted."""
