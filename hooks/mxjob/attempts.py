@@ -11,11 +11,22 @@ from typing import Any
 
 from hooks.mxjob.observation import Observation
 from hooks.mxjob.observed import Slot
-from hooks.mxjob.restarts import MAX_NAMED, backoff_budget, distributed, in_job_order, loss_cause, lost_exit_code
+from hooks.mxjob.restarts import (
+    CARRIED_RESTARTS,
+    MAX_NAMED,
+    QUEUE_EVICTION,
+    backoff_budget,
+    distributed,
+    in_job_order,
+    loss_cause,
+    lost_exit_code,
+    queue_eviction_of,
+)
 from hooks.mxjob.vocabulary import subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.status import parse_time
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, first_line
 
 
 def attempt_record(obs: Observation) -> JSON:
@@ -23,11 +34,20 @@ def attempt_record(obs: Observation) -> JSON:
     the others lost with it (how each of the next MAX_NAMED - 1 ended, so the message can say it
     after the pods are gone), or the stall (runPolicy.stallPolicy RestartJob); and the time: the
     Restarting condition's transition (`decided_at`) and, for a job with a stallPolicy, when the
-    new attempt's stall clock counts from (hooks.mxjob.stall.running_since)."""
+    new attempt's stall clock counts from (hooks.mxjob.stall.running_since). A queue eviction's
+    record names the first pod Kueue stopped and keeps Kueue's reason and message, which leave the
+    attempt uncounted, and the container restarts of the pods it replaces (still counted)."""
     losses = obs.failures.job_losses
     timed: JSON = {"time": rfc3339(obs.now)}
     if not losses and obs.stall is not None:
         return {"stalled": obs.stall.clause, **timed}
+    if obs.evicting:
+        evicted = obs.failures.evicted[0]
+        queue: JSON = {"reason": evicted.reason or ""}
+        if evicted.message:
+            queue["message"] = evicted.message
+        return {"lostPod": evicted.name, "failedUID": evicted.uid, **timed, QUEUE_EVICTION: queue,
+                CARRIED_RESTARTS: obs.evicted_restarts}
     pod = losses[0]
     data: JSON = {"lostPod": pod.name, "failedUID": pod.uid, **timed}
     code = lost_exit_code(pod)
@@ -62,6 +82,9 @@ def attempt_cause(obs: Observation) -> str:
         data = record.data if record is not None else {}
     if isinstance(data.get("stalled"), str):
         return f"it stalled: {data['stalled']}"
+    queue = queue_eviction_of(data)
+    if queue is not None:
+        return f"Kueue evicted it ({kueue_words(queue)})"
     lost = data.get("lostPod")
     cause = data.get("cause")
     what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
@@ -75,6 +98,22 @@ def attempt_cause(obs: Observation) -> str:
              if isinstance(name, str) and isinstance(text, str)][:MAX_NAMED - 1]
     rest = len(also) - len(named)
     return what + "".join(f", and {words}" for words in named) + (f", and {rest} more" if rest else "")
+
+
+def kueue_words(queue: Mapping[str, Any]) -> str:
+    """Kueue's reason and message as a record keeps them: `WorkloadEvictedDueToPreempted: 'Preempted
+    to accommodate ...'`, read defensively (only the hook writes a record)."""
+    reason = first_line(queue.get("reason"), MAX_REASON) or "no reason given"
+    message = first_line(queue.get("message"), MAX_MESSAGE)
+    return f"{reason}: {message!r}" if message else reason
+
+
+def attempt_evicted(obs: Observation) -> bool:
+    """Whether the current attempt began because Kueue evicted the job (a queue eviction)."""
+    if obs.attempt > obs.known_attempt:
+        return obs.evicting
+    record = obs.attempt_records.get(obs.attempt)
+    return record is not None and queue_eviction_of(record.data) is not None
 
 
 def decided_at(obs: Observation) -> datetime | None:
@@ -97,7 +136,14 @@ def attempt_stalled(obs: Observation) -> bool:
 
 
 def job_restart_message(obs: Observation) -> str:
-    """The Restarting condition of a whole-job restart: the attempt, the lost pod and why."""
+    """The Restarting condition of a whole-job restart: the attempt, the lost pod and why; for a queue
+    eviction, Kueue's reason and message, and that it is not counted."""
+    if attempt_evicted(obs):
+        return (f"{subject(obs.job.key)} is restarting as attempt {obs.attempt}: {attempt_cause(obs)}; every pod "
+                f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT={obs.attempt}, in a new "
+                f"pod group that Kueue queues and admits again; an eviction by the queue is not counted against "
+                f"backoffLimit or failurePolicy.maxRestarts (restarts so far: {obs.restart_total}"
+                f"{backoff_budget(obs.job)}).")
     return (f"{subject(obs.job.key)} is restarting as attempt {obs.attempt}: {attempt_cause(obs)}; every pod "
             f"that has not succeeded is deleted and created again with MXJOB_ATTEMPT="
             f"{obs.attempt} (restarts so far: {obs.restart_total}{backoff_budget(obs.job)}).")

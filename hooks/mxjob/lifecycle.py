@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from hooks.mxjob.attempts import (
     attempt_cause,
+    attempt_evicted,
     attempt_record,
     attempt_runs,
     attempt_stalled,
@@ -52,6 +53,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.stall import check_stall, job_reports
 from hooks.mxjob.vocabulary import (
     CREATED,
+    EVICTED_BY_QUEUE,
     FAILED,
     RESTARTING,
     RESUMED,
@@ -185,7 +187,7 @@ def judge(obs: Observation) -> Verdict | GraceWait | None:
                        f"{subject(job.key)} has reached the specified backoff limit: "
                        f"{obs.restart_total} restarts, backoffLimit "
                        f"{job.run_policy.backoff_limit}; {losses(obs) or 'no lost pod is observed'}.")
-    if max_restarts is not None and obs.attempt > max_restarts:
+    if max_restarts is not None and obs.counted_attempts > max_restarts:
         return Verdict("Failed", FAILED, f"{subject(job.key)} has reached failurePolicy.maxRestarts "
                                          f"({max_restarts}): {losses(obs) or 'no lost pod is observed'}.")
     if deadline is not None and obs.now >= deadline:
@@ -271,7 +273,7 @@ def _say_how_it_runs(obs: Observation, conds: Conditions[ConditionType], slots: 
     waiting = awaiting_recreation(obs.history, obs.pods, slots, obs.completed, {p.name for p in obs.failures.recreate})
     if obs.attempt and not attempt_runs(obs, slots):
         message = job_restart_message(obs)
-        reason = STALLED if attempt_stalled(obs) else RESTARTING
+        reason = STALLED if attempt_stalled(obs) else EVICTED_BY_QUEUE if attempt_evicted(obs) else RESTARTING
         at = decided_at(obs)
         conds.set("Restarting", True, reason, message, at=at)
         conds.clear("Running", reason, message, at=at)

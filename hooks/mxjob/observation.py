@@ -14,9 +14,12 @@ from hooks.mxjob.observed import PodView
 from hooks.mxjob.replicas import completed_before
 from hooks.mxjob.restarts import (
     Failures,
+    carried_restarts,
     classify_failures,
+    live_restarts,
     merge_history,
     no_failures,
+    queue_eviction_of,
     read_history,
     restart_total,
     with_collateral,
@@ -81,6 +84,19 @@ class Observation:
     failures: Failures
     restart_total: int
     stall: Stall | None = None  # the job has stalled now (runPolicy.stallPolicy, hooks.mxjob.stall)
+    evicting: bool = False  # this sync decides a whole-job restart because Kueue stopped the job's pods
+    # Attempts a queue eviction began (their records say so; and the one decided now, if Kueue
+    # stopped its pods): not counted against backoffLimit or failurePolicy.maxRestarts.
+    uncounted_attempts: int = 0
+    # The container restarts of the attempt a queue eviction replaces now, for its record to carry.
+    evicted_restarts: int = 0
+    # The container restarts queue evictions carried over: their records', and the one decided now.
+    carried_restarts: int = 0
+
+    @property
+    def counted_attempts(self) -> int:
+        """The whole-job restarts counted against backoffLimit and failurePolicy.maxRestarts."""
+        return self.attempt - self.uncounted_attempts
 
     @property
     def history(self) -> Mapping[str, RestartRecord]:
@@ -122,6 +138,13 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     failures = with_collateral(job, failures, job_restart_pending=old_attempt > known_attempt)
     # A pod lost for a whole-job restart now: its record is created; the old pods go on a later sync.
     attempt = known_attempt + (1 if failures.job_losses and not failures.fatal else 0)
+    # Queue evictions are not counted: the records of the attempts they began say so, and carry the
+    # container restarts of the pods they replaced; the one decided now is read from the pods.
+    evictions = [r.data for r in memory.attempts.values() if queue_eviction_of(r.data) is not None]
+    evicting = attempt > known_attempt and bool(failures.evicted)
+    evicted_restarts = live_restarts(failures.history, pods, memory.restarts, attempt=known_attempt) if evicting else 0
+    uncounted = len(evictions) + evicting
+    carried = sum(carried_restarts(data) for data in evictions) + evicted_restarts
     return Observation(
         job=job, now=now, old=old, old_conditions=old_conditions, all_pods=all_pods, pods=pods, leaving=leaving,
         restarts=memory.restarts, attempt_records=memory.attempts, was_terminal=was_terminal,
@@ -129,10 +152,12 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
         completion_time=completion_time, cleaned_up_time=cleaned_up_time, old_attempt=old_attempt,
         known_attempt=known_attempt, attempt=attempt,
         completed={rtype: frozenset(indexes) for rtype, indexes in completed.items()}, succeeded=succeeded,
-        failures=failures,
+        failures=failures, evicting=evicting, uncounted_attempts=uncounted, evicted_restarts=evicted_restarts,
+        carried_restarts=carried,
         # A finished job counts nothing more: its terminal status keeps the count, as its outcome
         # record does (a recount could differ: pods kept after the end restart in place, and a
         # refused whole-job restart read back recounts the lost pods' own restarts).
         restart_total=written_restarts if was_terminal else restart_total(
-            failures.history, pods, memory.restarts, attempt=attempt, written=written_restarts))
+            failures.history, pods, memory.restarts, attempt=attempt, counted_attempts=attempt - uncounted,
+            carried=carried, written=written_restarts))
 

@@ -19,6 +19,7 @@ from hooks.shared.termination import (
     end_of,
     exit_code,
     is_log_tail,
+    queue_eviction,
     terminated,
     terminated_said,
 )
@@ -92,6 +93,12 @@ class PodView:
     # Taken away by a disruption (its DisruptionTarget condition True: preempted, evicted) rather than
     # failed on its own; see view_pods.
     disrupted: bool = False
+    # Stopped by Kueue (its TerminationTarget condition True: the queue evicted or preempted the
+    # job's Workload, or stopped the group otherwise), as it goes or once Failed; not a Succeeded pod
+    # (Kueue deletes those too when the Workload is deleted, and a succeeded index is never rerun).
+    # Its reason and message are `reason` and `message`; the job restarts whole, not counted
+    # (docs/lifecycle.md, "Evictions by the queue").
+    evicted: bool = False
 
     @property
     def said(self) -> Said | None:
@@ -152,15 +159,17 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any],
         last_said = terminated_said(last_state, log_tail=log_tail)
         phase, terminating = _phase(status.get("phase")), bool(meta.get("deletionTimestamp"))
         disrupted = disruption(status) is not None and (terminating or phase == "Failed")
+        evicted = queue_eviction(status) is not None and (terminating or phase == "Failed") and phase != "Succeeded"
         # A pod being taken away by a disruption (kube-scheduler preemption, the eviction API) is lost
         # from the first sync that sees it: Failed, with no exit code (its container shows only the kill,
         # which says nothing of why). Read so whether it still runs, stops or has stopped, the view stays
         # the same while it goes (a fixed point); a sync that never sees it (gone before) only recreates it.
-        taken = terminating and disrupted
+        # A pod Kueue stops is taken alike: Kueue deletes it right after the condition.
+        taken = terminating and (disrupted or evicted)
         views[name] = PodView(
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase="Failed" if taken else phase,
-            terminating=terminating, disrupted=disrupted,
+            terminating=terminating, disrupted=disrupted, evicted=evicted,
             exit_code=None if taken else exit_code(state), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(last_state),
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),

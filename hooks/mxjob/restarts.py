@@ -42,6 +42,11 @@ class Failures(NamedTuple):
         """Pods left out of replicaStatuses: being recreated is not a job failure."""
         return frozenset(p.name for p in self.recreate)
 
+    @property
+    def evicted(self) -> list[PodView]:
+        """The pods Kueue stopped, among those lost for a whole-job restart (the first names why)."""
+        return [p for p in self.job_losses if p.evicted]
+
 
 def no_failures(history: dict[str, RestartRecord]) -> Failures:
     """Nothing lost now: the history as merged, nothing to recreate or record."""
@@ -118,6 +123,11 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
     counted = dict(history)
     fatal, recreate, recorded, new_records, job_losses = [], [], set(), {}, []
     for pod in in_job_order(job, pods.values()):
+        if pod.evicted:
+            # Kueue stops the whole group: the job restarts whole, whatever the pod's policy and
+            # the failure rules (they speak of pods that failed; this one was taken by the queue).
+            job_losses.append(pod)
+            continue
         # A pod deleted by someone else is not lost (it is created again once gone), unless a
         # disruption takes it: then it is lost as it goes (hooks.mxjob.observed.view_pods).
         if (pod.terminating and not pod.disrupted) or pod.phase == "Succeeded":
@@ -152,6 +162,23 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
         else:
             new_records[restart_record_name(pod.name, record.get("recreations", 1))] = _restart_record(pod, now)
     return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
+
+
+QUEUE_EVICTION = "queueEviction"  # the attempt record's field of a restart a queue eviction began
+CARRIED_RESTARTS = "containerRestarts"  # ... and the container restarts of the pods it replaced
+
+
+def queue_eviction_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What an attempt record keeps of the queue eviction that began the attempt (Kueue's reason
+    and message), None for any other restart: the one mark that leaves an attempt uncounted."""
+    value = data.get(QUEUE_EVICTION)
+    return value if isinstance(value, Mapping) else None
+
+
+def carried_restarts(data: Mapping[str, Any]) -> int:
+    """The container restarts a queue eviction's record carries over (0 for any other record)."""
+    value = data.get(CARRIED_RESTARTS)
+    return value if queue_eviction_of(data) is not None and is_counter(value) else 0
 
 
 def _restart_record(pod: PodView, now: datetime) -> JSON:
@@ -277,20 +304,30 @@ def read_history(old: OldStatus) -> dict[str, RestartRecord]:
     return history
 
 
+def live_restarts(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView],
+                  restarts: Mapping[str, Mapping[int, Record]], *, attempt: int) -> int:
+    """The container restarts of the attempt's live pods not counted in the history or the records."""
+    return sum(p.restarts for p in pods.values()
+               if p.uid != history.get(p.name, {}).get("lastFailedUID")
+               and not counted_in_records(p, restarts.get(p.name, {})) and p.job_attempt == attempt)
+
+
 def restart_total(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView],
-                  restarts: Mapping[str, Mapping[int, Record]], *, attempt: int, written: int) -> int:
-    """Every restart so far: earlier pods' (from the merged history) plus the live pods' own.
+                  restarts: Mapping[str, Mapping[int, Record]], *, attempt: int, counted_attempts: int,
+                  carried: int, written: int) -> int:
+    """Every restart so far: earlier pods' (from the merged history), each counted whole-job
+    restart once (`counted_attempts`: the attempts but those a queue eviction began), the container
+    restarts `carried` over queue evictions (their records keep them), plus the live pods' own.
 
     Never less than the count already `written`: a pod that goes away (cleaned up, deleted by
     hand) takes its restartCount with it, and the count must not drop. A finished job's count is
     not recounted (hooks.mxjob.observation keeps the written one).
     """
     past = sum(r.get("recreations", 0) + r.get("priorContainerRestarts", 0) for r in history.values())
-    # A whole-job restart counts once; the restarts of the pods it replaces are in it.
-    live = sum(p.restarts for p in pods.values()
-               if p.uid != history.get(p.name, {}).get("lastFailedUID")
-               and not counted_in_records(p, restarts.get(p.name, {})) and p.job_attempt == attempt)
-    return max(past + attempt + live, written)
+    # A counted whole-job restart counts once; the restarts of the pods it replaces are in it. A
+    # queue eviction counts nothing of its own, so the restarts of the pods it replaces are carried.
+    live = live_restarts(history, pods, restarts, attempt=attempt)
+    return max(past + counted_attempts + carried + live, written)
 
 
 def awaiting_recreation(history: Mapping[str, RestartRecord], pods: Mapping[str, PodView],

@@ -95,9 +95,12 @@ def _restart(obs: Observation, stall: Stall) -> StallCheck:
     """RestartJob: one more attempt, within failurePolicy.maxRestarts and backoffLimit."""
     job = obs.job
     attempt = obs.known_attempt + 1
-    total = restart_total(obs.history, obs.pods, obs.restarts, attempt=attempt, written=obs.restart_total)
+    # A stall restart counts; the queue evictions before it do not (hooks.mxjob.observation).
+    counted = attempt - obs.uncounted_attempts
+    total = restart_total(obs.history, obs.pods, obs.restarts, attempt=attempt, counted_attempts=counted,
+                          carried=obs.carried_restarts, written=obs.restart_total)
     max_restarts, backoff = job.run_policy.failure.max_restarts, job.run_policy.backoff_limit
-    if max_restarts is not None and attempt > max_restarts:
+    if max_restarts is not None and counted > max_restarts:
         return StallCheck(obs, fail_message=f"{subject(job.key)} stalled: {stall.clause}; it has reached "
                                             f"failurePolicy.maxRestarts ({max_restarts}).")
     if backoff is not None and total > backoff:

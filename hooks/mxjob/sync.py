@@ -78,7 +78,8 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
     # Kueue's admission gate says Kueue holds a pod back (hooks.shared.kueue).
     "spec": {"containers": [{"name": str, "env": [{"name": str, "value": str}], "terminationMessagePolicy": str}],
              "schedulingGates": [{"name": str}]},
-    # A pod's DisruptionTarget condition says why it ended (preemption, eviction: hooks.shared.termination).
+    # A pod's DisruptionTarget or (Kueue's) TerminationTarget condition says why it ended (preemption,
+    # eviction: hooks.shared.termination).
     "status": {"phase": str, "reason": str, "message": str,
                "conditions": [{"type": str, "status": str, "reason": str, "message": str}],
                "containerStatuses": [{"name": str, "restartCount": int,

@@ -58,12 +58,13 @@ TUNE_TYPES = (TUNER_TRACKER, TUNER_SERVER, TUNER)
 REPLICA_TYPES = (*TRAIN_TYPES, *TUNE_TYPES)
 
 # Condition reasons: the kind's name and an event, as the Kubeflow training operator spells them.
-Reason = Literal["MXJobCreated", "MXJobRunning", "MXJobRestarting", "MXJobStalled", "MXJobSuspended",
-                 "MXJobResumed", "MXJobSucceeded", "MXJobFailed", "MXJobFailedValidation"]
+Reason = Literal["MXJobCreated", "MXJobRunning", "MXJobRestarting", "MXJobStalled", "MXJobEvictedByQueue",
+                 "MXJobSuspended", "MXJobResumed", "MXJobSucceeded", "MXJobFailed", "MXJobFailedValidation"]
 CREATED: Reason = "MXJobCreated"
 RUNNING: Reason = "MXJobRunning"
 RESTARTING: Reason = "MXJobRestarting"
 STALLED: Reason = "MXJobStalled"  # Running, but a restarted pod will never be re-admitted (failurePolicy RestartPod)
+EVICTED_BY_QUEUE: Reason = "MXJobEvictedByQueue"  # Restarting, not counted: Kueue stopped the job's pods
 SUSPENDED: Reason = "MXJobSuspended"
 RESUMED: Reason = "MXJobResumed"
 SUCCEEDED: Reason = "MXJobSucceeded"

@@ -6,6 +6,10 @@ a condition (and a record that keeps it) stays small whatever a container writes
 termination log.
 
 Why it ended, most telling first:
+- the pod's `TerminationTarget` condition when True: Kueue (v0.11 and later, plain-pod groups) adds
+  it before it deletes every pod of a group it stops (`queue_eviction`), with reason
+  `WorkloadEvictedDueTo<why>` (Preempted, PodsReadyTimeout, ClusterQueueStopped, Deactivated, ...),
+  `WorkloadEvicted`, `WorkloadDeleted`, `NotAdmitted` or `NoMatchingWorkload`, and its message;
 - the pod's `DisruptionTarget` condition when True: Kubernetes adds it before it disrupts a pod
   (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet),
   and the container then shows only a kill by signal, which says nothing of why;
@@ -30,6 +34,9 @@ from typing import Any, NamedTuple
 MAX_REASON = 64  # characters of a reason (Kubernetes' own are CamelCase words)
 MAX_MESSAGE = 200  # characters of a termination message a condition quotes
 DISRUPTION_TARGET = "DisruptionTarget"
+# Kueue's own condition on a pod it stops (sigs.k8s.io/kueue v0.17.0, pkg/controller/jobs/pod
+# `Stop`): server-side applied to the pod's status just before Kueue deletes it.
+TERMINATION_TARGET = "TerminationTarget"
 # The kubelet's cut of a log fallback: its last 80 lines, then its last 2,048 bytes. A message
 # this close to the byte limit may begin in the middle of a line (a multi-byte character cut at
 # the edge is dropped, hence the margin).
@@ -155,15 +162,27 @@ def exit_code(state: Any) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-def disruption(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The pod's DisruptionTarget condition when it is True and names a reason, else None."""
+def _true_condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    """The pod's condition of type `ctype` when it is True and names a reason, else None."""
     for cond in status.get("conditions") or ():
         # A decoded request holds dicts: test the exact type first, the ABC only for other mappings
         # (this runs for every condition of every observed pod on every sync).
-        if ((type(cond) is dict or isinstance(cond, Mapping)) and cond.get("type") == DISRUPTION_TARGET
+        if ((type(cond) is dict or isinstance(cond, Mapping)) and cond.get("type") == ctype
                 and cond.get("status") == "True" and first_line(cond.get("reason"), MAX_REASON)):
             return cond
     return None
+
+
+def disruption(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's DisruptionTarget condition when it is True and names a reason, else None."""
+    return _true_condition(status, DISRUPTION_TARGET)
+
+
+def queue_eviction(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Kueue's TerminationTarget condition when it is True and names a reason, else None: the queue
+    stopped the pod's group (evicted or preempted its Workload, found it not admitted, deleted or not
+    matching), and deletes the pod."""
+    return _true_condition(status, TERMINATION_TARGET)
 
 
 def _system_said(value: Any) -> Said | None:
@@ -173,11 +192,11 @@ def _system_said(value: Any) -> Said | None:
 
 
 def end_of(status: Mapping[str, Any], state: Any, *, log_tail: bool = True) -> tuple[str | None, Said | None]:
-    """Why a pod ended and what it said, bounded (see the module): its disruption's reason and
-    message, else its own, else its container's termination (quoted_line; `log_tail`: its
-    container's policy is FallbackToLogsOnError). A message falls through on its own: a
-    disruption without one still gives the reason, and the next message found."""
-    disrupted = disruption(status)
+    """Why a pod ended and what it said, bounded (see the module): its queue eviction's or
+    disruption's reason and message, else its own, else its container's termination (quoted_line;
+    `log_tail`: its container's policy is FallbackToLogsOnError). A message falls through on its
+    own: a disruption without one still gives the reason, and the next message found."""
+    disrupted = queue_eviction(status) or disruption(status)
     if disrupted is not None:
         reason = first_line(disrupted.get("reason"), MAX_REASON)
         message = _system_said(disrupted.get("message"))

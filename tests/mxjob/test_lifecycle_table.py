@@ -239,6 +239,17 @@ def row_28():
     return _said("FailJob"), lambda s: s.tick(10)
 
 
+def row_29():
+    def kueue_stops_the_group(s: Sim) -> None:
+        for name in list(s.pods):
+            status = {**s.pods[name]["status"], "conditions": [
+                {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+                 "message": "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue"}]}
+            s.write_status("v1", "Pod", name, status)
+            s.terminating(name)
+    return running(mxjob(runPolicy={"backoffLimit": 0})), kueue_stops_the_group
+
+
 SCENARIOS: dict[int, Callable] = {int(name[4:]): f for name, f in globals().items()
                                   if name.startswith("row_")}
 

@@ -141,6 +141,22 @@ def restarting_whole_job_worker_lost() -> Sim:
     return sim
 
 
+def restarting_whole_job_evicted_by_queue() -> Sim:
+    # Kueue preempts the job's pod group: TerminationTarget on each pod, then its deletion. Attempt 1
+    # is recorded as a queue eviction (not counted against backoffLimit 0), every pod stays for now.
+    sim = _dist_exitcode()
+    sim.edit({"runPolicy": {"backoffLimit": 0}})
+    sim.sync()
+    sim.tick(30)
+    for name in list(sim.pods):
+        status = {**sim.pods[name]["status"], "conditions": [
+            {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+             "message": "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue"}]}
+        sim.write_status("v1", "Pod", name, status)
+        sim.terminating(name)
+    return sim
+
+
 def restarting_whole_job_old_attempt_deleted() -> Sim:
     # The attempt's record is observed: every pod of attempt 0 is left out (deleted), none created.
     sim = restarting_whole_job_worker_lost()
@@ -505,7 +521,8 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     terminal_failed_never, terminal_failed_exitcode_permanent, restarting_exitcode_retryable,
     terminal_failed_backoff_limit, terminal_failed_deadline, terminal_ttl_cleanup,
     terminal_failed_validation, suspended_running_job, restarting_whole_job_worker_lost,
-    restarting_whole_job_old_attempt_deleted, restarting_whole_job_new_attempt_created, terminal_failed_oomkilled,
+    restarting_whole_job_evicted_by_queue, restarting_whole_job_old_attempt_deleted,
+    restarting_whole_job_new_attempt_created, terminal_failed_oomkilled,
     chainerjob_non_distributed, chainerjob_one_worker_set, chainerjob_two_worker_sets_gpu,
     chainerjob_waiting_for_workers, chainerjob_master_running, chainerjob_master_complete,
     chainerjob_master_failed_backoff_limit, chainerjob_invalid_backend, chainerjob_invalid_names_too_long,

@@ -2,7 +2,8 @@
 
 A disrupted pod (preempted, evicted through the API, deleted by the taint manager, terminated by
 the kubelet) shows only a kill by signal in its container; its DisruptionTarget condition says why,
-so that reason and its message are what the Restarting and Failed conditions quote.
+so that reason and its message are what the Restarting and Failed conditions quote. A pod Kueue
+stops carries TerminationTarget instead (its restart: tests/mxjob/test_kueue_evictions.py).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from helpers.mcsim import Sim, mxjob
 
 from hooks.mxjob.observed import Slot, view_pods
-from hooks.shared.termination import MAX_MESSAGE, end_of, first_line
+from hooks.shared.termination import MAX_MESSAGE, Said, end_of, first_line, queue_eviction
 
 DISRUPTION_REASONS = ("PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet")
 
@@ -193,3 +194,37 @@ def test_the_servers_decoder_keeps_the_disruption_for_the_view():
     body = json.dumps({"parent": {}, "children": {"Pod.v1": {"mx-worker-0": pod}}}).encode()
     decoded = RequestDecoder(OBSERVED_FIELDS).decode(body)["children"]["Pod.v1"]["mx-worker-0"]
     assert view(dict(decoded["status"])).reason == "PreemptionByScheduler"
+
+
+KUEUE_STOP = {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+              "message": "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue\nmore"}
+
+
+@pytest.mark.parametrize("also_disrupted", [False, True], ids=["kueue-alone", "with-a-disruption"])
+def test_a_pod_kueue_stops_reads_as_kueues_reason_and_message(also_disrupted):
+    """Kueue's TerminationTarget says why the pod ended, before a DisruptionTarget (Kueue's stop came first)."""
+    status = pod_status(disruption=("TerminationByKubelet", "m") if also_disrupted else None)
+    status["conditions"] = [*status.get("conditions", []), KUEUE_STOP]
+    assert end_of(status, None) == ("WorkloadEvictedDueToPreempted", Said(
+        "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue"))
+    assert view(status).evicted
+
+
+@pytest.mark.parametrize("condition", [{**KUEUE_STOP, "status": "False"}, {**KUEUE_STOP, "reason": ""}],
+                         ids=["not-true", "no-reason"])
+def test_a_termination_target_not_true_or_without_a_reason_is_no_eviction(condition):
+    status = {**pod_status(), "conditions": [condition]}
+    assert queue_eviction(status) is None
+    assert not view(status).evicted and view(status).reason == "Error"
+
+
+@pytest.mark.parametrize("phase,terminating,evicted", [("Running", False, False), ("Running", True, True),
+                                                       ("Failed", False, True), ("Succeeded", True, False)],
+                         ids=["running-not-deleted", "running-deleted", "failed", "succeeded-deleted"])
+def test_a_pod_is_evicted_by_the_queue_once_deleted_or_failed_but_never_once_succeeded(phase, terminating, evicted):
+    pod = {"metadata": {"name": "mx-worker-0", "uid": "u1",
+                        **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if terminating else {})},
+           "status": {"phase": phase, "conditions": [KUEUE_STOP]}}
+    seen = view_pods({"mx-worker-0": Slot("Worker", 0)}, {"mx-worker-0": pod})["mx-worker-0"]
+    assert seen.evicted == evicted
+    assert seen.phase == ("Failed" if evicted else phase)
