@@ -11,6 +11,7 @@ from hooks.mxjob.names import (
     JOB_ATTEMPT_LABEL,
     KUEUE_POD_GROUP_LABEL,
     KUEUE_POD_GROUP_TOTAL_ANNOTATION,
+    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
     RUN_STARTED_ANNOTATION,
@@ -98,6 +99,7 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             metadata["labels"][KUEUE_QUEUE_KEY] = job.queue
             metadata["labels"][KUEUE_POD_GROUP_LABEL] = pod_group_name(job.name, job.uid, job_attempt)
             metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(job.total_replicas)
+            metadata["annotations"][KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
         if gang is not None:
             mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
                      priority_class=job.run_policy.scheduling.priority_class)

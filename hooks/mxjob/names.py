@@ -30,6 +30,10 @@ RUN_STARTED_ANNOTATION = "training.kubeflow.org/run-started"
 # every pod names its LocalQueue (hooks.mxjob.spec.KUEUE_QUEUE_KEY), its group and the group's size.
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# Kueue finishes a pod group marked so once none of its pods is active, and only then lets its
+# failed pods go (its finalizer); unmarked, it keeps them for replacements in the same group,
+# which pods of the same names can never be (docs/ecosystem.md, "Kueue").
+KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 # The job name's share of a group name: the rest is `-<uid prefix>-<attempt>` within a label value's 63.
 _GROUP_NAME_PREFIX = 45
 

@@ -151,13 +151,15 @@ def test_two_pods_that_do_not_fit_the_quota_together_run_one_after_the_other(clu
 
     cluster.wait_for(all_finished, TIMEOUT, what="both Workloads to finish")
 
-    def released() -> bool:  # the ClusterQueue's status follows a moment after the Workloads'
-        assert cluster.control_plane is not None
-        status = cluster.control_plane.get(f"{KUEUE_API}/clusterqueues/{queue}")["status"]
-        used = [r["total"] for f in status.get("flavorsUsage") or [] for r in f["resources"]]
-        return status.get("admittedWorkloads", 0) == 0 and status.get("pendingWorkloads", 0) == 0 and set(used) <= {"0"}
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
 
-    cluster.wait_for(released, TIMEOUT, what="the ClusterQueue to hold no quota")
+
+def released(cluster: LocalCluster, queue: str) -> bool:
+    """Whether ClusterQueue `queue` holds no quota and no Workload (its status follows a moment after the Workloads')."""
+    assert cluster.control_plane is not None
+    status = cluster.control_plane.get(f"{KUEUE_API}/clusterqueues/{queue}")["status"]
+    used = [r["total"] for f in status.get("flavorsUsage") or [] for r in f["resources"]]
+    return status.get("admittedWorkloads", 0) == 0 and status.get("pendingWorkloads", 0) == 0 and set(used) <= {"0"}
 
 
 def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int = 2, cpu: str = "300m") -> KubeObject:
@@ -242,10 +244,9 @@ def test_run_kueue_applies_the_files_queues_before_the_job_and_kueue_manages_its
     assert cli.run(args, out=out, err=err) == cli.EXIT_SUCCEEDED, out.getvalue() + err.getvalue()
 
 
-def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cluster: LocalCluster) -> None:
-    """Kueue preempts a running low-priority pod (TerminationTarget, then its deletion); the kubelet stops
-    it and writes it Failed, as a kubelet does, so Kueue's finalizer lets it go and the high one runs.
-    (Before, the kubelet never wrote a terminal phase and the evicted pod stayed Terminating for good.)"""
+def preempting_queue(cluster: LocalCluster) -> str:
+    """A namespace with a LocalQueue `q` over a ClusterQueue of 1 CPU that preempts lower priorities, and the
+    WorkloadPriorityClasses `<namespace>-low` (100) and `<namespace>-high` (1000); the namespace's name."""
     namespace = f"kq-{uuid.uuid4().hex[:8]}"
     objects = quota(namespace, cpu="1")
     objects[1]["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
@@ -253,6 +254,14 @@ def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cl
                  "metadata": {"name": f"{namespace}-{level}"}, "value": value}
                 for level, value in (("low", 100), ("high", 1000))]
     cluster.apply(objects)
+    return namespace
+
+
+def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cluster: LocalCluster) -> None:
+    """Kueue preempts a running low-priority pod (TerminationTarget, then its deletion); the kubelet stops
+    it and writes it Failed, as a kubelet does, so Kueue's finalizer lets it go and the high one runs.
+    (Before, the kubelet never wrote a terminal phase and the evicted pod stayed Terminating for good.)"""
+    namespace = preempting_queue(cluster)
     seen: list[tuple[str, KubeObject]] = []
     cluster.store.watch(lambda event, obj: seen.append((event, obj)) if obj.get("kind") == "Pod"
                         and obj["metadata"].get("namespace") == namespace else None)
@@ -275,3 +284,58 @@ def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cl
     assert evicted[-1]["message"].startswith("Preempted to accommodate a workload")
     last = victim[-1]["status"]
     assert last["phase"] == "Failed" and last["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+
+
+def test_an_mxjob_kueue_preempts_restarts_whole_uncounted_and_succeeds_once_readmitted(cluster: LocalCluster) -> None:
+    """A running low-priority MXJob (backoffLimit 0) preempted by a high-priority pod: Kueue stops its pod
+    group (TerminationTarget, then deletion) and, the group marked unretriable, lets its pods go once they
+    have stopped; the job restarts whole as attempt 1 in a new pod group, not counted, which Kueue admits
+    again once the high pod is done; then it Succeeds and both groups' Workloads are finished."""
+    namespace = preempting_queue(cluster)
+    release = Path(cluster.state_dir) / f"{namespace}-release"
+    low = queued_mxjob("low", namespace, ["sh", "-c", f"trap 'exit 143' TERM; while [ ! -e {release} ]; do sleep 0.2; done"])
+    low["spec"]["runPolicy"] = {"backoffLimit": 0}
+    low["spec"]["mxReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "labels": {"kueue.x-k8s.io/priority-class": f"{namespace}-low"}}
+    cluster.submit(low)
+    cluster.wait_for(lambda: len(cluster.pods("low", namespace)) == 2
+                     and all(phase(p) == "Running" for p in cluster.pods("low", namespace)), TIMEOUT,
+                     what="the low-priority job's two pods to be admitted and run")
+    reasons: list[str] = []
+    groups: set[str] = set()
+
+    def seen(event: str, obj: KubeObject) -> None:
+        if obj["metadata"].get("namespace") != namespace:
+            return
+        if obj.get("kind") == "MXJob":
+            reasons.append(cond(obj, "Restarting").get("reason", ""))
+        elif obj.get("kind") == "Pod" and obj["metadata"]["name"].startswith("low-"):
+            groups.add(obj["metadata"]["labels"].get("kueue.x-k8s.io/pod-group-name", ""))
+
+    cluster.store.watch(seen)
+    high = pod("high", namespace, ["sleep", "2"])
+    high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-high"
+    cluster.store.create(high)
+    cluster.wait_for(lambda: phase(cluster.pod("high", namespace)) == "Succeeded", TIMEOUT,
+                     what="the high-priority pod to preempt the job, run and succeed")
+
+    def attempt_one_runs() -> bool:
+        pods = cluster.pods("low", namespace)
+        return len(pods) == 2 and all(phase(p) == "Running" and p["metadata"]["labels"].get(
+            "training.kubeflow.org/job-attempt") == "1" for p in pods)
+
+    cluster.wait_for(attempt_one_runs, TIMEOUT, what="the job's attempt 1 to be admitted again and run")
+    release.touch()
+    job = cluster.wait_finished("low", TIMEOUT, namespace=namespace)
+    status = job["status"]
+    assert finished(job) == "Succeeded", status
+    assert status["attempt"] == 1 and status.get("restartCount", 0) == 0, status  # backoffLimit 0 was not spent
+    assert "MXJobEvictedByQueue" in reasons, reasons
+    restarting = cond(job, "Restarting")
+    assert restarting["status"] == "False" and "Kueue evicted it (WorkloadEvictedDueToPreempted" in restarting["message"]
+    assert len(groups) == 2 and "" not in groups, groups  # a pod group, so a Workload, per attempt
+    # Kueue finishes each (the first once its stopped pods were all Failed; a finished group's Workload
+    # goes with its pods), so the ClusterQueue holds nothing.
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
+                     TIMEOUT, what="the job's Workloads to finish")
+    cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
