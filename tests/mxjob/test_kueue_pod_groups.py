@@ -17,6 +17,7 @@ from hooks.mxjob.sync import sync_mxjob
 QUEUE = "kueue.x-k8s.io/queue-name"
 GROUP = "kueue.x-k8s.io/pod-group-name"
 TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE = "kueue.x-k8s.io/retriable-in-group"
 ON = {"kueue_pod_groups": "true"}
 PODS = ["mx-scheduler-0", "mx-server-0", "mx-worker-0", "mx-worker-1"]
 
@@ -31,16 +32,19 @@ def queued(label: bool = True, **spec) -> dict:
 
 def kueue_marks(pod: dict) -> dict[str, str | None]:
     meta = pod["metadata"]
+    annotations = meta.get("annotations") or {}
     return {"queue": meta["labels"].get(QUEUE), "group": meta["labels"].get(GROUP),
-            "total": (meta.get("annotations") or {}).get(TOTAL)}
+            "total": annotations.get(TOTAL), "retriable": annotations.get(RETRIABLE)}
 
 
 def test_every_pod_of_a_queued_job_names_its_queue_its_attempts_group_and_the_groups_size():
+    # Not retriable in its group: the hook, not Kueue, replaces the pods, in the next attempt's group
+    # (without it Kueue keeps a stopped group's pods for replacements of the same names: never).
     sim = Sim(queued(), settings=ON)
     sim.sync()
     assert sorted(sim.pods) == PODS
     assert {name: kueue_marks(pod) for name, pod in sim.pods.items()} == {
-        name: {"queue": "team-a", "group": "mx-01234567-0", "total": "4"} for name in PODS}
+        name: {"queue": "team-a", "group": "mx-01234567-0", "total": "4", "retriable": "false"} for name in PODS}
 
 
 @pytest.mark.parametrize(("settings", "label"), [({}, True), ({"kueue_pod_groups": "false"}, True), (ON, False)],
@@ -48,7 +52,8 @@ def test_every_pod_of_a_queued_job_names_its_queue_its_attempts_group_and_the_gr
 def test_no_kueue_marks_unless_the_setting_is_on_and_the_job_is_queued(settings, label):
     sim = Sim(queued(label), settings=settings)
     sim.sync()
-    assert all(kueue_marks(pod) == {"queue": None, "group": None, "total": None} for pod in sim.pods.values())
+    assert all(kueue_marks(pod) == {"queue": None, "group": None, "total": None, "retriable": None}
+               for pod in sim.pods.values())
 
 
 def test_the_queue_annotation_kueue_once_read_counts_as_the_label():
