@@ -471,6 +471,7 @@ class PodWorker(threading.Thread):
             run.config_retry_at = time.monotonic() + CONFIG_RETRY_SECONDS
             return
         env = proctrack.tagged(env, self.uid, run.name)  # also in what is exec'd into it (publish)
+        self.sandbox.fresh_tmp(run.name)
         argv, workdir = self.sandbox.command(run.container, declared)
         log = run.open_log(self.kubelet.log_path(self.pod, run.name))
         started = now_rfc3339()

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,8 +118,23 @@ class PodSandbox:
         return unsupported
 
     def unregister(self) -> None:
-        """The pod is gone: its name no longer resolves."""
+        """The pod is gone: its name no longer resolves, and its containers' temporary folders go."""
         self.dns.unregister(self.namespace, self.name)
+        for name in self.maps:
+            shutil.rmtree(self.tmp_dir(name), ignore_errors=True)
+
+    def tmp_dir(self, container: str) -> Path:
+        """The container's own temporary folder, its TMPDIR: a container's /tmp is its own in a cluster,
+        and fresh at each start. Shared, a folder a killed process left (OpenMPI's `ompi.<pid>` session
+        folder) makes a later process that gets the same pid fail ("The PMIx server's listener thread
+        failed to start"). Short, under the host's TMPDIR: some tools put sockets in it."""
+        return Path(tempfile.gettempdir()) / f"lc-{self.uid[:13]}-{container}"
+
+    def fresh_tmp(self, container: str) -> None:
+        """Empty the container's TMPDIR for a new start (what its last run left goes, as with a new container)."""
+        folder = self.tmp_dir(container)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(mode=0o700, parents=True)
 
     def env(self, container: Container) -> tuple[dict[str, str], dict[str, str]]:
         """The process env (host allowlist, the container's env expanded and DNS-rewritten, loopback
@@ -129,6 +146,7 @@ class PodSandbox:
         host["PATH"] = os.pathsep.join([str(self.state_root / "bin"), str(Path(sys.executable).parent),
                                         os.environ.get("PATH", os.defpath)])
         host["HOSTNAME"] = self.hostname
+        host["TMPDIR"] = str(self.tmp_dir(container["name"]))  # a TMPDIR the container sets wins
         # The kubelet expands $(NAME) with the declared entries only: a host or image variable
         # such as $(HOME) stays as written in a cluster, so it does here too.
         declared = resolve_env(container, self.pod, runtime=RUNTIME_FIELDS, services=self.service_env(),
