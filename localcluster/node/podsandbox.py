@@ -134,7 +134,7 @@ class PodSandbox:
         """Empty the container's TMPDIR for a new start (what its last run left goes, as with a new container)."""
         folder = self.tmp_dir(container)
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(mode=0o700, parents=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # whatever could not be removed stays
 
     def env(self, container: Container) -> tuple[dict[str, str], dict[str, str]]:
         """The process env (host allowlist, the container's env expanded and DNS-rewritten, loopback
