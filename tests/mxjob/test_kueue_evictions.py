@@ -7,7 +7,7 @@ event message) to the status of each pod of a group it stops that is neither ter
 pod, finished ones too, when the Workload is deleted), then deletes it; its finalizer holds the pod
 Terminating until the kubelet writes a terminal phase. `evict` plays that; every sync of the scene checks
 the status is a fixed point (helpers/mcsim.py), and the stale-read cases run over the emulation's stale
-modes (tests/shared/test_stale_reads.py's `Watch`).
+modes (tests/helpers/stalewatch.py's `Watch`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import json
 
 import pytest
 from helpers.mcsim import Sim, mxjob
-from shared.test_stale_reads import MODES, STALE_MODES, Watch, essence
+from helpers.stalewatch import MODES, STALE_MODES, Watch, essence
 
 from localcluster.metacontroller import Stale
 
