@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.objectstore import ObjectBag
+from helpers.bare_kubelet import bare_kubelet, phase, wait_for
 
-from localcluster.node.dns import ClusterDNS
 from localcluster.node.kubelet import ProcessKubelet
 from localcluster.node.registration import NODE_NAME
 
@@ -51,23 +49,12 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(check: Callable[[], object], seconds: float, what: str) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 @pytest.fixture
 def kubelet(tmp_path: Path) -> Iterator[ProcessKubelet]:
-    store = ObjectBag()
-    kubelet = ProcessKubelet(store, ClusterDNS(store, strict=False), tmp_path / "logs")
-    kubelet.start()
-    yield kubelet
-    kubelet.stop()
+    with bare_kubelet(tmp_path / "logs") as started:
+        yield started
 
 
 def run_pod(kubelet: ProcessKubelet, name: str, script: str, policy: str = "Never") -> None:
@@ -76,8 +63,6 @@ def run_pod(kubelet: ProcessKubelet, name: str, script: str, policy: str = "Neve
         "containers": [{"name": "main", "image": "i", "command": ["sh", "-c", script]}]}})
 
 
-def phase(kubelet: ProcessKubelet, name: str) -> str:
-    return str(((kubelet.store.get("v1", "Pod", "default", name) or {}).get("status") or {}).get("phase", ""))
 
 
 def daemon_of(kubelet: ProcessKubelet, pid_file: Path, container_pid: int | None = None) -> int:

@@ -5,40 +5,26 @@ folder `ompi.<pid>` already exists, which it does once a killed mpiexec's pid co
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.objectstore import ObjectBag
+from helpers.bare_kubelet import bare_kubelet, phase, wait_for
 
-from localcluster.node.dns import ClusterDNS
 from localcluster.node.kubelet import ProcessKubelet
 from localcluster.node.registration import NODE_NAME
 
 pytestmark = pytest.mark.e2e
 
 
-def wait_for(check: Callable[[], object], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
-def phase(kubelet: ProcessKubelet, name: str) -> str:
-    return str(((kubelet.store.get("v1", "Pod", "default", name) or {}).get("status") or {}).get("phase", ""))
 
 
 @pytest.fixture
 def kubelet(tmp_path: Path) -> Iterator[ProcessKubelet]:
-    store = ObjectBag()
-    kubelet = ProcessKubelet(store, ClusterDNS(store, strict=False), tmp_path / "logs")
-    kubelet.start()
-    yield kubelet
-    kubelet.stop()
+    with bare_kubelet(tmp_path / "logs") as started:
+        yield started
 
 
 def run_pod(kubelet: ProcessKubelet, name: str, script: str, *, policy: str = "Never", env: list | None = None) -> None:
