@@ -353,3 +353,12 @@ class Sim(Stepped):
     def gc(self, name: str) -> None:
         """The pod disappears without the operator asking (garbage collection, kubectl delete)."""
         self.remove("v1", "Pod", name)
+
+
+def running(parent: dict | None = None) -> Sim:
+    """A scene of `parent` (mxjob()'s default job) synced once, its pods running, and synced again."""
+    sim = Sim(parent or mxjob())
+    sim.sync()
+    sim.run()
+    sim.sync()
+    return sim

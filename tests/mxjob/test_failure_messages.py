@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob, running
 
 from hooks.server.app import create_app
 
@@ -84,14 +84,6 @@ def dist(policy: str = "ExitCode", **run_policy) -> dict:
 
 def workers(policy: str = "OnFailure", **run_policy) -> dict:
     return mxjob(replicas={"Worker": {"replicas": 2, "restartPolicy": policy}}, runPolicy=run_policy)
-
-
-def running(parent: dict) -> Sim:
-    sim = Sim(parent)
-    sim.sync()
-    sim.run()
-    sim.sync()
-    return sim
 
 
 def settle(sim: Sim, syncs: int = 4) -> None:

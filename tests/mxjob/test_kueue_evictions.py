@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob, running
 from helpers.stalewatch import MODES, STALE_MODES, Watch, essence
 
 from localcluster.metacontroller import Stale
@@ -73,14 +73,6 @@ def next_attempt(sim: Sim, syncs: int = 3) -> None:
     for _ in range(syncs):
         gone(sim)
         sim.sync()
-
-
-def running(parent: dict) -> Sim:
-    sim = Sim(parent)
-    sim.sync()
-    sim.run()
-    sim.sync()
-    return sim
 
 
 def attempts(sim: Sim) -> set[str | None]:

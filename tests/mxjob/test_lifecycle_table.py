@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers.mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob, running
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\w+)=(True|False) (\w+) \|$")
@@ -20,14 +20,6 @@ def table_rows() -> dict[int, tuple[str, str, str, str, str]]:
             n, frm, _, to, ctype, status, reason = match.groups()
             rows[int(n)] = (frm.strip(), to.strip(), ctype, status, reason)
     return rows
-
-
-def running(parent: dict | None = None) -> Sim:
-    sim = Sim(parent or mxjob())
-    sim.sync()
-    sim.run()
-    sim.sync()
-    return sim
 
 
 def exitcode_job(**spec) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.mcsim import Sim, mxjob
+from helpers.mcsim import Sim, mxjob, running
 
 from hooks.mxjob.layout import MAX_ARG_STRLEN
 from hooks.mxjob.network import PER_JOB, PER_REPLICA, SERVICE_ANNOTATION
@@ -22,14 +22,6 @@ def job(layout: str | None = PER_JOB, name: str = "mx", **replicas: int) -> dict
     if layout is not None:
         parent["metadata"]["annotations"] = {SERVICE_ANNOTATION: layout}
     return parent
-
-
-def started(parent: dict) -> Sim:
-    sim = Sim(parent)
-    sim.sync()
-    sim.run()
-    sim.sync()
-    return sim
 
 
 def process_env(sim: Sim) -> dict[str, dict[str, str]]:
@@ -45,7 +37,7 @@ def selects(service: dict, pod: dict) -> bool:
 
 
 def test_one_headless_service_selects_every_pod_and_each_pod_is_named_under_it():
-    sim = started(job())
+    sim = running(job())
     assert list(sim.services) == ["mx"]
     service = sim.services["mx"]
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
@@ -56,7 +48,7 @@ def test_one_headless_service_selects_every_pod_and_each_pod_is_named_under_it()
 
 
 def test_every_host_name_the_processes_see_is_a_pod_under_the_job_service():
-    sim = started(job())
+    sim = running(job())
     dns_names = {f"{p['spec']['hostname']}.{p['spec']['subdomain']}" for p in sim.pods.values()}
     for name, env in process_env(sim).items():
         assert env["DMLC_PS_ROOT_URI"] == "mx-scheduler-0.mx"
@@ -90,7 +82,7 @@ def test_any_other_value_fails_validation_naming_the_annotation(value):
 
 @pytest.mark.parametrize("before, after", [(None, PER_JOB), (PER_JOB, None), (PER_JOB, PER_REPLICA)])
 def test_changing_the_layout_of_a_running_job_is_refused_and_keeps_every_child(before, after):
-    sim = started(job(before))
+    sim = running(job(before))
     pods, services = sim.pods, sim.services
 
     def set_layout(parent: dict) -> None:
@@ -104,7 +96,7 @@ def test_changing_the_layout_of_a_running_job_is_refused_and_keeps_every_child(b
 
 @pytest.mark.parametrize("policy, kept", [("None", True), ("All", False)])
 def test_a_finished_job_keeps_its_service_while_it_keeps_pods(policy, kept):
-    sim = started(job(Scheduler=1, Server=1, Worker=2))
+    sim = running(job(Scheduler=1, Server=1, Worker=2))
     sim.edit({"runPolicy": {"cleanPodPolicy": policy}})
     sim.sync()
     for pod in sim.pods:
