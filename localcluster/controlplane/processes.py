@@ -341,7 +341,7 @@ class ControlPlane:
             if ports is None:
                 ports = [free_port() for _ in range(count)]
                 self._spawn(name, args(ports))
-            component = self.components[-1] if self.components[-1].name == name else self._component(name)
+            component = self._component(name)  # the one start of it not given up
             try:
                 component.wait_ready(functools.partial(ready, ports), "ready", START_TIMEOUT)
                 return ports
