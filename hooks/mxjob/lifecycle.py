@@ -92,6 +92,7 @@ class Plan:
     restart_records: Mapping[str, JSON] = field(default_factory=dict)  # new restart records: name -> data
     outcome: JSON | None = None  # the outcome record to create (the job has just finished)
     cleaned_up: bool = False  # the TTL has run: every child but the outcome record goes
+    suspension: str | None = None  # the job is suspended since then: its record is kept, or created
 
     @property
     def needs_cluster_map(self) -> bool:
@@ -149,7 +150,7 @@ def _step(obs: Observation, slots: Mapping[str, Slot], observed_services: Mappin
     if obs.was_terminal:
         return record_outcome(obs, slots, observed_services, None)
     if obs.job.run_policy.suspend:
-        return suspended(obs)
+        return suspended(obs, memory.suspended_since)
     verdict = judge(obs)
     if isinstance(verdict, GraceWait):
         return waiting_in_grace(obs, verdict, slots)
@@ -202,16 +203,23 @@ def judge(obs: Observation) -> Verdict | GraceWait | None:
 
 # --- transitions ---------------------------------------------------------------------------------
 
-def suspended(obs: Observation) -> Plan:
-    """No pods or services; startTime and the restart records are kept."""
+def suspended(obs: Observation, recorded: datetime | None) -> Plan:
+    """No pods or services; startTime and the restart records are kept.
+
+    The suspension is stamped with when it began as its record keeps it (`recorded`), so a sync that
+    reads the Running status of before stamps it as the sync that made it did. Until the record is
+    observed: the status's time if it already says Suspended, else now; a new record keeps that."""
     said = f"{subject(obs.job.key)} is suspended."
     conds = obs.conditions()
+    before = conds.get("Suspended")
+    written = parse_time(before.get("lastTransitionTime")) if before and before.get("status") == "True" else None
+    since = recorded or written or obs.now
     conds.set("Created", True, CREATED, f"{subject(obs.job.key)} is created.")
-    conds.set("Suspended", True, SUSPENDED, said)
+    conds.set("Suspended", True, SUSPENDED, said, at=since)
     for ctype in ("Running", "Restarting"):
-        conds.clear(ctype, SUSPENDED, said)
+        conds.clear(ctype, SUSPENDED, said, at=since)
     return Plan(status=_status(obs, conds, replicas=_counts(obs, frozenset(obs.pods)), start_time=obs.start_time,
-                               completion_time=obs.completion_time, attempt=obs.attempt))
+                               completion_time=obs.completion_time, attempt=obs.attempt), suspension=rfc3339(since))
 
 
 def waiting_in_grace(obs: Observation, wait: GraceWait, slots: Mapping[str, Slot]) -> Plan:

@@ -41,6 +41,7 @@ class Memory(NamedTuple):
     attempts: Mapping[int, Record] = {}  # the job-restart records `<job>-attempt-<n>`, by n
     progress: Mapping[str, Report] = {}  # the reports in the observed `<job>-progress` ConfigMap
     run_started: str | None = None  # when the run began, as the Services keep it (hooks.mxjob.children.run_started)
+    suspended_since: datetime | None = None  # when the job was suspended, as `<job>-suspension` keeps it
 
 
 NO_MEMORY = Memory()

@@ -44,6 +44,8 @@ from hooks.shared.memory import (
     record_config_map,
     restart_record_name,
     restart_records,
+    suspended_since,
+    suspension_child,
 )
 from hooks.shared.progress import (
     ACCESS_KEYS,
@@ -152,6 +154,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
     attempts = attempt_records(observed.config_maps, job.name)
     memory = Memory(outcome=read_record(observed.config_maps.get(outcome_name(job.name))), restarts=restarts,
                     attempts=attempts, run_started=run_started(observed.services),
+                    suspended_since=suspended_since(observed.config_maps, job.name),
                     progress=observed_reports(observed.config_maps.get(progress_name(job.name))) if progress.enabled
                     else {})
     gang_view = NO_GANG  # new pods wait until their PodGroup is observed (hooks.shared.gang.new_pods_wait)
@@ -204,6 +207,8 @@ def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],
                     for name in sorted(observed_restart_records)]
         records += [record_config_map(name, job.namespace, labels, data)
                     for name, data in sorted(plan.restart_records.items()) if name not in observed_config_maps]
+    if plan.suspension is not None:
+        records.append(suspension_child(observed_config_maps, job.name, job.namespace, labels, plan.suspension))
     outcome = outcome_child(observed_config_maps, job.name, job.namespace, labels, plan.outcome)
     return records if outcome is None else [*records, outcome]
 

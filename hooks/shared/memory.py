@@ -16,6 +16,8 @@ holds a JSON object under one key. This module owns their shape; each kind decid
 - `<job>-attempt-<n>`: the n-th restart of the whole job (MXJob, failurePolicy RestartJob), with
   the pod whose loss caused it and what it showed. Pods of an earlier attempt are deleted only on
   a sync that sees it.
+- `<job>-suspension`: when the job was suspended (MXJob), kept while it is: a suspended job has no
+  pod or Service left to keep that time. It goes when the job is resumed.
 
 Times are kept too, as annotations of the children they concern (`stamp`, `stamped_time`): when a
 condition changed is then read back by every later sync, not stamped again from a later sync's clock.
@@ -32,6 +34,8 @@ from hooks.shared.status import parse_time
 
 RECORD_KEY = "record"
 OUTCOME_SUFFIX = "-outcome"
+SUSPENSION_SUFFIX = "-suspension"
+SUSPENDED_AT = "suspendedAt"
 RESTART_INFIX = "-restart-"
 ATTEMPT_INFIX = "-attempt-"
 MAX_RECORD_TEXT = 512 * 1024  # far below a ConfigMap's 1 MiB; a record of ours is a few KB
@@ -47,6 +51,11 @@ class Record(NamedTuple):
 def outcome_name(job_name: str) -> str:
     """`<job>-outcome`: no pod or other ConfigMap of a job ends so (theirs end in an index or a fixed word)."""
     return job_name + OUTCOME_SUFFIX
+
+
+def suspension_name(job_name: str) -> str:
+    """`<job>-suspension`: as `<job>-outcome`, no other child of a job ends so."""
+    return job_name + SUSPENSION_SUFFIX
 
 
 def restart_record_name(pod_name: str, attempt: int) -> str:
@@ -103,6 +112,25 @@ def outcome_child(observed_config_maps: Mapping[str, Any], job_name: str, namesp
     if observed is not None:
         return observed_record_as_desired(observed, namespace, labels)
     return record_config_map(outcome_name(job_name), namespace, labels, new) if new is not None else None
+
+
+def suspension_child(observed_config_maps: Mapping[str, Any], job_name: str, namespace: str | None,
+                     labels: Mapping[str, str], since: str) -> JSON:
+    """The record of a suspended job: the observed one as it is, else a new one saying `since`."""
+    name = suspension_name(job_name)
+    observed = observed_config_maps.get(name)
+    if observed is not None:
+        return observed_record_as_desired(observed, namespace, labels)
+    return record_config_map(name, namespace, labels, {SUSPENDED_AT: since})
+
+
+def suspended_since(observed_config_maps: Mapping[str, Any], job_name: str) -> datetime | None:
+    """When the job was suspended, as its live suspension record keeps it (None: no such record)."""
+    observed = observed_config_maps.get(suspension_name(job_name))
+    if not isinstance(observed, Mapping) or (observed.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    record = read_record(observed)
+    return parse_time(record.data.get(SUSPENDED_AT)) if record is not None else None
 
 
 def read_record(observed: Mapping[str, Any] | None) -> Record | None:

@@ -246,13 +246,22 @@ def suspend_and_resume(cluster: LocalCluster) -> None:
     # Metacontroller writes the status after the children, one write at a time.
     job = cluster.wait_for(lambda: (j := cluster.get_job("susp")) and condition(j, "Suspended") and j, 10, what="Suspended")
     assert condition(job, "Suspended")["status"] == "True" and not finished(job)
+    # The suspension's record keeps the condition's time, as no pod or Service is left to.
+    record = cluster.wait_for(lambda: config_maps(cluster, "susp").get("susp-suspension"), 10, what="the suspension record")
+    assert json.loads(record["data"]["record"]) == {"suspendedAt": condition(job, "Suspended")["lastTransitionTime"]}
     time.sleep(1.5)  # stays suspended: nothing comes back by itself
     assert not cluster.pods("susp")
     cluster.update_job("susp", lambda job: job["spec"]["runPolicy"].__setitem__("suspend", False))
+    cluster.wait_for(lambda: "susp-suspension" not in config_maps(cluster, "susp"), 15,
+                     what="the suspension record gone on resume")
     done = cluster.wait_finished("susp", timeout=30)
     assert finished(done) == "Succeeded"
     assert condition(done, "Suspended")["status"] == "False"
     assert condition(done, "Suspended")["reason"] == "MXJobResumed"
+
+
+def config_maps(cluster: LocalCluster, job: str) -> dict[str, Any]:
+    return {c["metadata"]["name"]: c for c in cluster.children_of(job, "v1", "ConfigMap")}
 
 
 def test_a_deleted_pod_is_recreated(cluster: LocalCluster):

@@ -350,12 +350,15 @@ def test_suspend_then_resume():
     step(sim)
     assert sim.state() == "Suspended"
     assert pods(sim) == [] and sim.services == {}
-    assert list(sim.config_maps) == ["mx-cluster"]  # the job may get pods again
+    # The cluster map (the job may get pods again) and when it was suspended (no child is left to say so).
+    assert sorted(sim.config_maps) == ["mx-cluster", "mx-suspension"]
+    assert json.loads(sim.config_maps["mx-suspension"]["data"]["record"]) == {"suspendedAt": "2026-11-21T10:00:30Z"}
     assert sim.condition("Running")["status"] == "False"
     assert sim.status["startTime"] == started
     sim.tick(30)
     sim.edit({"runPolicy": {"suspend": False}})
     step(sim)
+    assert sorted(sim.config_maps) == ["mx-cluster"]
     assert sim.condition("Suspended") == {**sim.condition("Suspended"), "status": "False",
                                           "reason": "MXJobResumed"}
     assert sim.status["startTime"] == "2026-11-21T10:01:00Z"

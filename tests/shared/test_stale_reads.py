@@ -218,6 +218,31 @@ def test_start_time_of_a_resumed_job_stays_when_the_syncs_after_the_resume_read_
 
 
 @pytest.mark.parametrize("stale", MODES)
+def test_suspended_stays_stamped_when_the_syncs_after_the_suspension_read_it_running(stale):
+    """Before: Suspended True (and Running False with it) was stamped with the clock of the sync that
+    saw the suspension, and the sync after it, reading the Running status of before, stamped it
+    again with its own second: a write on every sync. A suspended job has no pod or Service to keep
+    the time, so the suspension is a record of its own, `<job>-suspension`, gone on resume."""
+    sim = Sim(mxjob(), stale=stale)
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.run()
+    watch.settle()
+    sim.tick(30)
+    sim.edit({"runPolicy": {"suspend": True}})
+    watch.sync()
+    suspended = _times(sim.status)
+    assert suspended["Suspended.lastTransitionTime"] == suspended["Running.lastTransitionTime"] == "2026-11-21T10:00:30Z"
+    assert _stale_syncs(sim, watch) == [suspended] * 4
+    assert not watch.wrote
+    assert sim.state() == "Suspended" and sim.pods == {}
+    assert "mx-suspension" in sim.config_maps
+    sim.edit({"runPolicy": {"suspend": False}})
+    watch.settle()
+    assert sim.state() != "Suspended" and "mx-suspension" not in sim.config_maps
+
+
+@pytest.mark.parametrize("stale", MODES)
 def test_running_stays_stamped_when_the_syncs_after_read_the_status_of_before(stale):
     """Before: Running was stamped with the clock of the first sync that saw the deciding pods run,
     and the sync after it, reading the status of before, stamped it again with its own: two times
