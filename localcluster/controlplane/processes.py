@@ -170,6 +170,9 @@ class ControlPlane:
     workdir: Path | None = None
     controllers: tuple[str, ...] = CONTROLLERS
     extra_apiserver_flags: tuple[str, ...] = ()
+    # Kubernetes feature gates (`Name=true`) for the API server and the scheduler alike: a gated API
+    # and the scheduler plugin that reads it are turned on together, or the plugin waits for nothing.
+    feature_gates: tuple[str, ...] = ()
     hold_controllers: bool = False
     scheduler: bool = True
     components: list[Component] = field(default_factory=list)
@@ -286,8 +289,12 @@ class ControlPlane:
             "--allow-privileged=true",
             # Reach a node's kubelet (pods/log, exec) at its InternalIP, not at its host name.
             "--kubelet-preferred-address-types=InternalIP",
+            *self._gates(),
             *self.extra_apiserver_flags,
         ]
+
+    def _gates(self) -> list[str]:
+        return [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
 
     def start_controllers(self) -> None:
         """Start kube-controller-manager and kube-scheduler (start() does, unless `hold_controllers`: install
@@ -298,7 +305,7 @@ class ControlPlane:
         def scheduler(ports: list[int]) -> list[str]:
             # Its /readyz (always allowed, no client certificate needed) says when its informers have synced.
             return [f"--kubeconfig={self.scheduler_kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
-                    f"--secure-port={ports[0]}", f"--cert-dir={self.root / 'pki' / 'kube-scheduler'}"]
+                    f"--secure-port={ports[0]}", f"--cert-dir={self.root / 'pki' / 'kube-scheduler'}", *self._gates()]
 
         def scheduler_ready(ports: list[int]) -> bool:
             return http_ok(f"https://127.0.0.1:{ports[0]}/readyz", context=_unverified_context())
