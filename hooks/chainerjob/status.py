@@ -156,7 +156,10 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
     else:
-        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits)
+        # While the new attempt's master Job exists but has not started, Restarting says what the
+        # scheduler holds back (before, Waiting says it, for the workers).
+        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits,
+                       restart_waits=waits if decision.master else ".")
 
     status = _with_master_status(own, master_status, now)
     if restart is not None:
@@ -168,17 +171,18 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
 
 
 def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[str, Any], *, stall: str | None,
-                   restart: Restart | None, restarting: bool, waits: str) -> None:
+                   restart: Restart | None, restarting: bool, waits: str, restart_waits: str = ".") -> None:
     """Running, and Restarting through a whole-job restart until the new attempt's master runs.
 
-    `waits` ends the Running message: what the scheduler has not placed yet, or a full stop."""
+    `waits` ends the Running message, `restart_waits` the Restarting one: what the scheduler has not
+    placed yet, or a full stop."""
     active = bool(master_status.get("active"))
     # Started, not active: between its pod's success and the Job's Complete nothing is active.
     started = active or "startTime" in master_status
     if restart is not None and (restarting or not started):
         # The times are the record's: a sync that reads the status of before the restart stamps
         # it as the sync that decided it did.
-        message = restarting_message(job.key, restart, job.max_restarts)
+        message = restarting_message(job.key, restart, job.max_restarts).removesuffix(".") + restart_waits
         own.set("Restarting", restart.reason, message, at=restart.recorded_at)
         own.clear("Running", restart.reason, message, at=restart.recorded_at)
         return

@@ -150,7 +150,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     decided = restarts.Cause(stalled=stall.restart) if stall.restart is not None else loss.restart
     restart = restarts.restart_of(attempts, decided=decided, job_name=job.name, namespace=job.namespace,
                                   labels=names.common_labels(job.name), now=now)
-    if stall.restart is not None:  # the restart's reports start afresh
+    if decided is not None:  # the restart's reports start afresh
         reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"), restart.attempt) \
             if restart is not None else reports
     ready = ready_workers(job, current[STATEFULSET_KEY])

@@ -196,3 +196,45 @@ def test_a_preemption_is_one_restart_whatever_the_syncs_read(stale: Stale | None
     assert sorted(n for n in sim.objects("v1", "ConfigMap") if "-attempt-" in n) == ["chj-attempt-1"]
     assert [e for e in sim.created if e.startswith("Job")] == ["Job.batch/v1/chj-master"] * 2
     watch.check()
+
+
+def test_while_the_new_masters_pod_waits_for_room_restarting_says_why():
+    """The preemptor holds the room: the new attempt's master pod is Pending, and the scheduler's reason is said."""
+    sim = started()
+    sim.disrupt(MASTER_POD, *PREEMPTED)
+    for _ in range(2):
+        sim.sync()
+    new_attempt(sim)
+    for _ in range(2):
+        sim.sync()
+    for name in ("chj-workerset-ws-0", WORKER):
+        sim.worker_pod(name)
+    sim.all_ready()
+    sim.sync()
+    assert "chj-master" in sim.children[JOB_KEY]
+    sim.master_pod("chj-master-fghij", phase="Pending")
+    held = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available"
+    sim.change("v1", "Pod", "chj-master-fghij", lambda p: p["metadata"]["labels"].update({ATTEMPT_LABEL: "1"}))
+    sim.write_status("v1", "Pod", "chj-master-fghij", {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": held}]})
+    sim.sync()
+    restarting = sim.condition("Restarting")
+    assert restarting["status"] == "True" and sim.state() == "Restarting"
+    assert restarting["message"] == restarting_message(MASTER_POD).removesuffix(".") + (
+        f"; it waits for the scheduler: pod chj-master-fghij is not scheduled: {held}.")
+    sim.master("chj-master", active=1)
+    sim.sync()
+    assert sim.state() == "Running" and sim.condition("Restarting")["status"] == "False"
+
+
+def test_the_reports_of_the_attempt_a_preemption_ends_are_not_shown_from_the_deciding_sync_on():
+    """As for a stall restart: the new attempt's reports count (none yet), so the sync after says the same."""
+    sim = started(progress={})
+    entry = {"attempt": 0, "step": 7, "time": "2026-11-21T10:00:00Z"}
+    sim.change("v1", "ConfigMap", "chj-progress",
+               lambda cm: cm.setdefault("data", {}).update({"rank-0": json.dumps(entry)}))
+    sim.sync()
+    assert sim.status["progress"]["step"] == 7
+    sim.disrupt(WORKER, *PREEMPTED)
+    sim.sync()
+    assert sim.status["attempt"] == 1 and "progress" not in sim.status
