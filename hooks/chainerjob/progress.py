@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from hooks.chainerjob import names
 from hooks.chainerjob.spec import ChainerJob
-from hooks.chainerjob.vocabulary import STALLED, subject
+from hooks.chainerjob.vocabulary import FAILED, STALLED, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.progress import (
@@ -119,16 +119,21 @@ def check_stall(job: ChainerJob, reports: Mapping[str, Report], old_conditions: 
                               "lastProbeTime": at, "lastTransitionTime": at})
 
 
-def stopped_by_stall(status: Mapping[str, Any] | None) -> bool:
-    """Whether a status (or an outcome record) says the hook failed the job for a stall."""
+# The reasons of a Failed condition the hook writes itself when it ends a job whose master Job still
+# runs: a stall (FailJob, or RestartJob past maxRestarts), a pod lost past maxRestarts (hooks.chainerjob.sync).
+STOPPED_BY_HOOK = (STALLED, FAILED)
+
+
+def stopped_by_hook(status: Mapping[str, Any] | None) -> bool:
+    """Whether a status (or an outcome record) says the hook failed the job itself (STOPPED_BY_HOOK)."""
     listed = (status or {}).get("conditions")
     return isinstance(listed, list) and any(
-        isinstance(c, Mapping) and (c.get("type"), c.get("status"), c.get("reason")) == ("Failed", "True", STALLED)
-        for c in listed)
+        isinstance(c, Mapping) and c.get("type") == "Failed" and c.get("status") == "True"
+        and c.get("reason") in STOPPED_BY_HOOK for c in listed)
 
 
-def failed_by_stall(master_status: Mapping[str, Any], failed: JSON) -> JSON:
-    """The master's part of the status once FailJob acts: its conditions and the Failed one; no
-    longer active (its pod is deleted with it)."""
+def failed_by_hook(master_status: Mapping[str, Any], failed: JSON) -> JSON:
+    """The master's part of the status once the hook fails the job (FailJob acts, or a pod is lost
+    past maxRestarts): its conditions and the Failed one; no longer active (its pod is deleted with it)."""
     return {**{k: v for k, v in master_status.items() if k != "active"},
             "conditions": [*master_status["conditions"], failed]}

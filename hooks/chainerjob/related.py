@@ -12,7 +12,7 @@ master's and the workers'), in the job's namespace. It depends on the parent's n
 Metacontroller requires (it keeps one answer per parent uid and generation). `master_failure` reads
 the newest failed master pod: its exit code, reason and the line of its message that says what went
 wrong, bounded (hooks.shared.termination). `not_scheduled` says which pods the scheduler has not
-placed, and why.
+placed, and why; `lost_pods` which were taken away by a disruption (preempted, evicted).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from hooks.shared.termination import (
     MAX_MESSAGE,
     MAX_REASON,
     Said,
+    disruption,
     end_of,
     exit_code,
     first_line,
@@ -79,6 +80,30 @@ def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any]
     held.sort()
     return "; ".join(words for _, words in held_words([("scheduler", name, why) for _, name, why in held],
                                                       {"scheduler": "scheduled"}, MAX_NAMED))
+
+
+def lost_pods(job_name: str, pods: Mapping[str, Any], attempt: int) -> str:
+    """The job's pods of `attempt` that a disruption takes away (their DisruptionTarget condition True:
+    kube-scheduler's preemption, the eviction API; hooks.shared.termination.disruption), whether the
+    sync sees them going (deletionTimestamp) or stopped (Failed, as the kubelet writes a deleted pod):
+    `pod P was lost (no exit code, reason R: 'message')`, by name, the first MAX_NAMED, then how many
+    more; "" when none. No exit code: the container shows only the kill, which says nothing of why,
+    and so the words stay the same however far the pod got (a fixed point while it goes)."""
+    words = []
+    for name in sorted(n for n in pods if isinstance(n, str)):
+        pod = pods[name]
+        if not isinstance(pod, Mapping):
+            continue
+        meta, status = _object(pod.get("metadata")), _object(pod.get("status"))
+        labels = _object(meta.get("labels"))
+        if (labels.get(names.NAME_LABEL) != job_name or names.attempt_in(labels) != attempt
+                or disruption(status) is None
+                or not (meta.get("deletionTimestamp") or status.get("phase") == "Failed")):
+            continue
+        reason, said = end_of(status, None)
+        words.append(f"pod {name} was lost ({how_it_ended(None, reason, said)})")
+    more = f"; and {len(words) - MAX_NAMED} more" if len(words) > MAX_NAMED else ""
+    return "; ".join(words[:MAX_NAMED]) + more
 
 
 def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,4 +1,5 @@
-"""Whole-job restarts of a ChainerJob: runPolicy.stallPolicy action RestartJob (docs/chainerjob.md, "Restarts").
+"""Whole-job restarts of a ChainerJob: runPolicy.stallPolicy action RestartJob, and a pod taken by a
+disruption (docs/chainerjob.md, "Progress and stalls" and "Disruptions").
 
 A restart deletes the master Job and the worker StatefulSets and creates them anew as attempt n:
 they and their pods carry the label ATTEMPT_LABEL, and the pods MXJOB_ATTEMPT=n, so a progress
@@ -11,17 +12,21 @@ report says which attempt it is of. It is remembered as an MXJob's whole-job res
   status's. So a stale parent can neither count a restart twice nor bring an earlier attempt
   back, and stale children only show objects of an earlier attempt, which are left out again.
 - A restart the status shows whose record is not observed yet (stale children, or a create that
-  failed) is answered again, not decided again: one stall is one restart.
+  failed) is answered again, not decided again: one stall (or one loss) is one restart.
+
+Why a restart began is its cause, as the conditions say it: `it stalled: <clause>` (the record keeps
+the clause under `stalled`) or `pod P was lost (<how it ended>)` (under `lost`, every pod lost in the
+sync that decided it: hooks.chainerjob.related.lost_pods).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hooks.chainerjob import names
-from hooks.chainerjob.vocabulary import STALLED, subject
+from hooks.chainerjob.vocabulary import FAILED, RESTARTING, STALLED, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import (
@@ -41,8 +46,9 @@ class Attempts:
     known: int  # the attempt the children show: the highest record or label
     records: Mapping[int, Record]  # the observed `<job>-attempt-<n>` records, by n
     leaving: bool  # a master Job or worker StatefulSet of an earlier attempt is still observed
-    pending: int  # the attempt the old status says a stall restart began (0: none beyond `known`)
-    pending_clause: str  # the stall, as the old status's Restarting condition said it
+    pending: int  # the attempt the old status says a restart began (0: none beyond `known`)
+    pending_cause: str  # why, as the old status's Restarting condition said it (restarting_message)
+    pending_reason: str = STALLED  # that condition's reason: STALLED or RESTARTING
 
     def began(self) -> datetime | None:
         """When the known attempt's restart was decided, as its record keeps it (None: attempt 0)."""
@@ -65,12 +71,13 @@ def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[s
     leaving = any(attempt_of(c) < known for c in launched)
     shown = old.counter("attempt") or 0
     restarting = next((c for c in old.conditions() if c.get("type") == "Restarting"), None)
-    pending, clause = 0, ""
     if (shown > known and restarting is not None and restarting.get("status") == "True"
-            and restarting.get("reason") == STALLED):
+            and restarting.get("reason") in (STALLED, RESTARTING)):
         message = restarting.get("message")
-        pending, clause = shown, _clause_of(message if isinstance(message, str) else "")
-    return Attempts(known=known, records=records, leaving=leaving, pending=pending, pending_clause=clause)
+        return Attempts(known=known, records=records, leaving=leaving, pending=shown,
+                        pending_cause=_cause_of(message if isinstance(message, str) else "", shown),
+                        pending_reason=str(restarting["reason"]))
+    return Attempts(known=known, records=records, leaving=leaving, pending=0, pending_cause="")
 
 
 def current(children: Mapping[str, Any], attempt: int) -> dict[str, Any]:
@@ -83,26 +90,77 @@ class Restart:
     """The whole-job restart the job is in (or has come through): its attempt and why."""
 
     attempt: int
-    clause: str  # how the job stalled
+    cause: str  # why, as the conditions say it: `it stalled: ...` or `pod P was lost (...)`
     recorded_at: datetime | None  # when it was decided, from its record (None: not observed yet)
     new_record: JSON | None  # the record to answer (decided now, or answered again)
+    reason: str = STALLED  # the Restarting condition's reason: STALLED, or RESTARTING for a lost pod
 
 
-def restart_of(attempts: Attempts, *, decided: str | None, job_name: str, namespace: str,
+@dataclass(frozen=True)
+class Cause:
+    """Why a restart is decided now: a stall (its clause) or pods taken away (`pod P was lost (...)`)."""
+
+    stalled: str | None = None
+    lost: str | None = None
+
+    def record(self) -> dict[str, str]:
+        return {"stalled": self.stalled} if self.stalled is not None else {"lost": self.lost or ""}
+
+
+STALLED_CAUSE = "it stalled: "
+
+
+def restart_of(attempts: Attempts, *, decided: Cause | None, job_name: str, namespace: str,
                labels: Mapping[str, str], now: datetime) -> Restart | None:
-    """The restart this sync shows: the one decided now (`decided`: the stall clause), else one the
-    old status shows that is not recorded yet, else the known attempt's; None at attempt 0."""
-    if decided is not None or attempts.pending:
-        attempt = attempts.known + 1 if decided is not None else attempts.pending
-        clause = decided if decided is not None else attempts.pending_clause
-        new = record_config_map(attempt_record_name(job_name, attempt), namespace, labels,
-                                {"stalled": clause, "time": rfc3339(now)})
-        return Restart(attempt, clause, None, new)
+    """The restart this sync shows: the one decided now, else one the old status shows that is not
+    recorded yet, else the known attempt's; None at attempt 0."""
+    if decided is not None:
+        return _new(attempts.known + 1, decided, job_name, namespace, labels, now)
+    if attempts.pending:
+        cause = attempts.pending_cause
+        pending = (Cause(lost=cause) if attempts.pending_reason == RESTARTING
+                   else Cause(stalled=cause.removeprefix(STALLED_CAUSE)))
+        return _new(attempts.pending, pending, job_name, namespace, labels, now)
     if not attempts.known:
         return None
     record = attempts.records.get(attempts.known)
-    stalled = record.data.get("stalled") if record is not None else None
-    return Restart(attempts.known, stalled if isinstance(stalled, str) else "", attempts.began(), None)
+    data = record.data if record is not None else {}
+    stalled, lost = data.get("stalled"), data.get("lost")
+    if isinstance(lost, str) and not isinstance(stalled, str):
+        return Restart(attempts.known, lost, attempts.began(), None, RESTARTING)
+    return Restart(attempts.known, STALLED_CAUSE + (stalled if isinstance(stalled, str) else ""), attempts.began(),
+                   None)
+
+
+class AfterLoss(NamedTuple):
+    """What pods lost now do: restart the job (the cause), or fail it past maxRestarts (its Failed condition)."""
+
+    restart: Cause | None = None
+    failed: JSON | None = None
+
+
+def after_loss(key: str, lost: str, *, attempt: int, max_restarts: int, now: datetime) -> AfterLoss:
+    """Pods of the running attempt taken away (`lost`: hooks.chainerjob.related.lost_pods; "" when
+    none): the job restarts whole, as a new attempt, while attempt < runPolicy.maxRestarts; past it,
+    it fails, naming them. Counted as any restart (DESIGN's rule for MXJob: a disruption counts)."""
+    if not lost:
+        return AfterLoss()
+    if attempt < max_restarts:
+        return AfterLoss(restart=Cause(lost=lost))
+    at = rfc3339(now)
+    return AfterLoss(failed={"type": "Failed", "status": "True", "reason": FAILED,
+                             "message": f"{subject(key)} has reached runPolicy.maxRestarts ({max_restarts}): {lost}; "
+                                        f"so its master Job is deleted and its workers scaled to 0.",
+                             "lastProbeTime": at, "lastTransitionTime": at})
+
+
+def _new(attempt: int, cause: Cause, job_name: str, namespace: str, labels: Mapping[str, str],
+         now: datetime) -> Restart:
+    record = record_config_map(attempt_record_name(job_name, attempt), namespace, labels,
+                               {**cause.record(), "time": rfc3339(now)})
+    if cause.stalled is not None:
+        return Restart(attempt, STALLED_CAUSE + cause.stalled, None, record)
+    return Restart(attempt, cause.lost or "", None, record, RESTARTING)
 
 
 def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
@@ -114,23 +172,22 @@ def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
 
 
 RESTARTING_WORDS = " is restarting as attempt "
-STALLED_WORDS = ": it stalled: "
 DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and created again"
 
 
 def restarting_message(key: str, restart: Restart, max_restarts: int) -> str:
-    """The Restarting condition while the new attempt starts: the attempt, the stall, the budget."""
-    return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}{STALLED_WORDS}{restart.clause}{DELETED_WORDS} "
+    """The Restarting condition while the new attempt starts: the attempt, why, the budget."""
+    return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}: {restart.cause}{DELETED_WORDS} "
             f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.attempt} of runPolicy.maxRestarts "
             f"{max_restarts}).")
 
 
 def restarted_message(key: str, restart: Restart) -> str:
     """The Restarting condition, False, once the new attempt's master runs."""
-    return f"{subject(key)}: attempt {restart.attempt} runs (the job was restarted after it stalled: {restart.clause})."
+    return f"{subject(key)}: attempt {restart.attempt} runs (the job was restarted after {restart.cause})."
 
 
-def _clause_of(message: str) -> str:
-    """The stall clause in a Restarting message this module wrote (restarting_message)."""
-    _, found, rest = message.partition(STALLED_WORDS)
+def _cause_of(message: str, attempt: int) -> str:
+    """The cause in a Restarting message this module wrote for `attempt` (restarting_message)."""
+    _, found, rest = message.partition(f"{RESTARTING_WORDS}{attempt}: ")
     return rest.partition(DELETED_WORDS)[0] if found else ""

@@ -44,7 +44,7 @@ MAX_WORKERS = 1000
 # (docs/chainerjob.md, "Progress"): v1alpha1 keeps its other run settings on the master
 # (spec.master.backoffLimit, ...).
 RUN_POLICY_FIELDS = ("progress", "stallPolicy", "maxRestarts")
-# Whole-job restarts (stallPolicy action RestartJob) a job gets when it leaves runPolicy.maxRestarts
+# Whole-job restarts (stallPolicy action RestartJob, disruptions) a job gets when it leaves runPolicy.maxRestarts
 # out: a job that stalls on every attempt must end, not restart for ever (docs/chainerjob.md).
 DEFAULT_MAX_RESTARTS = 3
 
@@ -80,7 +80,7 @@ class ChainerJob(JobIdentity):
     worker_sets: dict[str, WorkerSet] = field(default_factory=dict)
     backend: Backend | Literal[""] = ""  # "" for a job without workerSets
     progress: ProgressPolicy = NO_PROGRESS  # spec.runPolicy.progress and stallPolicy (hooks.shared.progress)
-    max_restarts: int = DEFAULT_MAX_RESTARTS  # spec.runPolicy.maxRestarts: whole-job restarts for stalls
+    max_restarts: int = DEFAULT_MAX_RESTARTS  # spec.runPolicy.maxRestarts: whole-job restarts (stalls, disruptions)
 
     @property
     def distributed(self) -> bool:
@@ -144,8 +144,8 @@ def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
 
 
 def _parse_max_restarts(raw: Any, problems: list[str]) -> int:
-    """spec.runPolicy.maxRestarts: how many whole-job restarts a stall may cause (an MXJob's
-    runPolicy.failurePolicy.maxRestarts; a ChainerJob restarts only for stalls)."""
+    """spec.runPolicy.maxRestarts: how many whole-job restarts a stall or a disruption may cause (an
+    MXJob's runPolicy.failurePolicy.maxRestarts; a ChainerJob restarts whole only for those two)."""
     value = raw.get("maxRestarts") if isinstance(raw, Mapping) else None
     if value is None:
         return DEFAULT_MAX_RESTARTS

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob.decision import Decision
-from hooks.chainerjob.progress import stopped_by_stall
+from hooks.chainerjob.progress import STOPPED_BY_HOOK, stopped_by_hook
 from hooks.chainerjob.related import FAILURE_KEY, failure_words, master_failure, recorded_failure
 from hooks.chainerjob.restarts import Restart, attempt_of, restarted_message, restarting_message
 from hooks.chainerjob.spec import ChainerJob
@@ -58,9 +58,10 @@ def master_record(master_job: Mapping[str, Any] | None, old_status: Mapping[str,
     the status leaves out). Once an outcome record is observed, only what it kept is said, so the
     message stays the same after the pods are gone.
     """
-    if master_job is not None and (stopped_by_stall(recorded) or stopped_by_stall(old_status)):
-        # The hook failed the job for a stall (spec.runPolicy.stallPolicy FailJob) and deleted its
-        # master Job: the Job read now is one about to go, and its status says nothing of the end.
+    if master_job is not None and (stopped_by_hook(recorded) or stopped_by_hook(old_status)):
+        # The hook failed the job (a stall under spec.runPolicy.stallPolicy FailJob, a pod lost past
+        # maxRestarts) and deleted its master Job: the Job read now is one about to go, and its status
+        # says nothing of the end.
         master_job = None
     if master_job is not None:
         source = master_job.get("status") or {}
@@ -155,7 +156,10 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
     else:
-        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits)
+        # While the new attempt's master Job exists but has not started, Restarting says what the
+        # scheduler holds back (before, Waiting says it, for the workers).
+        _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits,
+                       restart_waits=waits if decision.master else ".")
 
     status = _with_master_status(own, master_status, now)
     if restart is not None:
@@ -167,19 +171,20 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
 
 
 def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[str, Any], *, stall: str | None,
-                   restart: Restart | None, restarting: bool, waits: str) -> None:
+                   restart: Restart | None, restarting: bool, waits: str, restart_waits: str = ".") -> None:
     """Running, and Restarting through a whole-job restart until the new attempt's master runs.
 
-    `waits` ends the Running message: what the scheduler has not placed yet, or a full stop."""
+    `waits` ends the Running message, `restart_waits` the Restarting one: what the scheduler has not
+    placed yet, or a full stop."""
     active = bool(master_status.get("active"))
     # Started, not active: between its pod's success and the Job's Complete nothing is active.
     started = active or "startTime" in master_status
     if restart is not None and (restarting or not started):
         # The times are the record's: a sync that reads the status of before the restart stamps
         # it as the sync that decided it did.
-        message = restarting_message(job.key, restart, job.max_restarts)
-        own.set("Restarting", STALLED, message, at=restart.recorded_at)
-        own.clear("Running", STALLED, message, at=restart.recorded_at)
+        message = restarting_message(job.key, restart, job.max_restarts).removesuffix(".") + restart_waits
+        own.set("Restarting", restart.reason, message, at=restart.recorded_at)
+        own.clear("Running", restart.reason, message, at=restart.recorded_at)
         return
     # When the Job controller started the master Job: what every sync that sees it active reads.
     job_started = parse_time(master_status.get("startTime"))
@@ -234,8 +239,8 @@ def _finish(own: _OwnConditions, key: str, master_status: Mapping[str, Any], out
     final = next(c for c in master_status["conditions"] if c["type"] == outcome and c.get("status") == "True")
     # When the master Job finished, as its condition (or the outcome record) keeps it.
     ended = parse_time(final.get("lastTransitionTime"))
-    if final.get("reason") == STALLED:  # the hook ended it (hooks.chainerjob.progress): its message says how
-        own.clear("Running", STALLED, final.get("message", ""), at=ended)
+    if final.get("reason") in STOPPED_BY_HOOK:  # the hook ended it (hooks.chainerjob.progress): its message says how
+        own.clear("Running", final["reason"], final.get("message", ""), at=ended)
         return
     why = f" ({final['reason']}: {final.get('message', '')})" if final.get("reason") else ""
     own.clear("Running", reason, f"{subject(key)} has finished: the master Job is {outcome}{why}.", at=ended)

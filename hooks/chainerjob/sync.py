@@ -15,7 +15,7 @@ from typing import Any
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION
-from hooks.chainerjob.related import not_scheduled, read_related_pods
+from hooks.chainerjob.related import lost_pods, not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
     KeptTimes,
@@ -132,22 +132,32 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"),
                                    attempts.pending or attempts.known) \
         if job.progress.enabled else {}
-    stall = progress.StallCheck()
-    if finished(master_status) is None and master_status.get("active") and not (attempts.pending or attempts.leaving):
+    stall, loss = progress.StallCheck(), restarts.AfterLoss()
+    running = finished(master_status) is None and not (attempts.pending or attempts.leaving)
+    if running and master_status.get("active"):
         stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.known,
                                      began=attempts.began())
-        if stall.failed is not None:  # spec.runPolicy.stallPolicy FailJob, or RestartJob past maxRestarts
-            master_status = progress.failed_by_stall(master_status, stall.failed)
-    restart = restarts.restart_of(attempts, decided=stall.restart, job_name=job.name, namespace=job.namespace,
+    if running and stall.restart is None and stall.failed is None and master_job is not None \
+            and not master_status.get("succeeded"):
+        # A pod taken away (preempted, evicted) once the master Job of its attempt exists: its
+        # mpiexec never admits a worker replaced under the same name, and a master pod retried alone
+        # would count against the Job's backoffLimit (docs/chainerjob.md, "Disruptions").
+        loss = restarts.after_loss(job.key, lost_pods(job.name, job_pods, attempts.known), attempt=attempts.known,
+                                   max_restarts=job.max_restarts, now=now)
+    failed = stall.failed or loss.failed  # FailJob, or a RestartJob (for a stall, a loss) past maxRestarts
+    if failed is not None:
+        master_status = progress.failed_by_hook(master_status, failed)
+    decided = restarts.Cause(stalled=stall.restart) if stall.restart is not None else loss.restart
+    restart = restarts.restart_of(attempts, decided=decided, job_name=job.name, namespace=job.namespace,
                                   labels=names.common_labels(job.name), now=now)
-    if stall.restart is not None:  # the restart's reports start afresh
+    if decided is not None:  # the restart's reports start afresh
         reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"), restart.attempt) \
             if restart is not None else reports
     ready = ready_workers(job, current[STATEFULSET_KEY])
     account = progress_name(job.name) if progress.waits_for_account(job, observed[SERVICE_ACCOUNT_KEY]) else None
-    # A master Job the hook stopped for a stall is deleted, once the outcome record that says so is
-    # observed (before, a stale parent with stale ConfigMaps could create it again), and never again.
-    stopped = progress.stopped_by_stall(master_status) and outcome_name(job.name) in observed[CONFIG_MAP_KEY]
+    # A master Job the hook stopped (a stall, a loss past maxRestarts) is deleted, once the outcome record
+    # that says so is observed (before, a stale parent with stale ConfigMaps could create it again), and never again.
+    stopped = progress.stopped_by_hook(master_status) and outcome_name(job.name) in observed[CONFIG_MAP_KEY]
     restarting = restart is not None and (restart.new_record is not None or attempts.leaving)
     decision = decide(job, outcome=finished(master_status),
                       master_observed=master_job is not None and not stopped,

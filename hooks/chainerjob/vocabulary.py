@@ -38,7 +38,9 @@ FAILED_VALIDATION = f"{KIND}FailedValidation"
 # A running job whose reporters fell silent (spec.runPolicy.stallPolicy; docs/progress.md): the
 # Running condition's reason while it may have stalled, and the Failed condition's under FailJob.
 STALLED = f"{KIND}Stalled"
-# The Restarting condition's reason once the new attempt runs (its reason while restarting is STALLED).
+# The Restarting condition's reason while a whole-job restart for a pod taken away (preempted, evicted:
+# docs/chainerjob.md, "Disruptions") is under way (STALLED for a stall), and once the new attempt runs.
+RESTARTING = f"{KIND}Restarting"
 RESTARTED = f"{KIND}Restarted"
 # Reasons of the Waiting condition: what the master waits for, or what ended the wait.
 WAITING_FOR_PODGROUP = "WaitingForPodGroup"

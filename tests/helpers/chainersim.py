@@ -143,6 +143,35 @@ class ChainerSim(Stepped):
             status["reason"] = pod_reason
         self.store.update_status("v1", "Pod", self.namespace, name, status)
 
+    def worker_pod(self, name: str, *, phase: str = "Running") -> None:
+        """The StatefulSet controller's pod `name` of the worker set in its name, created if new
+        (owned by the StatefulSet: only the customize hook relates it), with the kubelet's phase."""
+        statefulset = name.rpartition("-")[0]
+        owner = self.children[STATEFULSET_KEY][statefulset]
+        if self.store.get("v1", "Pod", self.namespace, name) is None:
+            template = owner["spec"]["template"]
+            self.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": self.namespace, "labels": dict(template["metadata"]["labels"]),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": statefulset,
+                                     "uid": owner["metadata"]["uid"], "controller": True}]},
+                "spec": template["spec"]})
+        self.store.update_status("v1", "Pod", self.namespace, name, {
+            "phase": phase, "containerStatuses": [{"name": "chainer", "restartCount": 0, "state": {"running": {}}}]})
+
+    def disrupt(self, name: str, reason: str, message: str, *, phase: str = "Running") -> None:
+        """What kube-scheduler (or the eviction API) does to a victim: DisruptionTarget on it, then its
+        deletion; the kubelet then stops it (`phase` Failed, its container killed by SIGTERM) before it is gone."""
+        pod = self.store.get("v1", "Pod", self.namespace, name)
+        assert pod is not None, f"no pod {name}"
+        state = {"running": {}} if phase == "Running" else {"terminated": {"exitCode": 143, "reason": "Error"}}
+        self.store.update_status("v1", "Pod", self.namespace, name, {
+            "phase": phase, "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": reason,
+                                            "message": message}],
+            "containerStatuses": [{"name": "chainer", "restartCount": 0, "state": state}]})
+        if not pod["metadata"].get("deletionTimestamp"):
+            self.change("v1", "Pod", name, lambda p: p["spec"].update(nodeName="node-1"))
+            self.store.delete("v1", "Pod", self.namespace, name)
+
     def delete(self, key: str, name: str) -> None:
         """Someone deletes a child (kubectl delete, garbage collection)."""
         self.remove(*_split(key), name)

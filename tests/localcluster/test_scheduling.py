@@ -229,3 +229,79 @@ def test_a_chainerjob_worker_asking_for_more_cpu_than_the_node_has_is_said_with_
     described = " ".join(cluster.control_plane.kubectl("describe", "chainerjob", "bigc").stdout.split())
     assert f"pod {worker} is not scheduled: 0/1 nodes are available: 1 Insufficient cpu" in described
     assert not [p for p in cluster.pods("bigc") if "master" in p["metadata"]["name"]]
+
+
+def low_priority_chainerjob(done: Path, *, big: str) -> dict[str, Any]:
+    """A ChainerJob of a master and one worker, both of PriorityClass test-low; the `big` one ("worker" or
+    "master") asks for 1.5 CPUs, the other for 0.1. In its first attempt both run until stopped (taking
+    2 s, STOPS_IN_2_S), as an mpiexec whose rank was silently replaced would hang; in the next, the worker
+    leaves `done` and the master succeeds once it is there. So the job ends Complete only through a
+    whole-job restart."""
+    job = chainerjob("low", worker_cpu="1500m" if big == "worker" else "100m")
+    worker = job["spec"]["workerSets"]["ws"]["template"]["spec"]
+    worker.update(priorityClassName="test-low", terminationGracePeriodSeconds=10)
+    worker["containers"][0]["command"] = [
+        "sh", "-c", f'[ "$MXJOB_ATTEMPT" = 1 ] && touch {done}; {STOPS_IN_2_S}']
+    master = job["spec"]["master"]["template"]["spec"]
+    master.update(priorityClassName="test-low", terminationGracePeriodSeconds=10)
+    master["containers"][0].update(resources={"requests": {"cpu": "1500m" if big == "master" else "100m"}}, command=[
+        "sh", "-c", f'if [ "$MXJOB_ATTEMPT" = 1 ]; then while [ ! -e {done} ]; do sleep 0.2; done; exit 0; fi; '
+                    f"{STOPS_IN_2_S}"])
+    return job
+
+
+@pytest.mark.parametrize("victim", ["worker", "master"])
+def test_a_high_priority_pod_preempts_a_chainerjob_pod_and_the_job_restarts_whole_and_completes(
+        cluster: LocalCluster, tmp_path: Path, victim: str):
+    """kube-scheduler preempts the running pod whose loss frees the room (the one of 1.5 CPUs). A worker
+    would be recreated by its StatefulSet under the same name, which the master's mpiexec never admits; a
+    master would be retried alone by its Job. Instead the job restarts as attempt 1 naming the victim and
+    the preemption, waits for room, and completes (docs/chainerjob.md, "Disruptions")."""
+    assert cluster.control_plane is not None
+    cluster.control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        priority_class("test-low", 100), priority_class("test-high", 1000)]}))
+    seen: list[tuple[str, str, str, dict[str, Any]]] = []  # (event, pod, uid, DisruptionTarget)
+    cluster.store.watch(lambda event, obj: seen.append((event, obj["metadata"]["name"], obj["metadata"]["uid"],
+                                                        pod_condition(obj, "DisruptionTarget")))
+                        if obj.get("kind") == "Pod" else None)
+    cluster.submit(low_priority_chainerjob(tmp_path / "done", big=victim))
+
+    def master_running() -> dict[str, Any] | None:
+        return next((p for p in cluster.pods("low") if p["metadata"]["name"].startswith("low-master-")
+                     and p.get("status", {}).get("phase") == "Running"), None)
+
+    master = cluster.wait_for(master_running, 60, what="the low-priority master running")
+    first = master if victim == "master" else cluster.pod("low-workerset-ws-0")
+    assert first is not None and first["status"]["phase"] == "Running"
+    name = first["metadata"]["name"]
+    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "default"},
+                          "spec": {"priorityClassName": "test-high", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                                   "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 10"],
+                                                   "resources": {"requests": {"cpu": "1500m"}}}]}})
+
+    messages: set[str] = set()
+
+    def done() -> dict[str, Any] | None:
+        job = cluster.get_job("low")
+        messages.update(c.get("message", "") for c in (job or {}).get("status", {}).get("conditions", []))
+        return job if finished(job) else None
+
+    ended = cluster.wait_for(done, 90, what="the low-priority ChainerJob to finish")
+    assert finished(ended) == "Succeeded", ended["status"]
+    disrupted = [c for _, pod, uid, c in seen if c and c["status"] == "True" and c["reason"] == PREEMPTED]
+    assert {pod for _, pod, uid, c in seen if c} == {name}, "the scheduler preempted that one pod"
+    assert disrupted and disrupted[-1]["message"] == PREEMPTED_SAYS
+    lost = f"pod {name} was lost (no exit code, reason {PREEMPTED}: '{PREEMPTED_SAYS}')"
+    restarting = (f"ChainerJob default/low is restarting as attempt 1: {lost}; its master Job and worker StatefulSets "
+                  "are deleted and created again with MXJOB_ATTEMPT=1 (restarts so far: 1 of runPolicy.maxRestarts 3).")
+    assert restarting in messages, messages
+    # While the high-priority pod held the CPU, the job said which pod waited and why: the worker (in
+    # Waiting), or the new master (in Restarting, its workers ready).
+    waiting = "low-workerset-ws-0" if victim == "worker" else "low-master-"
+    assert any(f"it waits for the scheduler: pod {waiting}" in m and "is not scheduled: 0/1 nodes are available: "
+               "1 Insufficient cpu" in m for m in messages), messages
+    assert ended["status"]["attempt"] == 1
+    restarted = condition(ended, "Restarting")
+    assert restarted is not None and restarted["status"] == "False"
+    assert restarted["message"] == f"ChainerJob default/low: attempt 1 runs (the job was restarted after {lost})."
+    assert cluster.pod("urgent")["status"]["phase"] == "Succeeded"  # type: ignore[index]
