@@ -12,6 +12,12 @@ report says which attempt it is of. It is remembered as an MXJob's whole-job res
   back, and stale children only show objects of an earlier attempt, which are left out again.
 - A restart the status shows whose record is not observed yet (stale children, or a create that
   failed) is answered again, not decided again: one stall is one restart.
+
+Suspending a job (spec.runPolicy.suspend) that has launched is the same move without the create:
+its record says `suspended`, the attempt's master Job and StatefulSets go, and the next attempt's
+are created when the job is resumed. So a stale read of the StatefulSets deleted at suspension
+(still ready) can never start the resumed job's master: they belong to the earlier attempt. Such
+attempts are not counted against runPolicy.maxRestarts.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from hooks.chainerjob import names
-from hooks.chainerjob.vocabulary import STALLED, subject
+from hooks.chainerjob.vocabulary import STALLED, SUSPENDED, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import (
@@ -41,8 +47,19 @@ class Attempts:
     known: int  # the attempt the children show: the highest record or label
     records: Mapping[int, Record]  # the observed `<job>-attempt-<n>` records, by n
     leaving: bool  # a master Job or worker StatefulSet of an earlier attempt is still observed
-    pending: int  # the attempt the old status says a stall restart began (0: none beyond `known`)
+    pending: int  # the attempt the old status says a stall restart (or a suspension) began (0: none beyond `known`)
     pending_clause: str  # the stall, as the old status's Restarting condition said it
+    pending_suspension: bool = False  # the pending attempt began with a suspension, not a stall
+
+    @property
+    def suspensions(self) -> int:
+        """The attempts a suspension began (their records say so): not counted against maxRestarts."""
+        return sum(1 for record in self.records.values() if SUSPENDED_KEY in record.data)
+
+    @property
+    def counted(self) -> int:
+        """The whole-job restarts stalls caused, counted against runPolicy.maxRestarts."""
+        return self.known - self.suspensions
 
     def began(self) -> datetime | None:
         """When the known attempt's restart was decided, as its record keeps it (None: attempt 0)."""
@@ -64,13 +81,23 @@ def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[s
     known = max([0, *records, *(attempt_of(c) for c in launched)])
     leaving = any(attempt_of(c) < known for c in launched)
     shown = old.counter("attempt") or 0
-    restarting = next((c for c in old.conditions() if c.get("type") == "Restarting"), None)
-    pending, clause = 0, ""
+    said = {c.get("type"): c for c in old.conditions()}
+    restarting, suspended = said.get("Restarting"), said.get("Suspended")
+    pending, clause, suspension = 0, "", False
     if (shown > known and restarting is not None and restarting.get("status") == "True"
             and restarting.get("reason") == STALLED):
         message = restarting.get("message")
         pending, clause = shown, _clause_of(message if isinstance(message, str) else "")
-    return Attempts(known=known, records=records, leaving=leaving, pending=pending, pending_clause=clause)
+    elif (shown > known and suspended is not None and suspended.get("status") == "True"
+          and suspended.get("reason") == SUSPENDED):
+        pending, suspension = shown, True
+    return Attempts(known=known, records=records, leaving=leaving, pending=pending, pending_clause=clause,
+                    pending_suspension=suspension)
+
+
+def launched(attempts: Attempts, jobs: Mapping[str, Any], statefulsets: Mapping[str, Any]) -> bool:
+    """Whether the known attempt has a master Job or a StatefulSet observed: a suspension then ends it."""
+    return any(attempt_of(c) == attempts.known for c in [*jobs.values(), *statefulsets.values()])
 
 
 def current(children: Mapping[str, Any], attempt: int) -> dict[str, Any]:
@@ -83,26 +110,34 @@ class Restart:
     """The whole-job restart the job is in (or has come through): its attempt and why."""
 
     attempt: int
-    clause: str  # how the job stalled
+    clause: str  # how the job stalled ("" for a suspension)
     recorded_at: datetime | None  # when it was decided, from its record (None: not observed yet)
     new_record: JSON | None  # the record to answer (decided now, or answered again)
+    suspended: bool = False  # the attempt began with a suspension (runPolicy.suspend), not a stall
+    counted: int = 0  # the restarts stalls caused so far, this one included (Attempts.counted)
 
 
 def restart_of(attempts: Attempts, *, decided: str | None, job_name: str, namespace: str,
-               labels: Mapping[str, str], now: datetime) -> Restart | None:
-    """The restart this sync shows: the one decided now (`decided`: the stall clause), else one the
-    old status shows that is not recorded yet, else the known attempt's; None at attempt 0."""
-    if decided is not None or attempts.pending:
-        attempt = attempts.known + 1 if decided is not None else attempts.pending
+               labels: Mapping[str, str], now: datetime, suspend: bool = False) -> Restart | None:
+    """The restart this sync shows: the one decided now (`decided`: the stall clause; `suspend`: a
+    suspension), else one the old status shows that is not recorded yet, else the known attempt's;
+    None at attempt 0."""
+    if decided is not None or suspend or attempts.pending:
+        attempt = attempts.known + 1 if decided is not None or suspend else attempts.pending
+        suspension = suspend or (decided is None and attempts.pending_suspension)
         clause = decided if decided is not None else attempts.pending_clause
+        why = {SUSPENDED_KEY: SUSPEND_FIELD} if suspension else {"stalled": clause}
         new = record_config_map(attempt_record_name(job_name, attempt), namespace, labels,
-                                {"stalled": clause, "time": rfc3339(now)})
-        return Restart(attempt, clause, None, new)
+                                {**why, "time": rfc3339(now)})
+        counted = attempts.counted + (0 if suspension else attempt - attempts.known)
+        return Restart(attempt, "" if suspension else clause, None, new, suspended=suspension, counted=counted)
     if not attempts.known:
         return None
     record = attempts.records.get(attempts.known)
-    stalled = record.data.get("stalled") if record is not None else None
-    return Restart(attempts.known, stalled if isinstance(stalled, str) else "", attempts.began(), None)
+    data = record.data if record is not None else {}
+    stalled = data.get("stalled")
+    return Restart(attempts.known, stalled if isinstance(stalled, str) else "", attempts.began(), None,
+                   suspended=SUSPENDED_KEY in data, counted=attempts.counted)
 
 
 def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
@@ -113,6 +148,10 @@ def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
             for n in sorted(found)]
 
 
+# An attempt record's key when a suspension began it, and its value: the field that did.
+SUSPENDED_KEY = "suspended"
+SUSPEND_FIELD = "spec.runPolicy.suspend"
+
 RESTARTING_WORDS = " is restarting as attempt "
 STALLED_WORDS = ": it stalled: "
 DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and created again"
@@ -121,7 +160,7 @@ DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and create
 def restarting_message(key: str, restart: Restart, max_restarts: int) -> str:
     """The Restarting condition while the new attempt starts: the attempt, the stall, the budget."""
     return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}{STALLED_WORDS}{restart.clause}{DELETED_WORDS} "
-            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.attempt} of runPolicy.maxRestarts "
+            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.counted} of runPolicy.maxRestarts "
             f"{max_restarts}).")
 
 

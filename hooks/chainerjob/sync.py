@@ -24,6 +24,7 @@ from hooks.chainerjob.status import (
     finished_while_invalid,
     master_record,
     status_for,
+    suspended_status,
 )
 from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
@@ -133,13 +134,19 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                                    attempts.pending or attempts.known) \
         if job.progress.enabled else {}
     stall = progress.StallCheck()
-    if finished(master_status) is None and master_status.get("active") and not (attempts.pending or attempts.leaving):
-        stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.known,
+    # Suspended (spec.runPolicy.suspend) until the master Job has finished: a finished job stays finished.
+    suspended = job.suspend and finished(master_status) is None
+    if (finished(master_status) is None and master_status.get("active") and not suspended
+            and not (attempts.pending or attempts.leaving)):
+        stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.counted,
                                      began=attempts.began())
         if stall.failed is not None:  # spec.runPolicy.stallPolicy FailJob, or RestartJob past maxRestarts
             master_status = progress.failed_by_stall(master_status, stall.failed)
+    # A suspension ends the attempt that has launched: the next one starts on resume (hooks.chainerjob.restarts).
+    suspend_now = (suspended and not attempts.pending
+                   and restarts.launched(attempts, observed[JOB_KEY], observed[STATEFULSET_KEY]))
     restart = restarts.restart_of(attempts, decided=stall.restart, job_name=job.name, namespace=job.namespace,
-                                  labels=names.common_labels(job.name), now=now)
+                                  labels=names.common_labels(job.name), now=now, suspend=suspend_now)
     if stall.restart is not None:  # the restart's reports start afresh
         reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"), restart.attempt) \
             if restart is not None else reports
@@ -153,14 +160,16 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                       master_observed=master_job is not None and not stopped,
                       ready=ready, statefulsets=current[STATEFULSET_KEY], podgroup=podgroup,
                       observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account,
-                      restarting=restarting)
+                      restarting=restarting, suspended=suspended)
     times = _kept_times(observed, master_job, old_status, now)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=current, master_status=master_status,
                               kubectl_image=kubectl_image, gang=gang, attempt=attempts.known, times=times)
     wanted += restarts.kept_records(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name))
     if restart is not None and restart.new_record is not None:
         wanted.append(restart.new_record)
-    if restarting:
+    if suspended:
+        status = suspended_status(job, old_status, now, times=times, restart=restart)
+    elif restarting:
         # The status says where the new attempt is, from the sync that decides the restart on: what
         # attempt 0 still shows while it goes would change it on the sync that sees the record.
         status = status_for(job, old_status, {"conditions": []}, dict.fromkeys(ready, 0),

@@ -15,12 +15,13 @@ PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 # say SuccessCriteriaMet or FailureTarget first, which are not copied).
 JobCondition = Literal["Complete", "Failed"]
 # The hook's own conditions: where the job is before its master Job has finished.
-OwnCondition = Literal["Created", "Waiting", "Running", "Restarting"]
+OwnCondition = Literal["Created", "Waiting", "Running", "Restarting", "Suspended"]
 ConditionType = Literal[JobCondition, OwnCondition]
 JOB_CONDITIONS: Final[tuple[JobCondition, ...]] = get_args(JobCondition)
 OWN_CONDITIONS: Final[tuple[OwnCondition, ...]] = get_args(OwnCondition)
 # Highest first: the first True one is the job's state and goes last in the list (the State column).
-STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Restarting", "Running", "Waiting", "Created")
+STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Suspended", "Restarting", "Running", "Waiting",
+                                                 "Created")
 
 Backend = Literal["mpi"]
 BACKENDS: Final[tuple[Backend, ...]] = get_args(Backend)
@@ -40,6 +41,10 @@ FAILED_VALIDATION = f"{KIND}FailedValidation"
 STALLED = f"{KIND}Stalled"
 # The Restarting condition's reason once the new attempt runs (its reason while restarting is STALLED).
 RESTARTED = f"{KIND}Restarted"
+# spec.runPolicy.suspend (docs/chainerjob.md, "Suspend"): the Suspended condition's reasons, True and
+# False (the job runs again, as a new attempt).
+SUSPENDED = f"{KIND}Suspended"
+RESUMED = f"{KIND}Resumed"
 # Reasons of the Waiting condition: what the master waits for, or what ended the wait.
 WAITING_FOR_PODGROUP = "WaitingForPodGroup"
 WAITING_FOR_WORKERS = "WaitingForWorkers"
