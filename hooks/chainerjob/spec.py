@@ -16,6 +16,7 @@ from hooks.chainerjob.vocabulary import BACKENDS, MASTER_RESTART_POLICIES, WORKE
 from hooks.shared.errors import SpecError
 from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
+from hooks.shared.kueue import QUEUE_LABEL
 from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
     check_containers,
@@ -82,6 +83,11 @@ class ChainerJob(JobIdentity):
     progress: ProgressPolicy = NO_PROGRESS  # spec.runPolicy.progress and stallPolicy (hooks.shared.progress)
     max_restarts: int = DEFAULT_MAX_RESTARTS  # spec.runPolicy.maxRestarts: whole-job restarts for stalls
     suspend: bool = False  # spec.runPolicy.suspend: no master Job and no workers while true
+
+    @property
+    def queue(self) -> str:
+        """The Kueue LocalQueue its label names (hooks.shared.kueue.QUEUE_LABEL); "" when not queued."""
+        return self.labels.get(QUEUE_LABEL, "")
 
     @property
     def distributed(self) -> bool:

@@ -23,6 +23,7 @@ from hooks.chainerjob.vocabulary import (
     FAILED,
     FAILED_VALIDATION,
     JOB_CONDITIONS,
+    KUEUE_ADMITTED,
     OWN_CONDITIONS,
     PODGROUP_CREATED,
     RESTARTED,
@@ -32,6 +33,7 @@ from hooks.chainerjob.vocabulary import (
     STATE_ORDER,
     SUCCEEDED,
     SUSPENDED,
+    WAITING_FOR_KUEUE,
     WAITING_FOR_WORKERS,
     WORKERS_READY,
     JobCondition,
@@ -123,7 +125,7 @@ class KeptTimes:
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
                ready: Mapping[str, int], decision: Decision, now: datetime, *, times: KeptTimes,
                stall: str | None = None, restart: Restart | None = None, restarting: bool = False,
-               unplaced: str = "") -> JSON:
+               unplaced: str = "", admitting: bool = False) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
@@ -131,13 +133,14 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     `restart` the whole-job restart the job is in or came through, `restarting` whether the earlier
     attempt is still being replaced (hooks.chainerjob.restarts), `unplaced` which pods the scheduler
     has not placed and why (hooks.chainerjob.related.not_scheduled), said by Waiting while the master
-    waits for its workers, and by Running once the master runs.
+    waits for its workers, and by Running once the master runs. `admitting`: a pod of its Kueue pod
+    group is still behind Kueue's gate: Waiting says so, with Kueue's words, and nothing is Running.
 
     Each transition is stamped with a time every sync reads alike (`times`, the master Job's own
     times, the restart's record), not with `now`: a sync that reads the status of one write earlier
     then writes the same status as the sync before it (a fixed point under a lagging parent cache).
     """
-    waits = f"; it waits for the scheduler: {unplaced}." if unplaced else "."
+    waits = f"; {unplaced}." if unplaced else "."
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
     # The attempt's start: Waiting goes True with it (a restart's, from its record).
@@ -148,6 +151,12 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         _resumed(own, job.key, restart)
     if decision.waiting_message is not None and outcome is None:
         own.set("Waiting", decision.waiting_reason, decision.waiting_message, at=began)
+    elif admitting and outcome is None:
+        own.set("Waiting", WAITING_FOR_KUEUE, f"{subject(job.key)} is waiting for Kueue to admit its pod group "
+                                              f"(the master and every worker, admitted together){waits}", at=began)
+    elif decision.master and decision.queued:
+        own.clear("Waiting", KUEUE_ADMITTED, f"{subject(job.key)}: Kueue admitted its pod group, so the master and "
+                                             f"the workers start together.", at=times.master_started)
     elif decision.master and decision.gang:
         own.clear("Waiting", PODGROUP_CREATED, f"{subject(job.key)}: its PodGroup exists, so the master "
                                                f"and the workers were created; the gang starts them together.",
@@ -159,7 +168,7 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits, at=began)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
-    else:
+    elif not admitting:  # a master Job's pod behind Kueue's gate is active to the Job, not running
         _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits)
 
     status = _with_master_status(own, master_status, now)

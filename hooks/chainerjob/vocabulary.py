@@ -51,6 +51,9 @@ WAITING_FOR_WORKERS = "WaitingForWorkers"
 PODGROUP_CREATED = "PodGroupCreated"
 WORKERS_READY = "WorkersReady"
 WAITING_FOR_SERVICE_ACCOUNT = "WaitingForServiceAccount"
+# A queued job's pods form a Kueue pod group (docs/ecosystem.md, "Kueue"): waiting for its admission, admitted.
+WAITING_FOR_KUEUE = "WaitingForKueue"
+KUEUE_ADMITTED = "KueueAdmitted"
 
 
 def subject(key: str) -> str:
