@@ -8,6 +8,7 @@ from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
 
 from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import CONFIG_MAP_KEY, sync_chainerjob
+from hooks.server.app import create_app
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 GROUP = "kueue.x-k8s.io/pod-group-name"
@@ -155,3 +156,19 @@ def test_a_restarted_or_resumed_job_forms_a_new_group_for_its_new_attempt():
     sim.sync()
     assert {meta["labels"][GROUP] for meta in templates(sim)} == {"chj-uid-chj-1"}
     assert sim.names(JOB_KEY) == ["chj-master"]
+
+
+@pytest.mark.parametrize(("setting", "status", "rules"), [
+    pytest.param("true", 200, 2, id="pod-groups"),
+    pytest.param("false", 200, 1, id="off"),
+    pytest.param("yes", 500, None, id="bad-setting"),
+])
+@pytest.mark.parametrize("route", ["/chainerjob/customize", "/chainerjob/sync"])
+def test_the_chainerjob_routes_take_the_servers_kueue_setting(monkeypatch, route, setting, status, rules):
+    """One setting for both kinds: the installation's Kueue (docs/hooks-server.md)."""
+    monkeypatch.setenv("MXJOB_KUEUE_POD_GROUPS", setting)
+    request = ChainerSim(queued()).request() if route.endswith("sync") else {"controller": {}, "parent": queued()}
+    reply = create_app().test_client().post(route, json=request)
+    assert reply.status_code == status, reply.get_data(as_text=True)
+    if rules is not None and route.endswith("customize"):
+        assert len(reply.get_json()["relatedResources"]) == rules
