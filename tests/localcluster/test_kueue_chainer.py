@@ -24,6 +24,7 @@ from helpers.kueue_queues import (
     phase,
     quota,
     released,
+    workloads,
 )
 
 from localcluster.cluster import LocalCluster, condition, finished
@@ -120,3 +121,34 @@ def test_two_chainerjobs_that_do_not_fit_together_are_each_admitted_as_one_pod_g
     cluster.wait_for(lambda: all(cond(group_workload(cluster, queue, name), "Finished").get("status") == "True"
                                  for name in ("first", "second")), TIMEOUT, what="both groups' Workloads to finish")
     cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def test_a_queued_chainerjob_suspended_gives_its_quota_back_and_resumed_is_admitted_again(cluster: LocalCluster,
+                                                                                          queue: str) -> None:
+    """spec.runPolicy.suspend on a running queued job: its pods go, Kueue finishes their group and the quota
+    is free; resumed, the job runs as attempt 1 in a new group that Kueue admits, and completes."""
+    master = ["sh", "-c", 'if [ "$MXJOB_ATTEMPT" = 1 ]; then exit 0; fi; trap exit TERM; while true; do sleep 1 & wait; done']
+    cluster.submit(queued_chainerjob("pausing", queue, master))
+    cluster.wait_for(lambda: len(pods := job_pods(cluster, queue, "pausing")) == 3 and all(phase(p) == "Running" for p in pods),
+                     TIMEOUT, what="the job's three pods admitted and running")
+    attempt_0 = group_workload(cluster, queue, "pausing")
+    assert attempt_0 is not None and attempt_0["metadata"]["name"].endswith("-0")
+    cluster.update_job("pausing", lambda j: j["spec"].setdefault("runPolicy", {}).update(suspend=True), namespace=queue)
+    cluster.wait_for(lambda: not job_pods(cluster, queue, "pausing"), TIMEOUT, what="every pod of the suspended job gone")
+    assert cluster.wait_for(lambda: state(cluster, queue, "pausing") == "Suspended", TIMEOUT, what="Suspended")
+    cluster.wait_for(lambda: cond(group_workload(cluster, queue, "pausing"), "Finished").get("status") == "True",
+                     TIMEOUT, what="the suspended attempt's group to finish")
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+    cluster.update_job("pausing", lambda j: j["spec"]["runPolicy"].update(suspend=False), namespace=queue)
+    done = cluster.wait_finished("pausing", TIMEOUT, namespace=queue)
+    assert finished(done) == "Succeeded" and done["status"]["attempt"] == 1, done["status"]
+    names = sorted(w["metadata"]["name"] for w in workloads_of(cluster, queue, "pausing"))
+    assert [n.rsplit("-", 1)[1] for n in names] == ["0", "1"], names
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads_of(cluster, queue, "pausing")),
+                     TIMEOUT, what="both attempts' groups to finish")
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def workloads_of(cluster: LocalCluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    return [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
