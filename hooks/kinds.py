@@ -17,9 +17,10 @@ from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import OBSERVED_FIELDS as CHAINERJOB_OBSERVED_FIELDS
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob import vocabulary as mxjob_vocabulary
-from hooks.mxjob.sync import KUEUE_POD_GROUPS_SETTING, customize_mxjob, sync_mxjob
 from hooks.mxjob.sync import OBSERVED_FIELDS as MXJOB_OBSERVED_FIELDS
+from hooks.mxjob.sync import customize_mxjob, sync_mxjob
 from hooks.shared.k8s import JSON, SyncResponse
+from hooks.shared.kueue import KUEUE_POD_GROUPS_SETTING
 
 # A kind's pure sync: `sync(request, *, now, **settings)`, the request, the time and the kind's
 # settings (below) as keyword arguments in, the answer out.
@@ -70,11 +71,14 @@ CHAINERJOB = Kind(
     name=chainerjob_vocabulary.KIND,
     routes=("/chainerjob/sync",),
     sync=sync_chainerjob,
-    settings={"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE)},
+    settings={"kubectl_image": ("CHAINERJOB_KUBECTL_IMAGE", KUBECTL_IMAGE),
+              "kueue_pod_groups": (KUEUE_POD_GROUPS_SETTING, "false")},
     observed_fields=CHAINERJOB_OBSERVED_FIELDS,
-    # The master Job's pods are not its children: the customize hook relates them (hooks.chainerjob.related).
+    # The master Job's pods are not its children: the customize hook relates them, and a queued job's
+    # Kueue Workloads (hooks.chainerjob.related).
     customize=customize_chainerjob,
     customize_routes=("/chainerjob/customize",),
+    customize_settings=("kueue_pod_groups",),
 )
 
 KINDS: tuple[Kind, ...] = (MXJOB, CHAINERJOB)

@@ -12,6 +12,7 @@ from hooks.shared.errors import SpecError
 from hooks.shared.gang import Gang, SchedulingPolicy, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import json_copy
 from hooks.shared.k8s import JSON
+from hooks.shared.kueue import PRIORITY_CLASS_LABEL, QUEUE_LABEL, group_marks, pod_group_name
 from hooks.shared.termination import with_log_fallback
 from hooks.shared.validation import MAX_INT32
 
@@ -63,9 +64,10 @@ def role_binding_for(job: ChainerJob) -> JSON:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.role(job.name)}}
 
 
-def assets_for(job: ChainerJob, *, gang: Gang | None = None) -> JSON:
-    """The ConfigMap with the rsh agent, the master's launcher and the complete hostfile."""
-    agent = launch.agent_script(job, wait_for_target=gang is not None)
+def assets_for(job: ChainerJob, *, gang: Gang | None = None, queued: bool = False) -> JSON:
+    """The ConfigMap with the rsh agent, the master's launcher and the complete hostfile. Under a
+    gang or a Kueue pod group (`queued`) the master starts with its workers, so the agent waits for them."""
+    agent = launch.agent_script(job, wait_for_target=gang is not None or queued)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(job, names.assets(job.name), names.common_labels(job.name)),
             "data": {names.AGENT_KEY: agent, names.HOSTFILE_KEY: launch.hostfile(job),
@@ -90,7 +92,7 @@ FROZEN_ROLLING_UPDATE: JSON = {"type": "RollingUpdate", "rollingUpdate": {"parti
 
 
 def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | None = None,
-                    observed: Mapping[str, Any] | None = None, attempt: int = 0) -> JSON:
+                    observed: Mapping[str, Any] | None = None, attempt: int = 0, queued: bool = False) -> JSON:
     """A worker set's StatefulSet: all pods at once, scaled to 0 once the master has finished.
 
     OnDelete: a template edit, or a gang enabled on a live install (which marks every template),
@@ -110,9 +112,11 @@ def statefulset_for(job: ChainerJob, ws: WorkerSet, *, done: bool, gang: Gang | 
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=ws.name, priority_class=None)
     _mark_attempt(template_meta, pod_spec, attempt)
+    if queued:
+        _mark_kueue_group(job, template_meta, attempt)
     return {"apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": _meta(job, names.worker_set(job.name, ws.name),
-                              {**job.labels, **labels, **_attempt_label(attempt)}),
+                              {**_owner_labels(job, queued), **labels, **_attempt_label(attempt)}),
             "spec": {"replicas": 0 if done else ws.replicas,
                      "podManagementPolicy": "Parallel",
                      "updateStrategy": _update_strategy(observed),
@@ -130,7 +134,8 @@ def _update_strategy(observed: Mapping[str, Any] | None) -> JSON:
     return {"type": "OnDelete"}
 
 
-def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None, attempt: int = 0) -> JSON:
+def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = None, attempt: int = 0,
+                   queued: bool = False) -> JSON:
     """The master Job; with worker sets, its pod gets kubectl, the agent and the hostfile; labelled
     with its attempt from the first whole-job restart on (hooks.chainerjob.restarts)."""
     labels = names.master_labels(job.name)
@@ -160,10 +165,32 @@ def master_job_for(job: ChainerJob, *, kubectl_image: str, gang: Gang | None = N
     if gang is not None:
         mark_pod(gang, template_meta, pod_spec, group=job.name, task=MASTER_TASK, priority_class=None)
     _mark_attempt(template_meta, pod_spec, attempt)
+    if queued:
+        _mark_kueue_group(job, template_meta, attempt)
     spec["template"] = {"metadata": template_meta, "spec": pod_spec}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": _meta(job, names.master(job.name), {**job.labels, **labels, **_attempt_label(attempt)}),
+            "metadata": _meta(job, names.master(job.name),
+                              {**_owner_labels(job, queued), **labels, **_attempt_label(attempt)}),
             "spec": spec}
+
+
+def _mark_kueue_group(job: ChainerJob, template_meta: JSON, attempt: int) -> None:
+    """A queued job's pods (docs/ecosystem.md, "Kueue"): the master's and every worker's form one
+    Kueue plain-pod group per attempt, so Kueue admits the whole job or nothing (MPI needs every
+    rank); the job's WorkloadPriorityClass label goes with them."""
+    labels, annotations = group_marks(job.queue, pod_group_name(job.name, job.uid, attempt), 1 + job.workers)
+    if PRIORITY_CLASS_LABEL in job.labels:
+        labels[PRIORITY_CLASS_LABEL] = job.labels[PRIORITY_CLASS_LABEL]
+    template_meta["labels"] = {**template_meta["labels"], **labels}
+    template_meta["annotations"] = {**(template_meta.get("annotations") or {}), **annotations}
+
+
+def _owner_labels(job: ChainerJob, queued: bool) -> dict[str, str]:
+    """The job's labels on its master Job and StatefulSets; a queued job's without Kueue's: with
+    Kueue's batch/job or statefulset integration on, Kueue would queue that one child on its own."""
+    if not queued:
+        return dict(job.labels)
+    return {k: v for k, v in job.labels.items() if k not in (QUEUE_LABEL, PRIORITY_CLASS_LABEL)}
 
 
 def _attempt_label(attempt: int) -> dict[str, str]:

@@ -24,6 +24,16 @@ from hooks.chainerjob.spec import DEFAULT_CONTAINER
 from hooks.chainerjob.vocabulary import KIND, PARENT_API_VERSION
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.k8s import JSON, POD_KEY
+from hooks.shared.kueue import (
+    KUEUE_ATTEMPTS_RELATED,
+    KUEUE_POD_GROUP_LABEL,
+    QUEUE_LABEL,
+    gated_by_kueue,
+    kueue_setting,
+    pending,
+    pod_group_name,
+    workload_rule,
+)
 from hooks.shared.request import read_parent
 from hooks.shared.scheduling import held_words, unscheduled
 from hooks.shared.termination import (
@@ -42,27 +52,43 @@ FAILURE_KEY = "masterFailure"  # the outcome record's key for what the master po
 MAX_NAMED = 3  # pods a waiting message names one by one; more are counted ("and 2 more"), as an MXJob's
 
 
-def customize_chainerjob(request: Mapping[str, Any]) -> JSON:
+def customize_chainerjob(request: Mapping[str, Any], *, kueue_pod_groups: str = "false") -> JSON:
     """The customize hook's answer: every pod of the job, by the operator label the master's and the
     workers' templates share: the master's pods (what a failed one showed) and the workers' (the
     StatefulSet's status does not say why a worker is Pending; its PodScheduled condition does).
+    A queued job whose pods form Kueue pod groups (`kueue_pod_groups`, the installation's setting)
+    also relates the Workloads of its groups, named after them, from the attempt its status shows
+    on (as an MXJob's: hooks.mxjob.sync.customize_mxjob), so it can say why Kueue holds it back.
 
     No namespace in the rule: with hook version v1 Metacontroller looks for a namespaced parent's
     related objects in the parent's namespace only.
     """
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=KIND)
-    name = parent["metadata"]["name"]
-    return {"relatedResources": [{"apiVersion": "v1", "resource": "pods",
-                                  "labelSelector": {"matchLabels": names.common_labels(name)}}]}
+    meta = parent["metadata"]
+    name = meta["name"]
+    rules: list[JSON] = [{"apiVersion": "v1", "resource": "pods",
+                          "labelSelector": {"matchLabels": names.common_labels(name)}}]
+    labels = meta.get("labels")
+    if kueue_setting(kueue_pod_groups) and isinstance(labels, Mapping) and labels.get(QUEUE_LABEL):
+        status = parent.get("status")
+        attempt = status.get("attempt") if isinstance(status, Mapping) else None
+        first = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0 else 0
+        rules.append(workload_rule([pod_group_name(str(name), str(meta.get("uid", "")), n)
+                                    for n in range(first, first + KUEUE_ATTEMPTS_RELATED)]))
+    return {"relatedResources": rules}
 
 
-def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any], attempt: int = 0) -> str:
-    """The job's live Pending pods the scheduler has not placed, each with its reason (hooks.shared.scheduling):
-    the master's first, then the workers in their order (`worker_pods`); "" when none. Only the pods of
-    `attempt` (a whole-job restart's worker pods have the names of the earlier attempt's, which the
-    garbage collector may not have marked for deletion yet)."""
+def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any], attempt: int = 0,
+                  workloads: Mapping[str, Any] | None = None) -> str:
+    """What holds the job's live Pending pods back: `it waits for Kueue: ...` for pods behind Kueue's
+    admission gate, with the words of their group's Workload (`workloads`, related by the customize
+    hook; hooks.shared.kueue), then `it waits for the scheduler: ...` for pods the scheduler has not
+    placed, each with its reason (hooks.shared.scheduling); the master's first, then the workers in
+    their order (`worker_pods`); "" when none. Only the pods of `attempt` (a whole-job restart's
+    worker pods have the names of the earlier attempt's, which the garbage collector may not have
+    marked for deletion yet)."""
     order = {name: i for i, name in enumerate(worker_pods)}
-    held: list[tuple[tuple[int, int, str], str, str]] = []
+    held: list[tuple[tuple[int, int, str], str, str, str]] = []
     for name, pod in pods.items():
         if not isinstance(pod, Mapping) or not isinstance(name, str):
             continue
@@ -73,13 +99,43 @@ def not_scheduled(job_name: str, worker_pods: list[str], pods: Mapping[str, Any]
             continue
         if status.get("phase") != "Pending":
             continue
+        place = (0 if labels.get(names.ROLE_LABEL) == "master" else 1, order.get(name, len(order)), name)
+        queued = _kueue_words(pod, labels, workloads or {})
         why = unscheduled(status)
-        if why:
-            master = labels.get(names.ROLE_LABEL) == "master"
-            held.append(((0 if master else 1, order.get(name, len(order)), name), name, why))
+        if queued:
+            held.append((place, "Kueue", name, queued))
+        elif why:
+            held.append((place, "the scheduler", name, why))
     held.sort()
-    return "; ".join(words for _, words in held_words([("scheduler", name, why) for _, name, why in held],
-                                                      {"scheduler": "scheduled"}, MAX_NAMED))
+    said: dict[str, list[str]] = {}
+    for who, words in held_words([(who, name, why) for _, who, name, why in held],
+                                 {"Kueue": "admitted", "the scheduler": "scheduled"}, MAX_NAMED):
+        said.setdefault(who, []).append(words)
+    return "; ".join(f"it waits for {who}: {'; '.join(words)}" for who, words in said.items())
+
+
+def held_by_kueue(job_name: str, pods: Mapping[str, Any], attempt: int = 0) -> bool:
+    """Whether a live pod of the job's `attempt` is still behind Kueue's admission gate."""
+    for pod in pods.values():
+        meta = _object(pod.get("metadata")) if isinstance(pod, Mapping) else {}
+        labels = _object(meta.get("labels"))
+        if (labels.get(names.NAME_LABEL) == job_name and not meta.get("deletionTimestamp")
+                and names.attempt_in(labels) == attempt and gated_by_kueue(_object(pod).get("spec"))):
+            return True
+    return False
+
+
+def _kueue_words(pod: Mapping[str, Any], labels: Mapping[str, Any], workloads: Mapping[str, Any]) -> str:
+    """Why Kueue holds a pod of a Kueue pod group back (its admission gate on): its group's Workload's
+    words, or that its LocalQueue has not admitted it yet; "" when Kueue does not hold it."""
+    group, queue = labels.get(KUEUE_POD_GROUP_LABEL), labels.get(QUEUE_LABEL)
+    if not (gated_by_kueue(pod.get("spec")) and isinstance(group, str) and isinstance(queue, str)):
+        return ""
+    said = pending(workloads.get(group))
+    if said is None:
+        return f"LocalQueue {queue} has not admitted them yet"
+    words = f"Workload {group} of LocalQueue {queue} is {said.reason}"
+    return f"{words}: {said.message}" if said.message else words
 
 
 def lost_pods(job_name: str, pods: Mapping[str, Any], attempt: int) -> str:

@@ -17,6 +17,12 @@ report says which attempt it is of. It is remembered as an MXJob's whole-job res
 Why a restart began is its cause, as the conditions say it: `it stalled: <clause>` (the record keeps
 the clause under `stalled`) or `pod P was lost (<how it ended>)` (under `lost`, every pod lost in the
 sync that decided it: hooks.chainerjob.related.lost_pods).
+
+Suspending a job (spec.runPolicy.suspend) that has launched is the same move without the create:
+its record says `suspended`, the attempt's master Job and StatefulSets go, and the next attempt's
+are created when the job is resumed. So a stale read of the StatefulSets deleted at suspension
+(still ready) can never start the resumed job's master: they belong to the earlier attempt. Such
+attempts are not counted against runPolicy.maxRestarts.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.chainerjob import names
-from hooks.chainerjob.vocabulary import FAILED, RESTARTING, STALLED, subject
+from hooks.chainerjob.vocabulary import FAILED, RESTARTING, STALLED, SUSPENDED, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
 from hooks.shared.memory import (
@@ -46,9 +52,20 @@ class Attempts:
     known: int  # the attempt the children show: the highest record or label
     records: Mapping[int, Record]  # the observed `<job>-attempt-<n>` records, by n
     leaving: bool  # a master Job or worker StatefulSet of an earlier attempt is still observed
-    pending: int  # the attempt the old status says a restart began (0: none beyond `known`)
+    pending: int  # the attempt the old status says a restart (or a suspension) began (0: none beyond `known`)
     pending_cause: str  # why, as the old status's Restarting condition said it (restarting_message)
     pending_reason: str = STALLED  # that condition's reason: STALLED or RESTARTING
+    pending_suspension: bool = False  # the pending attempt began with a suspension, not a restart
+
+    @property
+    def suspensions(self) -> int:
+        """The attempts a suspension began (their records say so): not counted against maxRestarts."""
+        return sum(1 for record in self.records.values() if SUSPENDED_KEY in record.data)
+
+    @property
+    def counted(self) -> int:
+        """The whole-job restarts stalls and losses caused, counted against runPolicy.maxRestarts."""
+        return self.known - self.suspensions
 
     def began(self) -> datetime | None:
         """When the known attempt's restart was decided, as its record keeps it (None: attempt 0)."""
@@ -70,14 +87,24 @@ def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[s
     known = max([0, *records, *(attempt_of(c) for c in launched)])
     leaving = any(attempt_of(c) < known for c in launched)
     shown = old.counter("attempt") or 0
-    restarting = next((c for c in old.conditions() if c.get("type") == "Restarting"), None)
+    said = {c.get("type"): c for c in old.conditions()}
+    restarting, suspended = said.get("Restarting"), said.get("Suspended")
     if (shown > known and restarting is not None and restarting.get("status") == "True"
             and restarting.get("reason") in (STALLED, RESTARTING)):
         message = restarting.get("message")
         return Attempts(known=known, records=records, leaving=leaving, pending=shown,
                         pending_cause=_cause_of(message if isinstance(message, str) else "", shown),
                         pending_reason=str(restarting["reason"]))
+    if (shown > known and suspended is not None and suspended.get("status") == "True"
+            and suspended.get("reason") == SUSPENDED):
+        return Attempts(known=known, records=records, leaving=leaving, pending=shown, pending_cause="",
+                        pending_suspension=True)
     return Attempts(known=known, records=records, leaving=leaving, pending=0, pending_cause="")
+
+
+def launched(attempts: Attempts, jobs: Mapping[str, Any], statefulsets: Mapping[str, Any]) -> bool:
+    """Whether the known attempt has a master Job or a StatefulSet observed: a suspension then ends it."""
+    return any(attempt_of(c) == attempts.known for c in [*jobs.values(), *statefulsets.values()])
 
 
 def current(children: Mapping[str, Any], attempt: int) -> dict[str, Any]:
@@ -94,17 +121,28 @@ class Restart:
     recorded_at: datetime | None  # when it was decided, from its record (None: not observed yet)
     new_record: JSON | None  # the record to answer (decided now, or answered again)
     reason: str = STALLED  # the Restarting condition's reason: STALLED, or RESTARTING for a lost pod
+    suspended: bool = False  # the attempt began with a suspension (runPolicy.suspend), not a restart
+    counted: int = 0  # the restarts stalls and losses caused so far, this one included (Attempts.counted)
 
 
 @dataclass(frozen=True)
 class Cause:
-    """Why a restart is decided now: a stall (its clause) or pods taken away (`pod P was lost (...)`)."""
+    """Why a new attempt is decided now: a stall (its clause), pods taken away (`pod P was lost (...)`),
+    or a suspension."""
 
     stalled: str | None = None
     lost: str | None = None
+    suspended: bool = False
 
     def record(self) -> dict[str, str]:
+        if self.suspended:
+            return {SUSPENDED_KEY: SUSPEND_FIELD}
         return {"stalled": self.stalled} if self.stalled is not None else {"lost": self.lost or ""}
+
+
+# An attempt record's key when a suspension began it, and its value: the field that did.
+SUSPENDED_KEY = "suspended"
+SUSPEND_FIELD = "spec.runPolicy.suspend"
 
 
 STALLED_CAUSE = "it stalled: "
@@ -115,21 +153,24 @@ def restart_of(attempts: Attempts, *, decided: Cause | None, job_name: str, name
     """The restart this sync shows: the one decided now, else one the old status shows that is not
     recorded yet, else the known attempt's; None at attempt 0."""
     if decided is not None:
-        return _new(attempts.known + 1, decided, job_name, namespace, labels, now)
+        return _new(attempts, attempts.known + 1, decided, job_name, namespace, labels, now)
     if attempts.pending:
         cause = attempts.pending_cause
-        pending = (Cause(lost=cause) if attempts.pending_reason == RESTARTING
+        pending = (Cause(suspended=True) if attempts.pending_suspension
+                   else Cause(lost=cause) if attempts.pending_reason == RESTARTING
                    else Cause(stalled=cause.removeprefix(STALLED_CAUSE)))
-        return _new(attempts.pending, pending, job_name, namespace, labels, now)
+        return _new(attempts, attempts.pending, pending, job_name, namespace, labels, now)
     if not attempts.known:
         return None
     record = attempts.records.get(attempts.known)
     data = record.data if record is not None else {}
     stalled, lost = data.get("stalled"), data.get("lost")
+    if SUSPENDED_KEY in data:
+        return Restart(attempts.known, "", attempts.began(), None, suspended=True, counted=attempts.counted)
     if isinstance(lost, str) and not isinstance(stalled, str):
-        return Restart(attempts.known, lost, attempts.began(), None, RESTARTING)
+        return Restart(attempts.known, lost, attempts.began(), None, RESTARTING, counted=attempts.counted)
     return Restart(attempts.known, STALLED_CAUSE + (stalled if isinstance(stalled, str) else ""), attempts.began(),
-                   None)
+                   None, counted=attempts.counted)
 
 
 class AfterLoss(NamedTuple):
@@ -141,7 +182,8 @@ class AfterLoss(NamedTuple):
 
 def after_loss(key: str, lost: str, *, attempt: int, max_restarts: int, now: datetime) -> AfterLoss:
     """Pods of the running attempt taken away (`lost`: hooks.chainerjob.related.lost_pods; "" when
-    none): the job restarts whole, as a new attempt, while attempt < runPolicy.maxRestarts; past it,
+    none): the job restarts whole, as a new attempt, while the restarts counted so far (`attempt`:
+    Attempts.counted) are fewer than runPolicy.maxRestarts; past it,
     it fails, naming them. Counted as any restart (DESIGN's rule for MXJob: a disruption counts)."""
     if not lost:
         return AfterLoss()
@@ -154,13 +196,16 @@ def after_loss(key: str, lost: str, *, attempt: int, max_restarts: int, now: dat
                              "lastProbeTime": at, "lastTransitionTime": at})
 
 
-def _new(attempt: int, cause: Cause, job_name: str, namespace: str, labels: Mapping[str, str],
+def _new(attempts: Attempts, attempt: int, cause: Cause, job_name: str, namespace: str, labels: Mapping[str, str],
          now: datetime) -> Restart:
     record = record_config_map(attempt_record_name(job_name, attempt), namespace, labels,
                                {**cause.record(), "time": rfc3339(now)})
+    if cause.suspended:
+        return Restart(attempt, "", None, record, suspended=True, counted=attempts.counted)
+    counted = attempts.counted + attempt - attempts.known
     if cause.stalled is not None:
-        return Restart(attempt, STALLED_CAUSE + cause.stalled, None, record)
-    return Restart(attempt, cause.lost or "", None, record, RESTARTING)
+        return Restart(attempt, STALLED_CAUSE + cause.stalled, None, record, counted=counted)
+    return Restart(attempt, cause.lost or "", None, record, RESTARTING, counted=counted)
 
 
 def kept_records(config_maps: Mapping[str, Any], job_name: str, namespace: str,
@@ -178,7 +223,7 @@ DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and create
 def restarting_message(key: str, restart: Restart, max_restarts: int) -> str:
     """The Restarting condition while the new attempt starts: the attempt, why, the budget."""
     return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}: {restart.cause}{DELETED_WORDS} "
-            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.attempt} of runPolicy.maxRestarts "
+            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.counted} of runPolicy.maxRestarts "
             f"{max_restarts}).")
 
 

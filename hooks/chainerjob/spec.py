@@ -16,6 +16,7 @@ from hooks.chainerjob.vocabulary import BACKENDS, MASTER_RESTART_POLICIES, WORKE
 from hooks.shared.errors import SpecError
 from hooks.shared.identity import JobIdentity
 from hooks.shared.jsoncopy import json_copy
+from hooks.shared.kueue import QUEUE_LABEL
 from hooks.shared.messages import show
 from hooks.shared.podtemplate import (
     check_containers,
@@ -40,10 +41,11 @@ MAX_STATEFULSET_NAME = 52
 # 1,000 workers with the longest names fill about half of it. Checked before any work is sized by
 # it; the CRD declares the same maximum per set.
 MAX_WORKERS = 1000
-# spec.runPolicy of a ChainerJob holds only progress reporting and the restarts a stall may cause
-# (docs/chainerjob.md, "Progress"): v1alpha1 keeps its other run settings on the master
+# spec.runPolicy of a ChainerJob holds only progress reporting, the whole-job restarts a stall or a
+# disruption may cause (docs/chainerjob.md, "Progress", "Disruptions") and suspend, where an MXJob has it
+# (docs/chainerjob.md, "Suspend"): v1alpha1 keeps its other run settings on the master
 # (spec.master.backoffLimit, ...).
-RUN_POLICY_FIELDS = ("progress", "stallPolicy", "maxRestarts")
+RUN_POLICY_FIELDS = ("progress", "stallPolicy", "maxRestarts", "suspend")
 # Whole-job restarts (stallPolicy action RestartJob, disruptions) a job gets when it leaves runPolicy.maxRestarts
 # out: a job that stalls on every attempt must end, not restart for ever (docs/chainerjob.md).
 DEFAULT_MAX_RESTARTS = 3
@@ -81,6 +83,12 @@ class ChainerJob(JobIdentity):
     backend: Backend | Literal[""] = ""  # "" for a job without workerSets
     progress: ProgressPolicy = NO_PROGRESS  # spec.runPolicy.progress and stallPolicy (hooks.shared.progress)
     max_restarts: int = DEFAULT_MAX_RESTARTS  # spec.runPolicy.maxRestarts: whole-job restarts (stalls, disruptions)
+    suspend: bool = False  # spec.runPolicy.suspend: no master Job and no workers while true
+
+    @property
+    def queue(self) -> str:
+        """The Kueue LocalQueue its label names (hooks.shared.kueue.QUEUE_LABEL); "" when not queued."""
+        return self.labels.get(QUEUE_LABEL, "")
 
     @property
     def distributed(self) -> bool:
@@ -120,6 +128,7 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
     _check_names(name, worker_sets, problems)
     progress = _parse_run_policy(spec.get("runPolicy"), problems)
     max_restarts = _parse_max_restarts(spec.get("runPolicy"), problems)
+    suspend = _parse_suspend(spec.get("runPolicy"), problems)
     if problems or master is None:
         raise SpecError(problems)
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
@@ -127,7 +136,7 @@ def parse_chainerjob(parent: Mapping[str, Any]) -> ChainerJob:
                       labels=dict(labels or {}), master=master, worker_sets=worker_sets,
                       # Checked above: a distributed job's backend is one of BACKENDS.
                       backend=next(b for b in BACKENDS if b == backend) if distributed else "",
-                      progress=progress, max_restarts=max_restarts)
+                      progress=progress, max_restarts=max_restarts, suspend=suspend)
 
 
 def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
@@ -135,7 +144,7 @@ def _parse_run_policy(raw: Any, problems: list[str]) -> ProgressPolicy:
     if raw is None:
         return NO_PROGRESS
     if not isinstance(raw, Mapping):
-        problems.append("spec.runPolicy: must be an object with progress, stallPolicy and maxRestarts")
+        problems.append("spec.runPolicy: must be an object with progress, stallPolicy, maxRestarts and suspend")
         return NO_PROGRESS
     for key in sorted(set(raw) - set(RUN_POLICY_FIELDS)):
         problems.append(f"spec.runPolicy.{key}: a ChainerJob's runPolicy has only {', '.join(RUN_POLICY_FIELDS)}; "
@@ -153,6 +162,17 @@ def _parse_max_restarts(raw: Any, problems: list[str]) -> int:
         problems.append(f"spec.runPolicy.maxRestarts: must be an integer from 0 to {MAX_INT32}, got {show(value)}")
         return DEFAULT_MAX_RESTARTS
     return int(value)
+
+
+def _parse_suspend(raw: Any, problems: list[str]) -> bool:
+    """spec.runPolicy.suspend: true stops the job (its pods go) and keeps it; false runs it again."""
+    value = raw.get("suspend") if isinstance(raw, Mapping) else None
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        problems.append(f"spec.runPolicy.suspend: must be true or false, got {show(value)}")
+        return False
+    return value
 
 
 def _parse_master(raw: Any, distributed: bool, problems: list[str]) -> Master | None:

@@ -23,13 +23,17 @@ from hooks.chainerjob.vocabulary import (
     FAILED,
     FAILED_VALIDATION,
     JOB_CONDITIONS,
+    KUEUE_ADMITTED,
     OWN_CONDITIONS,
     PODGROUP_CREATED,
     RESTARTED,
+    RESUMED,
     RUNNING,
     STALLED,
     STATE_ORDER,
     SUCCEEDED,
+    SUSPENDED,
+    WAITING_FOR_KUEUE,
     WAITING_FOR_WORKERS,
     WORKERS_READY,
     JobCondition,
@@ -122,7 +126,7 @@ class KeptTimes:
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
                ready: Mapping[str, int], decision: Decision, now: datetime, *, times: KeptTimes,
                stall: str | None = None, restart: Restart | None = None, restarting: bool = False,
-               unplaced: str = "") -> JSON:
+               unplaced: str = "", admitting: bool = False) -> JSON:
     """The whole status for this sync; the same observations give the same status, byte for byte.
 
     `master_status` is the master Job's part (master_record), `ready` the ready workers of each set,
@@ -130,20 +134,30 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     `restart` the whole-job restart the job is in or came through, `restarting` whether the earlier
     attempt is still being replaced (hooks.chainerjob.restarts), `unplaced` which pods the scheduler
     has not placed and why (hooks.chainerjob.related.not_scheduled), said by Waiting while the master
-    waits for its workers, and by Running once the master runs.
+    waits for its workers, and by Running once the master runs. `admitting`: a pod of its Kueue pod
+    group is still behind Kueue's gate: Waiting says so, with Kueue's words, and nothing is Running.
 
     Each transition is stamped with a time every sync reads alike (`times`, the master Job's own
     times, the restart's record), not with `now`: a sync that reads the status of one write earlier
     then writes the same status as the sync before it (a fixed point under a lagging parent cache).
     """
-    waits = f"; it waits for the scheduler: {unplaced}." if unplaced else "."
+    waits = f"; {unplaced}." if unplaced else "."
     own = _OwnConditions(old_status, now)
     outcome = decision.outcome
     # The attempt's start: Waiting goes True with it (a restart's, from its record).
-    began = restart.recorded_at if restart is not None else times.created
+    # A resumed job's new attempt starts with its resume, which no child keeps: the sync's time.
+    began = (None if restart.suspended else restart.recorded_at) if restart is not None else times.created
     own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.", at=times.created)
+    if outcome is None:
+        _resumed(own, job.key, restart)
     if decision.waiting_message is not None and outcome is None:
         own.set("Waiting", decision.waiting_reason, decision.waiting_message, at=began)
+    elif admitting and outcome is None:
+        own.set("Waiting", WAITING_FOR_KUEUE, f"{subject(job.key)} is waiting for Kueue to admit its pod group "
+                                              f"(the master and every worker, admitted together){waits}", at=began)
+    elif decision.master and decision.queued:
+        own.clear("Waiting", KUEUE_ADMITTED, f"{subject(job.key)}: Kueue admitted its pod group, so the master and "
+                                             f"the workers start together.", at=times.master_started)
     elif decision.master and decision.gang:
         own.clear("Waiting", PODGROUP_CREATED, f"{subject(job.key)}: its PodGroup exists, so the master "
                                                f"and the workers were created; the gang starts them together.",
@@ -155,7 +169,7 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
         own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits, at=began)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)
-    else:
+    elif not admitting:  # a master Job's pod behind Kueue's gate is active to the Job, not running
         # While the new attempt's master Job exists but has not started, Restarting says what the
         # scheduler holds back (before, Waiting says it, for the workers).
         _while_running(own, job, master_status, stall=stall, restart=restart, restarting=restarting, waits=waits,
@@ -179,6 +193,8 @@ def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[
     active = bool(master_status.get("active"))
     # Started, not active: between its pod's success and the Job's Complete nothing is active.
     started = active or "startTime" in master_status
+    if restart is not None and restart.suspended:
+        restart = None  # a resumed job's new attempt is no restart: the Suspended condition says it
     if restart is not None and (restarting or not started):
         # The times are the record's: a sync that reads the status of before the restart stamps
         # it as the sync that decided it did.
@@ -195,6 +211,39 @@ def _while_running(own: _OwnConditions, job: ChainerJob, master_status: Mapping[
     elif active:
         workers = f" with {job.workers} workers" if job.distributed else ""
         own.set("Running", RUNNING, f"{subject(job.key)}: the master is running{workers}{waits}", at=job_started)
+
+
+def suspended_status(job: ChainerJob, old_status: Mapping[str, Any], now: datetime, *, times: KeptTimes,
+                     restart: Restart | None) -> JSON:
+    """The status of a suspended job (spec.runPolicy.suspend) that has not finished: Suspended, and
+    nothing running: no master Job fields, no ready worker. Said so from the sync that decides the
+    suspension on, so the status does not change as the attempt's master Job and workers go.
+    Suspended is stamped with when the suspension was decided, as its attempt's record keeps it (the
+    job's creation for a job suspended before it launched); `now` only while that record is not
+    observed yet."""
+    own = _OwnConditions(old_status, now)
+    own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.", at=times.created)
+    at = restart.recorded_at if restart is not None and restart.suspended else times.created
+    said = (f"{subject(job.key)} is suspended: it has no master Job and no worker pods; it starts again, as a new "
+            f"attempt, when spec.runPolicy.suspend is false.")
+    own.set("Suspended", SUSPENDED, said, at=at)
+    for ctype in ("Waiting", "Running", "Restarting"):
+        own.clear(ctype, SUSPENDED, said, at=at)
+    status = _with_master_status(own, {"conditions": []}, now)
+    if restart is not None:
+        status["attempt"] = restart.attempt
+    if job.distributed:
+        status["workerSets"] = {name: {"replicas": 0, "readyReplicas": 0} for name in job.worker_sets}
+    return status
+
+
+def _resumed(own: _OwnConditions, key: str, restart: Restart | None) -> None:
+    """Suspended goes False once the job runs again (spec.runPolicy.suspend false), as the attempt a
+    suspension began (restart), or the same attempt if it had not launched before."""
+    if not own.conditions.is_true("Suspended"):
+        return
+    attempt = f" as attempt {restart.attempt}" if restart is not None and restart.suspended else ""
+    own.clear("Suspended", RESUMED, f"{subject(key)} is resumed: it starts again{attempt}.")
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],

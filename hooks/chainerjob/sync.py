@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION
-from hooks.chainerjob.related import lost_pods, not_scheduled, read_related_pods
+from hooks.chainerjob.related import held_by_kueue, lost_pods, not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
     KeptTimes,
@@ -24,12 +24,14 @@ from hooks.chainerjob.status import (
     finished_while_invalid,
     master_record,
     status_for,
+    suspended_status,
 )
 from hooks.chainerjob.vocabulary import FAILED_VALIDATION, KIND, PARENT_API_VERSION, STATE_ORDER
 from hooks.shared.answers import invalid_spec_message, keep_children, kept_status, refuse_new
 from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, SERVICE_KEY, SyncResponse
+from hooks.shared.kueue import kueue_setting, read_related_workloads
 from hooks.shared.memory import outcome_child, outcome_name, read_record, stamp, stamped_time
 from hooks.shared.progress import progress_name, progress_status
 from hooks.shared.request import parent_key, read_children, read_parent
@@ -65,8 +67,13 @@ CHILD_KEYS = (SERVICE_ACCOUNT_KEY, ROLE_KEY, ROLE_BINDING_KEY, CONFIG_MAP_KEY, S
 
 
 def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
-                    kubectl_image: str = children.KUBECTL_IMAGE) -> SyncResponse:
-    """Answer one sync request: the desired children and the status."""
+                    kubectl_image: str = children.KUBECTL_IMAGE, kueue_pod_groups: str = "false") -> SyncResponse:
+    """Answer one sync request: the desired children and the status.
+
+    `kueue_pod_groups` (the hooks server's MXJOB_KUEUE_POD_GROUPS, "true" or "false"): whether the pods
+    of a job labelled for a Kueue LocalQueue form one Kueue plain-pod group per attempt (Kueue v0.11
+    and later, its pod integration on; docs/ecosystem.md, "Kueue")."""
+    pod_groups = kueue_setting(kueue_pod_groups)
     parent = read_parent(request, api_version=PARENT_API_VERSION, kind=PARENT_KIND)
     gang = read_gang(request)
     keys = CHILD_KEYS + ((gang.child_key,) if gang is not None else ())
@@ -74,8 +81,11 @@ def sync_chainerjob(request: Mapping[str, Any], *, now: datetime,
     # The job's pods (the master Job's and the workers'), from the customize hook's related objects
     # (hooks.chainerjob.related): what a failed master pod showed, and why a pod waits to be scheduled.
     job_pods = read_related_pods(request)
+    # A queued job's Kueue Workloads (its customize hook relates them) say why Kueue holds its pods back.
+    workloads = read_related_workloads(request) if pod_groups else {}
     old = OldStatus(parent.get("status"), condition_types=STATE_ORDER)
-    answer = _answer(parent, gang, observed, old, job_pods, now=now, kubectl_image=kubectl_image)
+    answer = _answer(parent, gang, observed, old, job_pods, now=now, kubectl_image=kubectl_image,
+                     kueue=Kueue(pod_groups, workloads))
     warnings = old.warnings()
     if warnings:
         answer["status"][WARNINGS_FIELD] = warnings
@@ -106,8 +116,18 @@ def read_back(old: OldStatus) -> JSON:
     return status
 
 
+class Kueue(NamedTuple):
+    """What Kueue means for this sync: whether queued jobs form pod groups, and the related Workloads."""
+
+    pod_groups: bool = False
+    workloads: Mapping[str, Any] = {}
+
+
+NO_KUEUE = Kueue()
+
+
 def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, Any]], old: OldStatus,
-            job_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str) -> SyncResponse:
+            job_pods: Mapping[str, Any], *, now: datetime, kubectl_image: str, kueue: Kueue = NO_KUEUE) -> SyncResponse:
     """The answer from the parsed parts of a request and the last status: decide, build, status."""
     old_status = read_back(old)
     try:
@@ -133,24 +153,30 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                                    attempts.pending or attempts.known) \
         if job.progress.enabled else {}
     stall, loss = progress.StallCheck(), restarts.AfterLoss()
-    running = finished(master_status) is None and not (attempts.pending or attempts.leaving)
+    # Suspended (spec.runPolicy.suspend) until the master Job has finished: a finished job stays finished.
+    suspended = job.suspend and finished(master_status) is None
+    running = finished(master_status) is None and not suspended and not (attempts.pending or attempts.leaving)
     if running and master_status.get("active"):
-        stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.known,
+        stall = progress.check_stall(job, reports, old_status["conditions"], now=now, attempt=attempts.counted,
                                      began=attempts.began())
     if running and stall.restart is None and stall.failed is None and master_job is not None \
             and not master_status.get("succeeded"):
         # A pod taken away (preempted, evicted) once the master Job of its attempt exists: its
         # mpiexec never admits a worker replaced under the same name, and a master pod retried alone
         # would count against the Job's backoffLimit (docs/chainerjob.md, "Disruptions").
-        loss = restarts.after_loss(job.key, lost_pods(job.name, job_pods, attempts.known), attempt=attempts.known,
+        loss = restarts.after_loss(job.key, lost_pods(job.name, job_pods, attempts.known), attempt=attempts.counted,
                                    max_restarts=job.max_restarts, now=now)
     failed = stall.failed or loss.failed  # FailJob, or a RestartJob (for a stall, a loss) past maxRestarts
     if failed is not None:
         master_status = progress.failed_by_hook(master_status, failed)
-    decided = restarts.Cause(stalled=stall.restart) if stall.restart is not None else loss.restart
+    # A suspension ends the attempt that has launched: the next one starts on resume (hooks.chainerjob.restarts).
+    suspend_now = (suspended and not attempts.pending
+                   and restarts.launched(attempts, observed[JOB_KEY], observed[STATEFULSET_KEY]))
+    decided = (restarts.Cause(suspended=True) if suspend_now
+               else restarts.Cause(stalled=stall.restart) if stall.restart is not None else loss.restart)
     restart = restarts.restart_of(attempts, decided=decided, job_name=job.name, namespace=job.namespace,
                                   labels=names.common_labels(job.name), now=now)
-    if decided is not None:  # the restart's reports start afresh
+    if decided is not None and not decided.suspended:  # the restart's reports start afresh
         reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"), restart.attempt) \
             if restart is not None else reports
     ready = ready_workers(job, current[STATEFULSET_KEY])
@@ -163,14 +189,16 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                       master_observed=master_job is not None and not stopped,
                       ready=ready, statefulsets=current[STATEFULSET_KEY], podgroup=podgroup,
                       observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account,
-                      restarting=restarting)
+                      restarting=restarting, suspended=suspended, queued=kueue.pod_groups and bool(job.queue))
     times = _kept_times(observed, master_job, old_status, now)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=current, master_status=master_status,
                               kubectl_image=kubectl_image, gang=gang, attempt=attempts.known, times=times)
     wanted += restarts.kept_records(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name))
     if restart is not None and restart.new_record is not None:
         wanted.append(restart.new_record)
-    if restarting:
+    if suspended:
+        status = suspended_status(job, old_status, now, times=times, restart=restart)
+    elif restarting:
         # The status says where the new attempt is, from the sync that decides the restart on: what
         # attempt 0 still shows while it goes would change it on the sync that sees the record.
         status = status_for(job, old_status, {"conditions": []}, dict.fromkeys(ready, 0),
@@ -178,9 +206,10 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                             restarting=True)
     else:
         workers = names.worker_pods(job.name, {n: ws.replicas for n, ws in job.worker_sets.items()})
-        unplaced = not_scheduled(job.name, workers, job_pods, attempts.known)
+        unplaced = not_scheduled(job.name, workers, job_pods, attempts.known, kueue.workloads)
         status = status_for(job, old_status, master_status, ready, decision, now, times=times, stall=stall.clause,
-                            restart=restart, unplaced=unplaced)
+                            restart=restart, unplaced=unplaced,
+                            admitting=decision.queued and held_by_kueue(job.name, job_pods, attempts.known))
     if (shown := progress_status(reports)) is not None:
         status["progress"] = shown
     answer: SyncResponse = {"status": status, "children": wanted}
@@ -264,15 +293,16 @@ def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | No
         wanted += progress.reporting_children(job)
     if job.distributed:
         wanted += [children.service_account_for(job), children.role_for(job), children.role_binding_for(job),
-                   children.assets_for(job, gang=gang)]
+                   children.assets_for(job, gang=gang, queued=decision.queued)]
         wanted += [children.service_for(job, ws) for ws in job.worker_sets.values()]
         statefulsets = observed[STATEFULSET_KEY]
         wanted += [children.statefulset_for(job, ws, done=decision.done, gang=gang,
                                             observed=statefulsets.get(names.worker_set(job.name, ws.name)),
-                                            attempt=attempt)
+                                            attempt=attempt, queued=decision.queued)
                    for ws in job.worker_sets.values() if ws.name not in decision.held_back]
     if decision.master:
-        master = children.master_job_for(job, kubectl_image=kubectl_image, gang=gang, attempt=attempt)
+        master = children.master_job_for(job, kubectl_image=kubectl_image, gang=gang, attempt=attempt,
+                                         queued=decision.queued)
         if times is not None and times.master_started is not None:
             stamp([master], MASTER_STARTED_ANNOTATION, rfc3339(times.master_started))
         wanted.append(master)

@@ -15,12 +15,13 @@ PARENT_API_VERSION = "kubeflow.org/v1alpha1"
 # say SuccessCriteriaMet or FailureTarget first, which are not copied).
 JobCondition = Literal["Complete", "Failed"]
 # The hook's own conditions: where the job is before its master Job has finished.
-OwnCondition = Literal["Created", "Waiting", "Running", "Restarting"]
+OwnCondition = Literal["Created", "Waiting", "Running", "Restarting", "Suspended"]
 ConditionType = Literal[JobCondition, OwnCondition]
 JOB_CONDITIONS: Final[tuple[JobCondition, ...]] = get_args(JobCondition)
 OWN_CONDITIONS: Final[tuple[OwnCondition, ...]] = get_args(OwnCondition)
 # Highest first: the first True one is the job's state and goes last in the list (the State column).
-STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Restarting", "Running", "Waiting", "Created")
+STATE_ORDER: Final[tuple[ConditionType, ...]] = ("Complete", "Failed", "Suspended", "Restarting", "Running", "Waiting",
+                                                 "Created")
 
 Backend = Literal["mpi"]
 BACKENDS: Final[tuple[Backend, ...]] = get_args(Backend)
@@ -42,12 +43,19 @@ STALLED = f"{KIND}Stalled"
 # docs/chainerjob.md, "Disruptions") is under way (STALLED for a stall), and once the new attempt runs.
 RESTARTING = f"{KIND}Restarting"
 RESTARTED = f"{KIND}Restarted"
+# spec.runPolicy.suspend (docs/chainerjob.md, "Suspend"): the Suspended condition's reasons, True and
+# False (the job runs again, as a new attempt).
+SUSPENDED = f"{KIND}Suspended"
+RESUMED = f"{KIND}Resumed"
 # Reasons of the Waiting condition: what the master waits for, or what ended the wait.
 WAITING_FOR_PODGROUP = "WaitingForPodGroup"
 WAITING_FOR_WORKERS = "WaitingForWorkers"
 PODGROUP_CREATED = "PodGroupCreated"
 WORKERS_READY = "WorkersReady"
 WAITING_FOR_SERVICE_ACCOUNT = "WaitingForServiceAccount"
+# A queued job's pods form a Kueue pod group (docs/ecosystem.md, "Kueue"): waiting for its admission, admitted.
+WAITING_FOR_KUEUE = "WaitingForKueue"
+KUEUE_ADMITTED = "KueueAdmitted"
 
 
 def subject(key: str) -> str:

@@ -5,6 +5,11 @@ these functions without an import cycle.
 """
 from __future__ import annotations
 
+from hooks.shared.kueue import KUEUE_POD_GROUP_LABEL as KUEUE_POD_GROUP_LABEL
+from hooks.shared.kueue import KUEUE_POD_GROUP_TOTAL_ANNOTATION as KUEUE_POD_GROUP_TOTAL_ANNOTATION
+from hooks.shared.kueue import KUEUE_RETRIABLE_IN_GROUP_ANNOTATION as KUEUE_RETRIABLE_IN_GROUP_ANNOTATION
+from hooks.shared.kueue import pod_group_name as pod_group_name
+
 OPERATOR_NAME = "mxjob-controller"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -27,28 +32,10 @@ LAYOUT_ANNOTATION = "training.kubeflow.org/replica-layout"
 # its resume), so startTime can be read from the children when the status is stale (docs/lifecycle.md).
 RUN_STARTED_ANNOTATION = "training.kubeflow.org/run-started"
 # Kueue v0.11 and later queue an MXJob's pods as one plain-pod group (docs/ecosystem.md, "Kueue"):
-# every pod names its LocalQueue (hooks.mxjob.spec.KUEUE_QUEUE_KEY), its group and the group's size.
-KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-KUEUE_POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-# Kueue finishes a pod group marked so once none of its pods is active, and only then lets its
-# failed pods go (its finalizer); unmarked, it keeps them for replacements in the same group,
-# which pods of the same names can never be (docs/ecosystem.md, "Kueue").
-KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
-# The job name's share of a group name: the rest is `-<uid prefix>-<attempt>` within a label value's 63.
-_GROUP_NAME_PREFIX = 45
-
-
+# the names are the shared ones (hooks.shared.kueue), as a ChainerJob's pods use them too.
 def child_name(job_name: str, rtype: str, index: int) -> str:
     """Name of the Pod and the Service of one replica: `<job>-<type>-<index>`."""
     return f"{job_name}-{rtype.lower()}-{index}"
-
-
-def pod_group_name(job_name: str, uid: str, job_attempt: int) -> str:
-    """The Kueue pod group of one attempt of a job: `<job>-<uid prefix>-<attempt>`.
-
-    One group per attempt: Kueue finishes a group once, so a restarted job's pods form a new one. The
-    uid keeps a job created again under the same name out of the old one's group."""
-    return f"{job_name[:_GROUP_NAME_PREFIX]}-{uid[:8]}-{job_attempt}"
 
 
 def cluster_config_map_name(job_name: str) -> str:

@@ -33,7 +33,12 @@ from hooks.shared.conditions import rfc3339
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_gang
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
-from hooks.shared.kueue import read_related_workloads, workload_rule
+from hooks.shared.kueue import (
+    KUEUE_ATTEMPTS_RELATED,
+    kueue_setting,
+    read_related_workloads,
+    workload_rule,
+)
 from hooks.shared.memory import (
     attempt_record_name,
     attempt_records,
@@ -94,22 +99,7 @@ OBSERVED_FIELDS: Mapping[str, Any] = {
 }
 
 
-KUEUE_POD_GROUPS_SETTING = "MXJOB_KUEUE_POD_GROUPS"
-
-
-def kueue_setting(value: str) -> bool:
-    """MXJOB_KUEUE_POD_GROUPS read: "true" or "false"; anything else is the installation's error (ValueError)."""
-    if value not in ("true", "false"):
-        raise ValueError(f"{KUEUE_POD_GROUPS_SETTING}={value!r}: use true (Kueue v0.11 and later: plain-pod groups) "
-                         "or false (Kueue v0.5-v0.10, or none: the default)")
-    return value == "true"
-
-
-# How many job attempts' Workloads, from the status's attempt on, one customize answer relates.
-# Metacontroller keeps an answer per parent uid and generation (up to 20 minutes; docs/chainerjob.md),
-# not per attempt: a job restarted more often than this within that time shows Kueue's words again
-# once the answer is asked anew, and until then says only that Kueue holds its pods.
-KUEUE_ATTEMPTS_RELATED = 8
+# The setting, its reading and the attempts related: hooks.shared.kueue (a ChainerJob's pods form groups too).
 
 
 def customize_mxjob(request: Mapping[str, Any], *, kueue_pod_groups: str = "false") -> JSON:

@@ -181,7 +181,11 @@ def configuration(*, webhook_port: int, health_port: int, metrics_port: int, cer
         "managedJobsNamespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]},
         # Plain pods: the route Kueue documents for kinds it has no integration for (MXJob since v0.11).
-        "integrations": {"frameworks": ["pod"]},
+        # batch/job too, though nothing here queues a Job (a ChainerJob's master Job carries no queue
+        # label; its pod joins the job's pod group): Kueue v0.17.0's Job webhook, installed whatever
+        # the frameworks say, panics when that integration is off and so refuses every Job
+        # (kubernetes-sigs/kueue#10328, fixed in v0.17.1; docs/ecosystem.md, "Kueue").
+        "integrations": {"frameworks": ["pod", "batch/job"]},
         # The on-demand visibility API server wants its certificates under /visibility and an APIService.
         "featureGates": {"VisibilityOnDemand": False},
     }

@@ -46,7 +46,8 @@ def worker(ordinal: int, **kwargs: Any) -> tuple[str, dict]:
                  f"{NO_ROOM.rstrip('.')}", id="two-reasons"),
 ])
 def test_not_scheduled_names_the_jobs_pending_pods_and_the_schedulers_reason(pods, expected):
-    assert not_scheduled("chj", WORKERS, pods) == expected
+    # The clause a condition quotes: who holds the pods back (the scheduler here; Kueue: tests/chainerjob/test_kueue.py).
+    assert not_scheduled("chj", WORKERS, pods) == (f"it waits for the scheduler: {expected}" if expected else "")
 
 
 @pytest.mark.parametrize(("attempt", "expected"), [(0, "chj-workerset-ws-0"), (1, "chj-workerset-ws-1")],
@@ -58,7 +59,7 @@ def test_not_scheduled_names_only_the_pods_of_the_current_attempt(attempt, expec
     new_name, new = worker(1)
     new["metadata"]["labels"]["chainerjob.kubeflow.org/attempt"] = "1"
     assert not_scheduled("chj", WORKERS, {old_name: old, new_name: new}, attempt) == \
-        f"pod {expected} is not scheduled: {NO_ROOM.rstrip('.')}"
+        f"it waits for the scheduler: pod {expected} is not scheduled: {NO_ROOM.rstrip('.')}"
 
 
 def unschedulable(sim: ChainerSim, name: str) -> None:

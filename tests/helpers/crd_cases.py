@@ -625,6 +625,7 @@ CHAINERJOB_SCHEMA_REJECTS = {
     "backoff-over-int32": ("spec.master.backoffLimit", 2**31),
     "slots-over-int32": ("spec.workerSets.ws0.mpiConfig", {"slots": 2**31}),
     "deadline-over-int64": ("spec.master.activeDeadlineSeconds", 2**63),
+    "string-suspend": ("spec.runPolicy", {"suspend": "yes"}),
 }
 
 CHAINERJOB_SCHEMA_ACCEPTS = {
@@ -633,6 +634,7 @@ CHAINERJOB_SCHEMA_ACCEPTS = {
     "deadline-int64-max": ("spec.master.activeDeadlineSeconds", 2**63 - 1),
     "replicas-at-the-bound": ("spec.workerSets.ws0.replicas", 1000),
     "backoff-int32-max": ("spec.master.backoffLimit", 2**31 - 1),
+    "suspended": ("spec.runPolicy", {"suspend": True}),
 }
 
 

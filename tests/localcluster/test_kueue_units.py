@@ -75,7 +75,7 @@ def test_the_input_is_not_changed() -> None:
 
 def test_the_configuration_enables_plain_pods_outside_the_system_namespaces_on_loopback(tmp_path: Path) -> None:
     config = configuration(webhook_port=1, health_port=2, metrics_port=3, cert_dir=tmp_path)
-    assert config["integrations"] == {"frameworks": ["pod"]}
+    assert config["integrations"] == {"frameworks": ["pod", "batch/job"]}
     assert config["managedJobsNamespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]
     assert config["internalCertManagement"] == {"enable": False}

@@ -349,7 +349,7 @@ def test_metrics_count_each_outcome_and_time_every_sync():
 def test_each_route_counts_under_its_own_kind():
     """A ChainerJob sync is counted as a ChainerJob one, whichever route of a kind is called."""
     mxjob_core, chainerjob_core = FakeCore(), FakeCore(raises=hooks.shared.errors.InvalidRequest("bad"))
-    kinds = (replace(MXJOB, sync=mxjob_core), replace(CHAINERJOB, sync=lambda request, *, now, kubectl_image:
+    kinds = (replace(MXJOB, sync=mxjob_core), replace(CHAINERJOB, sync=lambda request, *, now, **settings:
                                                            chainerjob_core(request, now=now)))
     client = create_app(kinds=kinds).test_client()
     for path in ("/sync", "/mxjob/sync", "/chainerjob/sync", "/chainerjob/sync", "/chainerjob/sync"):

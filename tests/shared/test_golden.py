@@ -443,6 +443,19 @@ def chainerjob_restarted_by_stall() -> ChainerSim:
     return sim
 
 
+def chainerjob_suspended_running_job() -> ChainerSim:
+    # spec.runPolicy.suspend (docs/chainerjob.md, "Suspend") on a running job: the suspension is
+    # recorded as attempt 1 (`-attempt-1`, `suspended`); the sync that sees the record leaves attempt
+    # 0's master Job and StatefulSet out (so Metacontroller deletes them), and the job is Suspended.
+    sim = _chainerjob_mn_running({})
+    sim.tick(60)
+    sim.edit({"runPolicy": {"suspend": True}})
+    sim.sync()  # the suspension is decided and recorded
+    assert sim.status["attempt"] == 1, sim.status
+    sim.tick(1)
+    return sim
+
+
 def chainerjob_master_complete() -> ChainerSim:
     sim = chainerjob_master_running()
     sim.sync()
@@ -532,7 +545,8 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
     gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
     per_job_service_terminal_succeeded, per_job_service_invalid_value, per_job_service_set_on_a_running_job,
-    progress_running_one_reporter_silent, chainerjob_progress_rank_silent, chainerjob_restarted_by_stall)}
+    progress_running_one_reporter_silent, chainerjob_progress_rank_silent, chainerjob_restarted_by_stall,
+    chainerjob_suspended_running_job)}
 
 
 def _dump(data: dict) -> str:

@@ -593,3 +593,42 @@ def test_chainerjob_lifecycles_under_stale_reads(workers, outcome, stale, draws,
         assert sim.state() == outcome
         watch.check()
     assert sim.status.get("completionTime") == (rfc3339(sim.now) if outcome == "Complete" else None)
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["non-distributed", "distributed"])
+@pytest.mark.parametrize("stale", MODES)
+def test_a_chainerjob_suspended_and_resumed_under_stale_reads_launches_each_attempt_once(stale, workers):
+    """spec.runPolicy.suspend (docs/chainerjob.md, "Suspend"): the suspension is recorded as the next
+    attempt before the master Job and StatefulSets go, so a sync that reads the children or the status
+    of before it neither keeps the job running nor launches the suspended attempt again; after the
+    resume, the StatefulSets deleted at suspension (stale and still ready) never start the master."""
+    sim = ChainerSim(chainerjob(workers={"ws": workers} if workers else None), stale=stale)
+    watch = Watch(sim, "Job")
+    watch.settle()
+    sim.all_ready()
+    watch.settle()
+    sim.master("chj-master", active=1)
+    watch.settle()
+    sim.edit({"runPolicy": {"suspend": True}})
+    watch.settle()
+    assert sim.state() == "Suspended" and sim.status["attempt"] == 1
+    assert not sim.children[JOB_KEY] and not sim.children[STATEFULSET_KEY]
+    mark = len(sim.created)
+    sim.tick(60)
+    watch.settle()
+    assert [e for e in sim.created[mark:] if e.split(".")[0] in ("Job", "StatefulSet")] == []
+    sim.edit({"runPolicy": {"suspend": False}})
+    watch.settle()
+    if workers:
+        assert not sim.children[JOB_KEY], "the new attempt's master waits for the new attempt's workers"
+        sim.all_ready()
+        watch.settle()
+    assert sim.names(JOB_KEY) == ["chj-master"]
+    assert sim.children[JOB_KEY]["chj-master"]["metadata"]["labels"]["chainerjob.kubeflow.org/attempt"] == "1"
+    sim.master("chj-master", active=1)
+    watch.settle()
+    sim.master("chj-master", succeeded=1, finished=("Complete", "CompletionsReached", "done"))
+    watch.settle()
+    assert sim.state() == "Complete" and sim.status["attempt"] == 1
+    assert [e for e in sim.created if e.startswith("Job.")] == ["Job.batch/v1/chj-master"] * 2
+    watch.check()
