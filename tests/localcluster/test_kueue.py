@@ -339,3 +339,63 @@ def test_an_mxjob_kueue_preempts_restarts_whole_uncounted_and_succeeds_once_read
     cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
                      TIMEOUT, what="the job's Workloads to finish")
     cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def job_workloads(cluster: LocalCluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The Workloads of every pod group of a job (Kueue names each after its group, `<job>-<uid>-<attempt>`)."""
+    return [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
+
+
+def test_an_mxjobs_priority_class_label_reaches_kueue_and_preempts_a_lower_mxjob(cluster: LocalCluster) -> None:
+    """`kueue.x-k8s.io/priority-class` on the MXJob itself (not in its templates): the hook puts it on every pod
+    of the group, so Kueue gives the group's Workload that WorkloadPriorityClass. A high-priority job that does
+    not fit beside a running low one preempts it; the low one restarts whole, uncounted (backoffLimit 0), is
+    admitted again once the high one has Succeeded, and Succeeds; every Workload finishes and the quota goes."""
+    namespace = preempting_queue(cluster)
+    release = Path(cluster.state_dir) / f"{namespace}-release"
+    low = queued_mxjob("low", namespace, ["sh", "-c", f"trap 'exit 143' TERM; while [ ! -e {release} ]; do sleep 0.2; done"])
+    low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-low"
+    low["spec"]["runPolicy"] = {"backoffLimit": 0}
+    cluster.submit(low)
+    cluster.wait_for(lambda: len(cluster.pods("low", namespace)) == 2
+                     and all(phase(p) == "Running" for p in cluster.pods("low", namespace)), TIMEOUT,
+                     what="the low-priority job's two pods to be admitted and run")
+    [first] = job_workloads(cluster, namespace, "low")
+    assert first["spec"]["priorityClassRef"] == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                                                 "name": f"{namespace}-low"}
+    assert first["spec"]["priority"] == 100
+    reasons: list[str] = []
+    cluster.store.watch(lambda event, obj: reasons.append(cond(obj, "Restarting").get("reason", ""))
+                        if obj.get("kind") == "MXJob" and obj["metadata"].get("namespace") == namespace else None)
+
+    high = queued_mxjob("high", namespace, ["sleep", "2"])
+    high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-high"
+    cluster.submit(high)
+    done = cluster.wait_finished("high", TIMEOUT, namespace=namespace)
+    assert finished(done) == "Succeeded", done.get("status")
+    [high_workload] = job_workloads(cluster, namespace, "high")
+    assert high_workload["spec"]["priorityClassRef"]["name"] == f"{namespace}-high"
+    assert high_workload["spec"]["priority"] == 1000
+    assert cond(high_workload, "Admitted").get("status") == "True"
+
+    def attempt_one_runs() -> bool:
+        pods = cluster.pods("low", namespace)
+        return len(pods) == 2 and all(phase(p) == "Running" and p["metadata"]["labels"].get(
+            "training.kubeflow.org/job-attempt") == "1" for p in pods)
+
+    cluster.wait_for(attempt_one_runs, TIMEOUT, what="the low job's attempt 1 to be admitted again and run")
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == f"{namespace}-low"
+               for p in cluster.pods("low", namespace))
+    # What the user sees once it runs again (before it ends, which clears Restarting with the outcome).
+    again = cluster.wait_for(lambda: (c := cond(cluster.get_job("low", namespace), "Restarting")).get("status") == "False"
+                             and c, TIMEOUT, what="the low job to say its attempt 1 runs")
+    assert "the job was restarted after Kueue evicted it (WorkloadEvictedDueToPreempted" in again["message"], again
+    release.touch()
+    job = cluster.wait_finished("low", TIMEOUT, namespace=namespace)
+    status = job["status"]
+    assert finished(job) == "Succeeded", status
+    assert status["attempt"] == 1 and status.get("restartCount", 0) == 0, status  # backoffLimit 0 was not spent
+    assert "MXJobEvictedByQueue" in reasons, reasons
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
+                     TIMEOUT, what="every Workload to finish")
+    cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
