@@ -24,7 +24,7 @@ from hooks.mxjob.names import (
 )
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION, job_service_name
 from hooks.mxjob.observed import Slot, is_live
-from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob, ReplicaSpec, SpecError
+from hooks.mxjob.spec import KUEUE_PRIORITY_KEY, KUEUE_QUEUE_KEY, MXJob, ReplicaSpec, SpecError
 from hooks.mxjob.template import MAIN_CONTAINER, main_ports
 from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
@@ -100,6 +100,8 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             metadata["labels"][KUEUE_POD_GROUP_LABEL] = pod_group_name(job.name, job.uid, job_attempt)
             metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(job.total_replicas)
             metadata["annotations"][KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+            if job.priority_class:
+                metadata["labels"][KUEUE_PRIORITY_KEY] = job.priority_class
         if gang is not None:
             mark_pod(gang, metadata, pod_spec, group=job.name, task=spec.name,
                      priority_class=job.run_policy.scheduling.priority_class)

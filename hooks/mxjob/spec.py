@@ -43,6 +43,10 @@ from hooks.shared.validation import DNS_1035_LABEL, is_non_negative_int
 # Kueue (v0.5-v0.10) queues a job carrying this label (or, deprecated, this annotation) and
 # reserves quota for the replica keys it finds spelt exactly as REPLICA_TYPES.
 KUEUE_QUEUE_KEY = "kueue.x-k8s.io/queue-name"
+# Kueue's WorkloadPriorityClass of a job: read off the MXJob (v0.5-v0.10) or, for a plain-pod group
+# (v0.11 and later), off one pod of the group, whichever it lists first (Kueue v0.17.0's
+# pkg/controller/jobs/pod Load): so every pod of a group must carry the same one.
+KUEUE_PRIORITY_KEY = "kueue.x-k8s.io/priority-class"
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
 MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see layout.size_problems)
@@ -79,6 +83,9 @@ class MXJob(JobIdentity):
     replicas: dict[str, ReplicaSpec] = field(default_factory=dict)  # canonical type order
     service_layout: str = PER_REPLICA  # hooks.mxjob.network
     queue: str = ""  # Kueue's LocalQueue (KUEUE_QUEUE_KEY), "" when the job is not queued
+    # The WorkloadPriorityClass of the job's Kueue pod groups (KUEUE_PRIORITY_KEY): the job's label,
+    # else the one its templates agree on; "" for none (hooks.mxjob.spec.group_priority_class).
+    priority_class: str = ""
 
     def has(self, rtype: str) -> bool:
         """Whether the job has at least one replica of this type."""
@@ -116,11 +123,13 @@ class MXJob(JobIdentity):
         return [(rtype, i) for i in range(self.replicas[rtype].replicas)]
 
 
-def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
+def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False, kueue_pod_groups: bool = False) -> MXJob:
     """Parse and validate the parent MXJob, raising SpecError listing every problem.
 
     schedulingPolicy is read (and checked) only when gang scheduling is on: without it the field
     has no effect, so a job that applied before gang scheduling existed must not start failing.
+    Likewise the priority class of a queued job's pod group only when its pods form Kueue pod
+    groups (`kueue_pod_groups`: Kueue v0.11 and later).
     """
     problems: list[str] = []
     meta = parent.get("metadata") or {}
@@ -141,6 +150,7 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
     run_policy = parse_run_policy(spec, problems, gang=gang)
     replicas = _parse_replica_specs(spec.get("mxReplicaSpecs"), problems)
     _check_queued_keys(meta, replicas, problems)
+    priority_class = group_priority_class(meta, replicas, problems) if kueue_pod_groups and queue_name(meta) else ""
     if job_mode is not None:
         _check_mode(job_mode, replicas, problems)
     _check_names(name, replicas, problems)
@@ -153,7 +163,8 @@ def parse_mxjob(parent: Mapping[str, Any], *, gang: bool = False) -> MXJob:
         raise SpecError(problems)
     return MXJob(name=name, namespace=namespace, uid=meta.get("uid", ""), job_mode=job_mode,
                  success_policy=success_policy, run_policy=run_policy, replicas=replicas,
-                 service_layout=service_layout, queue=queue_name(meta))
+                 service_layout=service_layout, queue=queue_name(meta),
+                 priority_class=priority_class)
 
 
 def queue_name(meta: Mapping[str, Any]) -> str:
@@ -163,6 +174,32 @@ def queue_name(meta: Mapping[str, Any]) -> str:
         if isinstance(found, Mapping) and isinstance(found.get(KUEUE_QUEUE_KEY), str):
             return str(found[KUEUE_QUEUE_KEY])
     return ""
+
+
+def group_priority_class(meta: Mapping[str, Any], replicas: Mapping[str, ReplicaSpec], problems: list[str]) -> str:
+    """The WorkloadPriorityClass every pod of a queued job's Kueue pod group carries: the MXJob's label
+    KUEUE_PRIORITY_KEY, else the one its replica templates carry; "" for none.
+
+    Kueue reads a group's priority off whichever of its pods it lists first, so templates that
+    name different classes (or another than the job's) would give the Workload either one: that
+    is refused, naming the fields."""
+    labels = meta.get("labels")
+    own = labels.get(KUEUE_PRIORITY_KEY) if isinstance(labels, Mapping) else None
+    job_class = own if isinstance(own, str) else ""
+    named: dict[str, str] = {}
+    for spec in replicas.values():
+        found = (spec.template.get("metadata") or {}).get("labels") or {}
+        value = found.get(KUEUE_PRIORITY_KEY) if isinstance(found, Mapping) else None
+        if isinstance(value, str):
+            named[f"{spec.path}.template.metadata.labels[{KUEUE_PRIORITY_KEY}]"] = value
+    chosen = job_class or next(iter(named.values()), "")
+    for path, value in named.items():
+        if value != chosen:
+            whose = f"the MXJob's label {show(job_class)}" if job_class else f"another template's {show(chosen)}"
+            problems.append(f"{path}: {show(value)} differs from {whose}; Kueue gives a pod group one "
+                            f"priority, read off any one of its pods: set {KUEUE_PRIORITY_KEY} on the MXJob "
+                            f"alone, or the same value everywhere")
+    return chosen
 
 
 def _parse_replica_specs(raw: Any, problems: list[str]) -> dict[str, ReplicaSpec]:

@@ -129,7 +129,7 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
     parent, gang, observed = _read_request(request)
     old_status = parent.get("status")
     try:
-        job = parse_mxjob(parent, gang=gang is not None)
+        job = parse_mxjob(parent, gang=gang is not None, kueue_pod_groups=pod_groups)
         wiring = cluster_wiring(job)
         slots = replica_slots(job)
         check_layout(job, wiring, slots, observed)

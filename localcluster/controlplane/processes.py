@@ -71,6 +71,10 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
+    # Marks a deleted pod that was never bound to a node Failed and lets it go, as on any cluster: no
+    # kubelet ever stops it. A pod Kueue still holds at its admission gate keeps Kueue's finalizer
+    # until then (an MXJob deleted while queued; docs/ecosystem.md, "Kueue").
+    "pod-garbage-collector-controller",
     "clusterrole-aggregation-controller",
     # Takes the not-ready taint TaintNodesByCondition puts on a new Node off once its kubelet reports
     # Ready (else the scheduler places nothing there), and marks the Node when the heartbeat stops.

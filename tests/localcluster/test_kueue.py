@@ -325,17 +325,206 @@ def test_an_mxjob_kueue_preempts_restarts_whole_uncounted_and_succeeds_once_read
             "training.kubeflow.org/job-attempt") == "1" for p in pods)
 
     cluster.wait_for(attempt_one_runs, TIMEOUT, what="the job's attempt 1 to be admitted again and run")
+    # Read before the job ends: its outcome clears a Restarting still True (the status one sync behind) in its own words.
+    restarting = cluster.wait_for(lambda: (c := cond(cluster.get_job("low", namespace), "Restarting")).get("status") == "False"
+                                  and c, TIMEOUT, what="the job to say its attempt 1 runs")
+    assert "Kueue evicted it (WorkloadEvictedDueToPreempted" in restarting["message"], restarting
     release.touch()
     job = cluster.wait_finished("low", TIMEOUT, namespace=namespace)
     status = job["status"]
     assert finished(job) == "Succeeded", status
     assert status["attempt"] == 1 and status.get("restartCount", 0) == 0, status  # backoffLimit 0 was not spent
     assert "MXJobEvictedByQueue" in reasons, reasons
-    restarting = cond(job, "Restarting")
-    assert restarting["status"] == "False" and "Kueue evicted it (WorkloadEvictedDueToPreempted" in restarting["message"]
     assert len(groups) == 2 and "" not in groups, groups  # a pod group, so a Workload, per attempt
     # Kueue finishes each (the first once its stopped pods were all Failed; a finished group's Workload
     # goes with its pods), so the ClusterQueue holds nothing.
     cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
                      TIMEOUT, what="the job's Workloads to finish")
     cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def job_workloads(cluster: LocalCluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The Workloads of every pod group of a job (Kueue names each after its group, `<job>-<uid>-<attempt>`)."""
+    return [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
+
+
+def test_an_mxjobs_priority_class_label_reaches_kueue_and_preempts_a_lower_mxjob(cluster: LocalCluster) -> None:
+    """`kueue.x-k8s.io/priority-class` on the MXJob itself (not in its templates): the hook puts it on every pod
+    of the group, so Kueue gives the group's Workload that WorkloadPriorityClass. A high-priority job that does
+    not fit beside a running low one preempts it; the low one restarts whole, uncounted (backoffLimit 0), is
+    admitted again once the high one has Succeeded, and Succeeds; every Workload finishes and the quota goes."""
+    namespace = preempting_queue(cluster)
+    release = Path(cluster.state_dir) / f"{namespace}-release"
+    low = queued_mxjob("low", namespace, ["sh", "-c", f"trap 'exit 143' TERM; while [ ! -e {release} ]; do sleep 0.2; done"])
+    low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-low"
+    low["spec"]["runPolicy"] = {"backoffLimit": 0}
+    cluster.submit(low)
+    cluster.wait_for(lambda: len(cluster.pods("low", namespace)) == 2
+                     and all(phase(p) == "Running" for p in cluster.pods("low", namespace)), TIMEOUT,
+                     what="the low-priority job's two pods to be admitted and run")
+    [first] = job_workloads(cluster, namespace, "low")
+    assert first["spec"]["priorityClassRef"] == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                                                 "name": f"{namespace}-low"}
+    assert first["spec"]["priority"] == 100
+    reasons: list[str] = []
+    cluster.store.watch(lambda event, obj: reasons.append(cond(obj, "Restarting").get("reason", ""))
+                        if obj.get("kind") == "MXJob" and obj["metadata"].get("namespace") == namespace else None)
+
+    high = queued_mxjob("high", namespace, ["sleep", "2"])
+    high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-high"
+    cluster.submit(high)
+    done = cluster.wait_finished("high", TIMEOUT, namespace=namespace)
+    assert finished(done) == "Succeeded", done.get("status")
+    [high_workload] = job_workloads(cluster, namespace, "high")
+    assert high_workload["spec"]["priorityClassRef"]["name"] == f"{namespace}-high"
+    assert high_workload["spec"]["priority"] == 1000
+    assert cond(high_workload, "Admitted").get("status") == "True"
+
+    def attempt_one_runs() -> bool:
+        pods = cluster.pods("low", namespace)
+        return len(pods) == 2 and all(phase(p) == "Running" and p["metadata"]["labels"].get(
+            "training.kubeflow.org/job-attempt") == "1" for p in pods)
+
+    cluster.wait_for(attempt_one_runs, TIMEOUT, what="the low job's attempt 1 to be admitted again and run")
+    assert all(p["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == f"{namespace}-low"
+               for p in cluster.pods("low", namespace))
+    # What the user sees once it runs again (before it ends, which clears Restarting with the outcome).
+    again = cluster.wait_for(lambda: (c := cond(cluster.get_job("low", namespace), "Restarting")).get("status") == "False"
+                             and c, TIMEOUT, what="the low job to say its attempt 1 runs")
+    assert "the job was restarted after Kueue evicted it (WorkloadEvictedDueToPreempted" in again["message"], again
+    release.touch()
+    job = cluster.wait_finished("low", TIMEOUT, namespace=namespace)
+    status = job["status"]
+    assert finished(job) == "Succeeded", status
+    assert status["attempt"] == 1 and status.get("restartCount", 0) == 0, status  # backoffLimit 0 was not spent
+    assert "MXJobEvictedByQueue" in reasons, reasons
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
+                     TIMEOUT, what="every Workload to finish")
+    cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
+
+
+def distributed_mxjob(name: str, namespace: str, *, server: list[str], others: list[str] | None = None,
+                      cpu: str = "100m") -> KubeObject:
+    """A queued MXJob of one Scheduler, one Server and one Worker: the Server runs `server`, the others `others`."""
+    job = queued_mxjob(name, namespace, others or ["true"], workers=1, cpu=cpu)
+    replicas = job["spec"]["mxReplicaSpecs"]
+    for rtype in ("Scheduler", "Server"):
+        replicas[rtype] = yaml.safe_load(yaml.safe_dump(replicas["Worker"]))
+    replicas["Server"]["template"]["spec"]["containers"][0]["command"] = server
+    return job
+
+
+def kueue_held(cluster: LocalCluster, namespace: str) -> list[str]:
+    """The pods of a namespace that Kueue's finalizer still holds."""
+    assert cluster.control_plane is not None
+    return [p["metadata"]["name"] for p in cluster.control_plane.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+            if "kueue.x-k8s.io/managed" in (p["metadata"].get("finalizers") or [])]
+
+
+@pytest.mark.parametrize(("policy", "left"), [("Running", ["clean-scheduler-0", "clean-worker-0"]), ("All", [])],
+                         ids=["Running", "All"])
+def test_pods_cleanpodpolicy_deletes_at_the_end_let_kueue_finish_the_group_and_release_its_quota(
+        cluster: LocalCluster, queue: str, policy: str, left: list[str]) -> None:
+    """A ps-lite job whose Server never exits: the Scheduler and Worker Succeed, the job Succeeds after the success
+    grace, and cleanPodPolicy deletes the running Server (Running) or every pod (All). The kubelet writes the deleted
+    Server Failed, so the group (not retriable in itself) has no active pod: Kueue finishes its Workload, lets every
+    pod go (its finalizer) and the ClusterQueue holds nothing. (A group that never counted as finished would hold
+    its quota for good.)"""
+    job = distributed_mxjob("clean", queue, server=["sh", "-c", "trap 'exit 143' TERM; while true; do sleep 0.2; done"])
+    job["spec"]["runPolicy"] = {"cleanPodPolicy": policy}
+    cluster.submit(job)
+    cluster.wait_for(lambda: (w := group_workload(cluster, queue, "clean")) and cond(w, "Admitted").get("status") == "True",
+                     TIMEOUT, what="the job's group to be admitted")
+    done = cluster.wait_finished("clean", TIMEOUT, namespace=queue)
+    assert finished(done) == "Succeeded", done.get("status")
+    # Finished, or already gone with the group's last pod (policy All).
+    ended = cluster.wait_for(lambda: [w] if (w := group_workload(cluster, queue, "clean")) is None
+                             or cond(w, "Finished").get("status") == "True" else None,
+                             TIMEOUT, what="the job's Workload to finish")
+    assert ended[0] is None or cond(ended[0], "Finished")["reason"] == "Succeeded", ended
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+    cluster.wait_for(lambda: sorted(p["metadata"]["name"] for p in cluster.pods("clean", queue)) == left, TIMEOUT,
+                     what=f"cleanPodPolicy {policy} to leave {left or 'no pod'}")
+    assert kueue_held(cluster, queue) == []
+    assert all(phase(p) == "Succeeded" for p in cluster.pods("clean", queue))
+
+
+def test_an_mxjob_deleted_while_queued_leaves_no_pod_no_workload_and_no_quota_behind(cluster: LocalCluster, queue: str) -> None:
+    """`kubectl delete mxjob` of a job whose pods wait behind Kueue's gate: its gated pods go (the garbage collector,
+    then Kueue's finalizer lets them go: they never ran), its Workload goes with them, and the ClusterQueue counts
+    only the job that runs; once that one Succeeds, nothing is left."""
+    release = Path(cluster.state_dir) / f"{queue}-release"
+    cluster.submit(queued_mxjob("first", queue, ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.2; done"]))
+    cluster.wait_for(lambda: (w := group_workload(cluster, queue, "first")) and cond(w, "Admitted").get("status") == "True",
+                     TIMEOUT, what="the first job's group to be admitted")
+    cluster.submit(queued_mxjob("second", queue, ["true"]))
+    cluster.wait_for(lambda: (w := group_workload(cluster, queue, "second")) and cond(w, "QuotaReserved").get("status") == "False",
+                     TIMEOUT, what="the second job's group to wait for quota")
+    pods = cluster.wait_for(lambda: len(p := cluster.pods("second", queue)) == 2 and all(gated(x) for x in p) and p,
+                            TIMEOUT, what="the second job's two pods, gated")
+    assert all(phase(p) == "Pending" for p in pods)
+    assert cluster.control_plane is not None
+    cluster.control_plane.kubectl("delete", "mxjob", "second", "-n", queue)
+
+    gone = [p["metadata"]["name"] for p in pods]
+    cluster.wait_for(lambda: all(cluster.pod(name, queue) is None for name in gone), TIMEOUT,
+                     what="the deleted job's gated pods to go (Kueue's finalizer let go)")
+    cluster.wait_for(lambda: group_workload(cluster, queue, "second") is None, TIMEOUT, what="its Workload to go")
+    assert kueue_held(cluster, queue) == [p["metadata"]["name"] for p in cluster.pods("first", queue)]  # first's only
+    status = cluster.wait_for(lambda: (s := cluster.control_plane.get(  # type: ignore[union-attr]
+        f"{KUEUE_API}/clusterqueues/{queue}")["status"]).get("pendingWorkloads", 0) == 0 and s, TIMEOUT,
+        what="the ClusterQueue to forget the deleted job")
+    assert status["admittedWorkloads"] == 1, status
+    assert cluster.control_plane.kubectl("get", "mxjobs", "-n", queue, "-o", "name").stdout.split() == ["mxjob.kubeflow.org/first"]
+
+    release.touch()
+    assert finished(cluster.wait_finished("first", TIMEOUT, namespace=queue)) == "Succeeded"
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+    cluster.wait_for(lambda: kueue_held(cluster, queue) == [], TIMEOUT, what="Kueue to let every pod go")
+
+
+def set_suspend(value: bool) -> Any:
+    def mutate(job: KubeObject) -> None:
+        job["spec"].setdefault("runPolicy", {})["suspend"] = value
+    return mutate
+
+
+@pytest.mark.parametrize("at_once", [False, True], ids=["resumed-once-released", "resumed-at-once"])
+def test_a_suspended_mxjob_gives_its_quota_back_and_is_queued_again_when_resumed(
+        cluster: LocalCluster, queue: str, at_once: bool) -> None:
+    """`runPolicy.suspend: true` on an admitted, running job: its pods are deleted (the kubelet writes them Failed),
+    so Kueue finishes the group's Workload and the ClusterQueue holds nothing while the job says Suspended.
+    Resumed (once all that is done, or at once, while its pods may still be going), its new pods form the group of
+    the same name again, for which Kueue makes a new Workload once the finished one has gone with the last old pod;
+    Kueue admits it and the job Succeeds."""
+    release = Path(cluster.state_dir) / f"{queue}-release"
+    cluster.submit(queued_mxjob("sus", queue, ["sh", "-c", f"trap 'exit 143' TERM; while [ ! -e {release} ]; do sleep 0.2; done"]))
+    first = cluster.wait_for(lambda: len(p := cluster.pods("sus", queue)) == 2 and all(phase(x) == "Running" for x in p) and p,
+                             TIMEOUT, what="the job's pods to be admitted and run")
+    [before] = job_workloads(cluster, queue, "sus")
+    cluster.update_job("sus", set_suspend(True), namespace=queue)
+    suspended = cluster.wait_for(lambda: cond(j := cluster.get_job("sus", queue), "Suspended").get("status") == "True" and j,
+                                 TIMEOUT, what="the job to say Suspended")
+    assert cond(suspended, "Suspended")["message"] == f"MXJob {queue}/sus is suspended."
+    assert cond(suspended, "Running").get("status") != "True"
+    if not at_once:
+        old = [p["metadata"]["name"] for p in first]
+        cluster.wait_for(lambda: all(cluster.pod(name, queue) is None for name in old), TIMEOUT,
+                         what="the suspended job's pods to go (Kueue's finalizer let go)")
+        cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
+        assert all(cond(w, "Finished").get("status") == "True" for w in job_workloads(cluster, queue, "sus"))
+        assert kueue_held(cluster, queue) == []
+        assert cluster.get_job("sus", queue)["status"]["replicaStatuses"]["Worker"].get("active", 0) == 0  # type: ignore[index]
+
+    cluster.update_job("sus", set_suspend(False), namespace=queue)
+    cluster.wait_for(lambda: len(p := cluster.pods("sus", queue)) == 2 and all(phase(x) == "Running" for x in p),
+                     TIMEOUT, what="the resumed job's new pod group to be admitted and run")
+    [after] = job_workloads(cluster, queue, "sus")
+    assert after["metadata"]["name"] == before["metadata"]["name"] and after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert cond(after, "Admitted").get("status") == "True"
+    release.touch()
+    job = cluster.wait_finished("sus", TIMEOUT, namespace=queue)
+    assert finished(job) == "Succeeded", job.get("status")
+    assert cond(job, "Suspended")["status"] == "False"
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota at the end")
+    cluster.wait_for(lambda: kueue_held(cluster, queue) == [], TIMEOUT, what="Kueue to let every pod go")

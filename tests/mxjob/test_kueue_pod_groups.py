@@ -88,3 +88,57 @@ def test_a_group_name_is_a_label_value_whatever_the_job_name(attempt):
 def test_an_unknown_setting_is_an_installation_error_that_names_the_setting():
     with pytest.raises(ValueError, match="MXJOB_KUEUE_POD_GROUPS='yes': use true"):
         sync_mxjob({"parent": queued()}, now=None, kueue_pod_groups="yes")  # type: ignore[arg-type]
+
+
+PRIORITY = "kueue.x-k8s.io/priority-class"
+
+
+def with_priorities(job_class: str | None, **templates: str) -> dict:
+    """A queued job with the job's priority-class label `job_class` and those of the replica templates named."""
+    job = queued()
+    if job_class is not None:
+        job["metadata"]["labels"][PRIORITY] = job_class
+    for rtype, value in templates.items():
+        job["spec"]["mxReplicaSpecs"][rtype]["template"].setdefault("metadata", {})["labels"] = {PRIORITY: value}
+    return job
+
+
+@pytest.mark.parametrize(("job_class", "templates", "expected"), [
+    ("high", {}, "high"),
+    ("high", {"Worker": "high"}, "high"),
+    (None, {"Scheduler": "low", "Server": "low", "Worker": "low"}, "low"),
+    (None, {"Worker": "low"}, "low"),
+], ids=["job-label", "job-label-and-same-template", "every-template", "one-template"])
+def test_every_pod_of_a_group_carries_the_one_priority_class_kueue_reads_off_any_of_them(job_class, templates, expected):
+    # Kueue v0.17.0 takes a group's WorkloadPriorityClass from whichever pod it lists first: all must agree.
+    sim = Sim(with_priorities(job_class, **templates), settings=ON)
+    sim.sync()
+    assert sorted(sim.pods) == PODS
+    assert {name: pod["metadata"]["labels"].get(PRIORITY) for name, pod in sim.pods.items()} == dict.fromkeys(PODS, expected)
+
+
+def test_no_priority_class_unless_the_job_or_a_template_names_one():
+    sim = Sim(queued(), settings=ON)
+    sim.sync()
+    assert all(PRIORITY not in pod["metadata"]["labels"] for pod in sim.pods.values())
+
+
+@pytest.mark.parametrize(("job_class", "templates", "field", "says"), [
+    ("high", {"Worker": "low"}, "Worker", "'low' differs from the MXJob's label 'high'"),
+    (None, {"Server": "low", "Worker": "high"}, "Worker", "'high' differs from another template's 'low'"),
+], ids=["template-against-job", "templates-disagree"])
+def test_priority_classes_that_disagree_are_refused_naming_the_field(job_class, templates, field, says):
+    sim = Sim(with_priorities(job_class, **templates), settings=ON)
+    sim.sync()
+    assert sim.pods == {}
+    message = next(c["message"] for c in sim.status["conditions"] if c["type"] == "Failed")
+    assert f"spec.mxReplicaSpecs.{field}.template.metadata.labels[{PRIORITY}]: {says}" in message, message
+
+
+@pytest.mark.parametrize("settings", [{}, {"kueue_pod_groups": "false"}], ids=["default-setting", "setting-false"])
+def test_kueue_v0_10_reads_the_priority_off_the_job_so_the_pods_are_left_as_their_templates_say(settings):
+    # There Kueue's MXJob integration queues the job itself: the pods are not Kueue's, nothing is checked.
+    sim = Sim(with_priorities("high", Worker="low"), settings=settings)
+    sim.sync()
+    assert {name: pod["metadata"]["labels"].get(PRIORITY) for name, pod in sim.pods.items()} == {
+        "mx-scheduler-0": None, "mx-server-0": None, "mx-worker-0": "low", "mx-worker-1": "low"}
