@@ -32,7 +32,9 @@ from helpers.ksm import Sample, parse_exposition, render
 from helpers.manifests import prometheusrule_crd, the
 from helpers.manifests import render as kustomize
 
+from hooks.chainerjob.vocabulary import STALLED as CHAINER_STALLED
 from hooks.chainerjob.vocabulary import ConditionType as ChainerCondition
+from hooks.mxjob.vocabulary import STALLED as MX_STALLED
 from hooks.mxjob.vocabulary import ConditionType as MXCondition
 from localcluster.controlplane.processes import ControlPlane
 from localcluster.node.dns import free_port
@@ -121,6 +123,58 @@ def test_every_configured_path_is_a_field_the_crd_declares(kind):
     assert missing == []
 
 
+# The status fields no metric reads, each with why; every other field of the status is read by one, so a field
+# added to a CRD's status is a decision here (a metric, or a reason), not a gap found later.
+LEFT_OUT = {
+    "status.observedGeneration": "Metacontroller's bookkeeping, not the job's",
+    "status.specError": "text, for kubectl describe (a refused edit leaves the job running as it was)",
+    "status.statusWarnings": "text, for kubectl describe",
+    "status.progress.reporter": "which reporter the progress series are of; as a label, each change of the least advanced "
+                                "reporter would end a series and start another",
+    "status.progress.attempt": "status.attempt",
+    "status.progress.total": "progressPercentage says how far of it",
+    "status.progress.metrics": "the training code's own values, as text: serve them from the training code",
+    "status.progress.reporters": "per reporter: the job's series are of the least advanced one",
+}
+LEFT_OUT_OF = {
+    "MXJob": {
+        **LEFT_OUT,
+        "status.waiting": "text for the Waiting column (who holds a pod back, and why); a job that waits is Created, not Running",
+        "status.cleanedUpTime": "after the job finished: its completionTime is the metric",
+        "status.replicaStatuses.*.completedIndexes": "text: the indexes that succeeded, counted in succeeded",
+        "status.mxReplicaStatuses": "older operators' name for replicaStatuses, never written",
+        "status.restartHistory": "the hook's bookkeeping per pod, summed in restartCount",
+    },
+    "ChainerJob": LEFT_OUT,
+}
+
+
+def status_fields(schema: dict, path: tuple[str, ...] = ("status",)) -> Iterator[tuple[str, ...]]:
+    """The path of every field of a status schema that holds a value (a map's values are `*`; a list is one field)."""
+    if schema.get("type") == "object":
+        for name, field in schema.get("properties", {}).items():
+            yield from status_fields(field, (*path, name))
+        if isinstance(schema.get("additionalProperties"), dict):
+            yield from status_fields(schema["additionalProperties"], (*path, "*"))
+    else:
+        yield path
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_every_status_field_is_read_by_a_metric_or_left_out_for_a_reason(kind):
+    root = next(v for v in CRDS[kind]["spec"]["versions"] if v["storage"])["schema"]["openAPIV3Schema"]
+    read = [tuple(path) for _, path in configured_paths(kind)]
+    left_out = {tuple(field.split(".")) for field in LEFT_OUT_OF[kind]}
+    unread = [".".join(field) for field in status_fields(root["properties"]["status"])
+              if not any(path[:len(field)] == field for path in read)
+              and not any(field[:len(out)] == out for out in left_out)]
+    assert unread == []
+    # And nothing is left out that a metric reads, or that the status does not have.
+    fields = list(status_fields(root["properties"]["status"]))
+    assert [".".join(out) for out in left_out if not any(f[:len(out)] == out for f in fields)] == []
+    assert [".".join(out) for out in left_out if any(path[:len(out)] == out for path in read)] == []
+
+
 @pytest.mark.parametrize("kind", sorted(CRDS))
 def test_the_state_lists_every_condition_type_the_hooks_write(kind):
     [state] = [m for m in resource_config(kind)["metrics"] if m["each"]["type"] == "StateSet"]
@@ -144,6 +198,7 @@ def test_the_cases_cover_restarts_failures_and_both_kinds():
     for kind in ("MXJob", "ChainerJob"):
         assert {s["conditions"][-1]["type"] for k, s in statuses if k == kind} >= {"Failed", "Running"}
         assert any("completionTime" in s for k, s in statuses if k == kind)
+        assert any({"step", "progressPercentage", "lastUpdatedTime"} <= set(s.get("progress", {})) for k, s in statuses if k == kind)
 
 
 def epoch(timestamp: str) -> float:
@@ -167,6 +222,11 @@ def expected_samples(job: dict) -> list[Sample]:
     for field in ("startTime", "completionTime"):
         if field in status:
             found.append(("status_start_time" if field == "startTime" else "status_completion_time", {}, epoch(status[field])))
+    progress = status.get("progress", {})
+    found += [(f"status_progress_{name}", {}, float(progress[field]))
+              for field, name in (("step", "step"), ("progressPercentage", "percentage")) if field in progress]
+    if "lastUpdatedTime" in progress:
+        found.append(("status_progress_last_updated_time", {}, epoch(progress["lastUpdatedTime"])))
     if kind == "MXJob":
         found += [("status_attempt", {}, float(status.get("attempt", 0))),
                   ("status_restart_count", {}, float(status.get("restartCount", 0)))]
@@ -268,10 +328,19 @@ def test_kube_state_metrics_serves_the_same_series(control_plane, stored_jobs, t
     served = [s for s in parse_exposition(text) if s[0].startswith(tuple(PREFIX.values()))]
     expected = render(CONFIG, jobs)
     assert served == expected, log.read_text()[-3000:]
+    # What the alerts read is among it: each series for some job, and a restart counted where a job was restarted.
+    read = {name for rule in alert_rules().values() for name, _ in re.findall(SERIES_READ, rule["expr"])}
+    assert read - {name for name, _, _ in served} == set()
+    attempts = {dict(labels)["name"]: value for name, labels, value in served if name == "kube_chainerjob_status_attempt"}
+    assert attempts["chainerjob-restarted-by-stall"] == STATUS_CASES["chainerjob-restarted-by-stall"][1]["attempt"] == 1
 
 
 # ---------------------------------------------------------------------------------------------
 # 3. The alerts
+
+
+# A series an alert's expression reads, and its label matchers.
+SERIES_READ = r"\b(kube_[a-z_]+)(?:\{([^}]*)\})?"
 
 
 def alert_rules() -> dict[str, dict]:
@@ -292,7 +361,7 @@ def configured_series() -> dict[str, set[str]]:
 
 def test_the_alerts_cover_failed_restarting_and_stalled_jobs_of_both_kinds():
     assert sorted(alert_rules()) == sorted(["MXJobFailed", "ChainerJobFailed", "MXJobRestartingRepeatedly",
-                                            "ChainerJobRestartingRepeatedly", "MXJobStalled", "MXJobRunningTooLong",
+                                            "ChainerJobRestartingRepeatedly", "MXJobStalled", "ChainerJobStalled", "MXJobRunningTooLong",
                                             "ChainerJobRunningTooLong"])
 
 
@@ -300,7 +369,7 @@ def test_the_alerts_cover_failed_restarting_and_stalled_jobs_of_both_kinds():
 def test_every_alert_reads_series_the_configuration_produces(alert):
     rule = alert_rules()[alert]
     series = configured_series()
-    used = re.findall(r"\b(kube_[a-z_]+)(?:\{([^}]*)\})?", rule["expr"])
+    used = re.findall(SERIES_READ, rule["expr"])
     assert used, rule["expr"]
     for name, matchers in used:
         assert name in series, name
@@ -315,9 +384,11 @@ def test_every_alert_reads_series_the_configuration_produces(alert):
     assert rule["labels"]["severity"] in ("info", "warning", "critical")
 
 
-def test_the_stalled_alert_reads_the_reason_the_hook_writes():
-    from hooks.mxjob.vocabulary import STALLED
-    assert f'reason="{STALLED}"' in alert_rules()["MXJobStalled"]["expr"]
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_the_stalled_alert_reads_the_reason_the_hook_writes(kind):
+    stalled = {"MXJob": MX_STALLED, "ChainerJob": CHAINER_STALLED}[kind]
+    expr = alert_rules()[f"{kind}Stalled"]["expr"]
+    assert f'{{condition="Running",reason="{stalled}"}} == 1' in expr
 
 
 @pytest.mark.apiserver
@@ -402,6 +473,7 @@ def test_promtool_fires_each_alert_on_series_of_the_hooks_statuses(tmp_path):
     chainer_failed = series_of("chainerjob-master-failed-backoff-limit", "kube_chainerjob_status_state", state="Failed")
     restarts = series_of("restarting-whole-job-worker-lost", "kube_mxjob_status_restart_count")
     master_failures = series_of("chainerjob-master-failed-backoff-limit", "kube_chainerjob_status_failed")
+    chainer_stalled = series_of("chainerjob-progress-rank-silent", "kube_chainerjob_status_condition", condition="Running")
     stalled = series_of("running-all-pods-observed", "kube_mxjob_status_condition", condition="Running", set_reason="MXJobStalled")
     running = series_of("running-all-pods-observed", "kube_mxjob_status_state", state="Running")
     started = series_of("running-all-pods-observed", "kube_mxjob_status_start_time")
@@ -413,6 +485,8 @@ def test_promtool_fires_each_alert_on_series_of_the_hooks_statuses(tmp_path):
         # One restart every 10 minutes from minute 10: 3 within the hour by minute 30.
         (selector("kube_mxjob_status_restart_count", restarts), "0x9 1x9 2x9 3x1570"),
         (selector("kube_chainerjob_status_failed", master_failures), "0x9 1x9 2x9 3x1570"),
+        (selector("kube_chainerjob_status_attempt", master_failures), "0x1600"),
+        (selector("kube_chainerjob_status_condition", chainer_stalled), "1x1600"),
         (selector("kube_mxjob_status_condition", stalled), "1x1600"),
         # Started at promtool's time 0, running ever since.
         (selector("kube_mxjob_status_state", running), "1x1600"),
@@ -429,6 +503,8 @@ def test_promtool_fires_each_alert_on_series_of_the_hooks_statuses(tmp_path):
         ("35m", "ChainerJobRestartingRepeatedly", [firing("ChainerJobRestartingRepeatedly", master_failures, "3")]),
         ("10m", "MXJobStalled", []),
         ("20m", "MXJobStalled", [firing("MXJobStalled", stalled)]),
+        ("10m", "ChainerJobStalled", []),
+        ("20m", "ChainerJobStalled", [firing("ChainerJobStalled", chainer_stalled)]),
         ("23h", "MXJobRunningTooLong", []),
         ("25h", "MXJobRunningTooLong", [firing("MXJobRunningTooLong", started)]),
         ("23h", "ChainerJobRunningTooLong", []),
@@ -436,18 +512,49 @@ def test_promtool_fires_each_alert_on_series_of_the_hooks_statuses(tmp_path):
         # However late, MXJobFailed names the failed job alone, not the running ones.
         ("25h", "MXJobFailed", [firing("MXJobFailed", failed)]),
     ]
-    tests = {"rule_files": [str(rules_file(tmp_path))], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [{"series": s, "values": v} for s, v in series],
-        "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in checks]}]}
-    test_file = tmp_path / "tests.yaml"
-    test_file.write_text(yaml.safe_dump(tests))
-    ran = subprocess.run([str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120)
+    ran = promtool_test(tmp_path, series, checks)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "SUCCESS" in ran.stdout
     # promtool does check: expecting the stalled alert before its 15 minutes fails.
-    early = [{"eval_time": "10m", "alertname": "MXJobStalled", "exp_alerts": [firing("MXJobStalled", stalled)]}]
-    tests["tests"][0]["alert_rule_test"] = early
-    test_file.write_text(yaml.safe_dump(tests))
-    refused = subprocess.run([str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120)
+    refused = promtool_test(tmp_path, series, [("10m", "MXJobStalled", [firing("MXJobStalled", stalled)])])
     assert refused.returncode != 0, refused.stdout
+
+
+def promtool_test(directory: Path, series: list[tuple[str, str]],
+                  checks: list[tuple[str, str, list[dict]]]) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules` on the alerts: input `series` (selector, values one a minute from promtool's time 0) and
+    `checks` (when, which alert, what must fire then)."""
+    tests = {"rule_files": [str(rules_file(directory))], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in checks]}]}
+    test_file = directory / "tests.yaml"
+    test_file.write_text(yaml.safe_dump(tests))
+    return subprocess.run([str(promtool()), "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120)
+
+
+# ChainerJobRestartingRepeatedly over timelines of one job, a minute a value from promtool's time 0: its attempt
+# (status.attempt: whole-job restarts by stallPolicy RestartJob) and its master Job's failed pods (status.failed, 0
+# again under each attempt's new master Job); then, at each time, how many restarts it must fire with (None: silent).
+CHAINER_RESTARTS = {
+    "three-stall-restarts-in-an-hour": ("0x9 1x9 2x9 3x60", "0x90", [("25m", None), ("35m", 3), ("85m", None)]),
+    # Two retries of attempt 0's master, a stall restart, two retries of attempt 1's: failed never rises by 3.
+    "master-failures-across-attempts": ("0x19 1x70", "0x4 1x4 2x10 0x4 1x4 2x60", [("15m", None), ("35m", 5)]),
+    "one-master-failure-then-a-stall-restart": ("0x19 1x70", "0x4 1x15 0x70", [("25m", None), ("65m", None)]),
+    "one-stall-restart": ("0x19 1x70", "0x90", [("25m", None), ("65m", None)]),
+    "three-master-failures-in-one-attempt": ("0x90", "0x9 1x9 2x9 3x60", [("25m", None), ("35m", 3)]),
+    # One rise every 40 minutes: never three within an hour.
+    "three-stall-restarts-over-two-hours": ("0x9 1x39 2x39 3x40", "0x130", [("55m", None), ("95m", None), ("125m", None)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHAINER_RESTARTS))
+def test_promtool_fires_the_chainerjob_restart_alert_on_restarts_of_either_kind(case, tmp_path):
+    attempts, failures, checks = CHAINER_RESTARTS[case]
+    labels = series_of("chainerjob-restarted-by-stall", "kube_chainerjob_status_attempt")
+    series = [(selector("kube_chainerjob_status_attempt", labels), attempts),
+              (selector("kube_chainerjob_status_failed", labels), failures)]
+    alert = "ChainerJobRestartingRepeatedly"
+    ran = promtool_test(tmp_path, series, [(at, alert, [] if value is None else [firing(alert, labels, str(value))])
+                                           for at, value in checks])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
