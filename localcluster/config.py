@@ -21,6 +21,7 @@ KNOWN_KINDS: dict[tuple[str, str], str] = {
     ("v1", "services"): "Service",
     ("scheduling.volcano.sh/v1beta1", "podgroups"): "PodGroup",
     ("scheduling.x-k8s.io/v1alpha1", "podgroups"): "PodGroup",
+    ("scheduling.k8s.io/v1beta1", "podgroups"): "PodGroup",  # served only with GenericWorkload on
     ("v1", "configmaps"): "ConfigMap",
     ("v1", "serviceaccounts"): "ServiceAccount",
     ("rbac.authorization.k8s.io/v1", "roles"): "Role",

@@ -1,7 +1,8 @@
-"""Gang scheduling for every job kind: Volcano or scheduler-plugins (coscheduling) PodGroups.
+"""Gang scheduling for every job kind: Volcano, scheduler-plugins (coscheduling) or Kubernetes' own
+(`scheduling.k8s.io/v1beta1`, feature gate GenericWorkload) PodGroups.
 
 Turned on by the CompositeController itself, which every sync request carries: a `podgroups`
-child rule of one of the two PodGroup APIs, plus an optional annotation naming the scheduler. So
+child rule of one of the three PodGroup APIs, plus an optional annotation naming the scheduler. So
 the hook has no setting of its own, and the child rules and the answer cannot disagree. This
 module owns reading that, the job's `schedulingPolicy`, the PodGroup builder for both APIs, the
 minimum resources of a gang, the marks a pod (or pod template) of a gang carries, and the rule
@@ -20,10 +21,13 @@ from hooks.shared.validation import MAX_INT32
 
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
+KUBERNETES_API = "scheduling.k8s.io/v1beta1"  # kube-scheduler's GangScheduling plugin (Kubernetes 1.37, beta)
 PODGROUP_RESOURCE = "podgroups"
 SCHEDULER_NAME_ANNOTATION = "scheduling.kubeflow.org/scheduler-name"
-# Volcano's scheduler, and the name scheduler-plugins' "as a second scheduler" install gives its own.
-DEFAULT_SCHEDULER = {VOLCANO_API: "volcano", COSCHEDULING_API: "scheduler-plugins-scheduler"}
+# Volcano's scheduler, the name scheduler-plugins' "as a second scheduler" install gives its own, and
+# kube-scheduler's default profile, which has the gang plugin once GenericWorkload is on.
+DEFAULT_SCHEDULER = {VOLCANO_API: "volcano", COSCHEDULING_API: "scheduler-plugins-scheduler",
+                     KUBERNETES_API: "default-scheduler"}
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -45,6 +49,11 @@ class Gang:
     def volcano(self) -> bool:
         """Volcano (queues, priority on the PodGroup) rather than scheduler-plugins."""
         return self.api_version == VOLCANO_API
+
+    @property
+    def kubernetes(self) -> bool:
+        """Kubernetes' own PodGroup: a pod joins it by a spec field, the group has only a size."""
+        return self.api_version == KUBERNETES_API
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,8 @@ def read_gang(request: Mapping[str, Any]) -> Gang | None:
              if isinstance(rule, Mapping) and rule.get("resource") == PODGROUP_RESOURCE]
     if not found:
         return None
-    supported = f"use {VOLCANO_API} (Volcano) or {COSCHEDULING_API} (scheduler-plugins)"
+    supported = (f"use {VOLCANO_API} (Volcano), {COSCHEDULING_API} (scheduler-plugins) or "
+                 f"{KUBERNETES_API} (Kubernetes' own, feature gate GenericWorkload)")
     if len(found) > 1:
         raise InvalidRequest(f"controller.spec.childResources: {len(found)} rules for "
                              f"{PODGROUP_RESOURCE}; keep one ({supported})")
@@ -220,8 +230,14 @@ def _container_requests(path: str, container: Any, problems: list[str]) -> dict[
 def podgroup_for(gang: Gang, *, name: str, namespace: str, labels: Mapping[str, str],
                  min_member: int, policy: SchedulingPolicy,
                  resources: Mapping[str, str]) -> JSON:
-    """The job's one PodGroup, with only the fields its API has (the API server prunes others)."""
-    spec: JSON = {"minMember": min_member}
+    """The job's one PodGroup, with only the fields its API has (the API server prunes or refuses others)."""
+    spec: JSON
+    if gang.kubernetes:
+        # minCount must be positive, and gang or basic is fixed at creation: minAvailable 0 (no pod
+        # waits for another) is a gang of one, which kube-scheduler places as it places any pod.
+        spec = {"schedulingPolicy": {"gang": {"minCount": max(min_member, 1)}}}
+        return _podgroup(gang, name, namespace, labels, spec)
+    spec = {"minMember": min_member}
     if resources:
         spec["minResources"] = dict(resources)
     if gang.volcano:
@@ -231,6 +247,10 @@ def podgroup_for(gang: Gang, *, name: str, namespace: str, labels: Mapping[str, 
             spec["priorityClassName"] = policy.priority_class
     elif policy.schedule_timeout_seconds is not None:
         spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
+    return _podgroup(gang, name, namespace, labels, spec)
+
+
+def _podgroup(gang: Gang, name: str, namespace: str, labels: Mapping[str, str], spec: JSON) -> JSON:
     return {"apiVersion": gang.api_version, "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
             "spec": spec}
@@ -246,6 +266,8 @@ def mark_pod(gang: Gang, metadata: JSON, pod_spec: JSON, *, group: str, task: st
     if gang.volcano:
         metadata["annotations"] = {**(metadata.get("annotations") or {}),
                                    VOLCANO_GROUP_ANNOTATION: group, VOLCANO_TASK_ANNOTATION: task}
+    elif gang.kubernetes:
+        pod_spec["schedulingGroup"] = {"podGroupName": group}
     else:
         metadata["labels"] = {**(metadata.get("labels") or {}), COSCHEDULING_GROUP_LABEL: group}
 
@@ -273,7 +295,10 @@ def new_pods_wait(podgroup: Mapping[str, Any] | None, observed_podgroups: Mappin
 def podgroup_wait_message(kind: str, key: str, podgroup: Mapping[str, Any], what: str) -> str:
     """What a status says while `what` (the job's pods, or the children that make them) wait."""
     group = f"{podgroup['metadata']['namespace']}/{podgroup['metadata']['name']}"
+    served = ("the API server serves it (kube-apiserver --feature-gates=GenericWorkload=true "
+              f"--runtime-config={KUBERNETES_API}=true)" if podgroup["apiVersion"] == KUBERNETES_API
+              else "the PodGroup CRD is installed")
     return (f"{kind} {key}: {what} are created once its PodGroup {group} ({podgroup['apiVersion']}) "
             f"exists, so they reach the gang scheduler with their group; Metacontroller creates it "
-            f"after the job's other children. If this lasts, check that the PodGroup CRD is installed "
+            f"after the job's other children. If this lasts, check that {served} "
             f"and that Metacontroller may create podgroups.")

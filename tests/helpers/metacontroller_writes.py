@@ -22,6 +22,7 @@ so a field the server does not know, which it would otherwise drop with a warnin
 Owner references are left out: the parent does not exist here, and the garbage collector would delete
 children that point at a missing owner while the test still reads them.
 
+`admitted(cp, namespace, request, now)` plays one sync end to end and returns every problem.
 `rewrites(cp, namespace, request, answer)` then says what the same answer would write again at the
 next sync (an InPlace child the server normalised: Metacontroller PUTs it on every sync, each PUT a
 token of its shared 5 requests/s), and `controller_pods(cp, namespace)` waits for the Job and
@@ -36,20 +37,22 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 
 from helpers import apiserver, go_apply_merge
+from hooks.kinds import SYNC
 from localcluster.config import KNOWN_KINDS
 from localcluster.controlplane.processes import ControlPlane
 from localcluster.metacontroller import write_order
 
 ROOT = Path(__file__).resolve().parents[2]
 METACONTROLLER = "system:serviceaccount:metacontroller:metacontroller"
-GANG_RBAC = (ROOT / "metacontroller" / "components" / "volcano" / "rbac.yaml",
-             ROOT / "metacontroller" / "components" / "scheduler-plugins" / "rbac.yaml")
+GANG_RBAC = tuple(ROOT / "metacontroller" / "components" / name / "rbac.yaml"
+                  for name in ("volcano", "scheduler-plugins", "kubernetes-gang"))
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                    "deletionGracePeriodSeconds", "managedFields", "ownerReferences", "selfLink")
 PRIORITY_VALUE = 1000
@@ -70,7 +73,7 @@ class Write:
 
 
 def install(cp: ControlPlane) -> None:
-    """The install (fixture CRDs, metacontroller/) plus both gang components' RBAC, once per plane."""
+    """The install (fixture CRDs, metacontroller/) plus every gang component's RBAC, once per plane."""
     apiserver.install(cp)
     for rbac in GANG_RBAC:
         cp.kubectl("apply", "-f", str(rbac))
@@ -338,3 +341,14 @@ def new_namespace(cp: ControlPlane, prefix: str = "t") -> str:
 
 def delete_namespace(cp: ControlPlane, name: str) -> None:
     apiserver.dynamic(cp).resources.get(api_version="v1", kind="Namespace").delete(name=name)
+
+
+def admitted(cp: ControlPlane, namespace: str, request: dict, now: datetime) -> list[str]:
+    """Sync `request` moved into `namespace` and write the answer; every refusal, every pod the Job
+    and StatefulSet controllers could not make, and every field the same answer would write again
+    at the next sync (the server normalised it: an update on every sync)."""
+    request = moved(request, namespace)
+    answer = SYNC[request["parent"]["kind"]](request, now=now)
+    writes = write_sync(cp, namespace, request, answer)
+    refused = [str(w) for w in writes if not w.verdict.accepted]
+    return refused or controller_pods(cp, namespace) or [f"written again: {d}" for d in rewrites(cp, namespace, request, answer)]

@@ -9,10 +9,11 @@ import yaml
 from helpers.gang_manifests import ROOT, readme_kustomizations, write_kustomization
 from helpers.manifests import render, the, validation_errors
 
-from hooks.shared.gang import COSCHEDULING_API, VOLCANO_API, Gang, read_gang
+from hooks.shared.gang import COSCHEDULING_API, KUBERNETES_API, VOLCANO_API, Gang, read_gang
 
 COMPONENTS = {"volcano": (VOLCANO_API, "volcano"),
-              "scheduler-plugins": (COSCHEDULING_API, "scheduler-plugins-scheduler")}
+              "scheduler-plugins": (COSCHEDULING_API, "scheduler-plugins-scheduler"),
+              "kubernetes-gang": (KUBERNETES_API, "default-scheduler")}
 
 
 

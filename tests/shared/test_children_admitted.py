@@ -23,6 +23,7 @@ from helpers.chainersim import gang_controller as chainer_gang_controller
 from helpers.fuzz import SAMPLE
 from helpers.go_apply_merge import LAST_APPLIED
 from helpers.mcsim import MXJOB_CONTROLLER, T0, Sim, gang_controller, mxjob
+from helpers.native_gang import golden_names
 from helpers.requests import mxjob_sync_request
 from helpers.strategies import jobs, observed_sim, pod_states, run_policies, with_rich_templates
 from hypothesis import given
@@ -53,17 +54,6 @@ def fresh(plane: ControlPlane) -> Iterator[str]:
     mc.delete_namespace(plane, name)
 
 
-def admitted(cp: ControlPlane, namespace: str, request: dict, now: datetime) -> list[str]:
-    """Sync `request` moved into `namespace` and write the answer; every refusal, every pod the Job
-    and StatefulSet controllers could not make, and every field the same answer would write again
-    at the next sync (the server normalised it: an update on every sync)."""
-    request = mc.moved(request, namespace)
-    answer = SYNC[request["parent"]["kind"]](request, now=now)
-    writes = mc.write_sync(cp, namespace, request, answer)
-    refused = [str(w) for w in writes if not w.verdict.accepted]
-    return refused or mc.controller_pods(cp, namespace) or [f"written again: {d}" for d in mc.rewrites(cp, namespace, request, answer)]
-
-
 # --- the golden requests -------------------------------------------------------------------------
 
 
@@ -72,10 +62,11 @@ def golden(name: str) -> tuple[dict, datetime]:
     return request, datetime.fromisoformat(request.pop("now"))
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.iterdir() if p.is_dir()))
+# Those under Kubernetes' own gang scheduling need its feature gate: tests/localcluster/test_gang_native.py.
+@pytest.mark.parametrize("name", golden_names(generic_workload=False))
 def test_every_child_of_a_golden_answer_is_admitted(plane, fresh, name):
     request, now = golden(name)
-    assert admitted(plane, fresh, request, now) == []
+    assert mc.admitted(plane, fresh, request, now) == []
 
 
 # --- the shipped examples ------------------------------------------------------------------------
@@ -146,7 +137,7 @@ def test_every_child_of_an_example_is_admitted(plane, fresh, example, scene, gan
         assert any(request["children"].values())
         if isinstance(sim, ChainerSim) and sim.children[STATEFULSET_KEY]:
             assert sim.names(JOB_KEY)
-    assert admitted(plane, fresh, request, sim.now) == []
+    assert mc.admitted(plane, fresh, request, sim.now) == []
 
 
 # --- the largest job ------------------------------------------------------------------------------
@@ -196,7 +187,7 @@ def test_every_child_of_a_generated_mxjob_in_any_observed_state_is_admitted(plan
     sim = observed_sim(parent, policy, states, elapsed)
     namespace = mc.new_namespace(plane, "gen")
     try:
-        assert admitted(plane, namespace, sim.request(), sim.now) == []
+        assert mc.admitted(plane, namespace, sim.request(), sim.now) == []
     finally:
         mc.delete_namespace(plane, namespace)
 
@@ -207,6 +198,6 @@ def test_every_child_of_a_generated_running_chainerjob_is_admitted(plane, parent
     sim = running(parent, gang)
     namespace = mc.new_namespace(plane, "gen")
     try:
-        assert admitted(plane, namespace, sim.request(), sim.now) == []
+        assert mc.admitted(plane, namespace, sim.request(), sim.now) == []
     finally:
         mc.delete_namespace(plane, namespace)

@@ -13,6 +13,7 @@ from hooks.mxjob.sync import sync_mxjob
 from hooks.shared.errors import InvalidRequest
 from hooks.shared.gang import (
     COSCHEDULING_API,
+    KUBERNETES_API,
     VOLCANO_API,
     Gang,
     min_resources,
@@ -51,6 +52,8 @@ def children(answer: dict, kind: str) -> list[dict]:
     pytest.param(gang_controller(VOLCANO_API), Gang(VOLCANO_API, "volcano"), id="volcano-default"),
     pytest.param(gang_controller(COSCHEDULING_API),
                  Gang(COSCHEDULING_API, "scheduler-plugins-scheduler"), id="coscheduling-default"),
+    pytest.param(gang_controller(KUBERNETES_API), Gang(KUBERNETES_API, "default-scheduler"),
+                 id="kubernetes-default"),
     pytest.param(gang_controller(VOLCANO_API, "my-volcano"), Gang(VOLCANO_API, "my-volcano"),
                  id="annotation-names-scheduler"),
 ])
@@ -122,6 +125,20 @@ def test_scheduler_plugins_podgroup_has_only_its_fields():
     assert group["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 0}
 
 
+@pytest.mark.parametrize(("policy", "min_count"), [
+    pytest.param({}, 4, id="every-pod"),
+    pytest.param({"minAvailable": 2, "queue": "q", "priorityClass": "high", "scheduleTimeoutSeconds": 60,
+                  "minResources": {"cpu": 8}}, 2, id="only-min-available-has-a-place"),
+    # minCount must be positive and gang cannot become basic later: a gang of one waits for nothing.
+    pytest.param({"minAvailable": 0}, 1, id="min-available-zero-is-a-gang-of-one"),
+])
+def test_kubernetes_podgroup_has_only_min_count(policy, min_count):
+    parent = mxjob(runPolicy={"schedulingPolicy": policy})
+    [group] = children(first_sync(parent, gang_controller(KUBERNETES_API)), "PodGroup")
+    assert group["apiVersion"] == KUBERNETES_API
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+
+
 def test_given_min_resources_are_written_canonically():
     parent = mxjob(runPolicy={"schedulingPolicy": {"minResources": {
         "memory": "1024Mi", "cpu": "1000m", "nvidia.com/gpu": 4}}})
@@ -187,6 +204,18 @@ def test_scheduler_plugins_pods_carry_the_group_label_and_no_volcano_annotations
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mx"
         assert not any("volcano" in key or key.startswith("scheduling.") for key in pod["metadata"]["annotations"])
         assert pod["spec"]["schedulerName"] == "coscheduler"
+
+
+def test_kubernetes_gang_pods_name_their_group_in_the_spec_and_go_to_kube_scheduler():
+    parent = mxjob(runPolicy={"schedulingPolicy": {"priorityClass": "high"}})
+    answer = pods_sync(parent, gang_controller(KUBERNETES_API))
+    assert len(children(answer, "Pod")) == 4
+    for pod in children(answer, "Pod"):
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "mx"}
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
+        assert pod["spec"]["priorityClassName"] == "high"
+        assert not any(key.startswith("scheduling.") or "volcano" in key
+                       for key in {**pod["metadata"]["labels"], **pod["metadata"]["annotations"]})
 
 
 def test_the_input_template_is_not_changed():
@@ -379,7 +408,7 @@ def _by_kind(answer: dict, kind: str) -> list[dict]:
     return [c for c in answer["children"] if c["kind"] == kind]
 
 
-@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API])
+@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API, KUBERNETES_API])
 def test_chainerjob_gang_creates_the_master_at_once_with_every_pod_in_the_group(api_version):
     sim = _chainer_sim(api_version)
     sim.sync()
@@ -388,12 +417,16 @@ def test_chainerjob_gang_creates_the_master_at_once_with_every_pod_in_the_group(
     [master] = _by_kind(answer, "Job")  # no worker is ready yet: without a gang it would wait
     workers = _by_kind(answer, "StatefulSet")
     assert group["apiVersion"] == api_version
-    assert group["spec"]["minMember"] == 1 + sum(s["spec"]["replicas"] for s in workers)
+    size = group["spec"]["schedulingPolicy"]["gang"]["minCount"] if api_version == KUBERNETES_API \
+        else group["spec"]["minMember"]
+    assert size == 1 + sum(s["spec"]["replicas"] for s in workers)
     for template in [master["spec"]["template"]] + [s["spec"]["template"] for s in workers]:
         assert template["spec"]["schedulerName"] == read_gang(
             {"controller": _chainer_sim(api_version).controller}).scheduler_name
         if api_version == VOLCANO_API:
             assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"]
+        elif api_version == KUBERNETES_API:
+            assert template["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
         else:
             assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == group["metadata"]["name"]
 

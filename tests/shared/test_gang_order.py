@@ -13,7 +13,7 @@ from helpers.mcsim import Sim, gang_controller, mxjob
 
 from hooks.chainerjob.sync import sync_chainerjob
 from hooks.mxjob.sync import sync_mxjob
-from hooks.shared.gang import COSCHEDULING_API, VOLCANO_API, new_pods_wait
+from hooks.shared.gang import COSCHEDULING_API, KUBERNETES_API, VOLCANO_API, new_pods_wait
 
 GROUP = {"apiVersion": VOLCANO_API, "kind": "PodGroup", "metadata": {"name": "g", "namespace": "ns"}}
 
@@ -48,7 +48,7 @@ def test_new_pods_wait(podgroup, observed, waits):
 # --- MXJob -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API])
+@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API, KUBERNETES_API])
 def test_mxjob_first_sync_answers_the_podgroup_and_no_pod(api_version):
     sim = Sim(mxjob(), controller=gang_controller(api_version))
     first = sim.sync()
@@ -61,6 +61,16 @@ def test_mxjob_first_sync_answers_the_podgroup_and_no_pod(api_version):
     assert kinds(second) == ["ConfigMap", "Pod", "PodGroup", "Service"]
     assert len([c for c in second["children"] if c["kind"] == "Pod"]) == 4
     assert sim.condition("Created")["message"] == "MXJob ns/mx is created."
+
+
+@pytest.mark.parametrize(("api_version", "hint"), [
+    pytest.param(VOLCANO_API, "check that the PodGroup CRD is installed", id="volcano"),
+    pytest.param(KUBERNETES_API, "check that the API server serves it (kube-apiserver --feature-gates="
+                 "GenericWorkload=true --runtime-config=scheduling.k8s.io/v1beta1=true)", id="kubernetes"),
+])
+def test_the_wait_message_says_what_makes_the_podgroup_api_exist(api_version, hint):
+    [created] = Sim(mxjob(), controller=gang_controller(api_version)).sync()["status"]["conditions"]
+    assert hint in created["message"]
 
 
 def test_mxjob_waiting_status_is_a_fixed_point():

@@ -282,6 +282,7 @@ def per_job_service_set_on_a_running_job() -> Sim:
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
+KUBERNETES = "scheduling.k8s.io/v1beta1"
 
 
 def _podgroup_observed(sim: Sim) -> Sim:
@@ -328,6 +329,16 @@ def gang_scheduler_plugins_timeout_min_resources() -> Sim:
                                                             "nvidia.com/gpu": 2})}},
         runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 120}}),
         controller=gang_controller(COSCHEDULING, "scheduler-plugins-scheduler")))
+
+
+def gang_kubernetes_min_available_queue_ignored() -> Sim:
+    # Kubernetes' own PodGroup has only minCount: queue, minResources and the timeout are left out;
+    # every pod names the group in spec.schedulingGroup and goes to kube-scheduler.
+    return _podgroup_observed(Sim(mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": 2},
+                                        runPolicy={"schedulingPolicy": {
+                                            "minAvailable": 3, "queue": "research", "priorityClass": "high",
+                                            "minResources": {"cpu": 4}, "scheduleTimeoutSeconds": 60}}),
+                                  controller=gang_controller(KUBERNETES)))
 
 
 def gang_terminal_succeeded() -> Sim:
@@ -515,6 +526,14 @@ def gang_chainerjob_volcano_podgroup_observed() -> ChainerSim:
     return sim
 
 
+def gang_chainerjob_kubernetes_podgroup_observed() -> ChainerSim:
+    # The master Job's and the StatefulSets' pod templates name the group in spec.schedulingGroup.
+    sim = ChainerSim(example("chainerjob-gpu-two-sets.yaml"), controller=chainer_gang_controller(KUBERNETES))
+    sim.sync()
+    sim.tick(1)
+    return sim
+
+
 def gang_chainerjob_master_complete() -> ChainerSim:
     sim = ChainerSim(example("chainerjob-mn.yaml"), controller=chainer_gang_controller(COSCHEDULING))
     sim.sync()
@@ -541,9 +560,9 @@ CASES: dict[str, Callable[[], Scenario]] = {f.__name__.replace("_", "-"): f for 
     chainerjob_master_failed_backoff_limit, chainerjob_invalid_backend, chainerjob_invalid_names_too_long,
     chainerjob_invalid_negative_replicas, chainerjob_invalid_edit_of_running_job,
     gang_volcano_first_sync, gang_volcano_defaults, gang_volcano_queue_priority_min_available,
-    gang_scheduler_plugins_timeout_min_resources, gang_terminal_succeeded,
+    gang_scheduler_plugins_timeout_min_resources, gang_kubernetes_min_available_queue_ignored, gang_terminal_succeeded,
     gang_invalid_scheduling_policy, gang_chainerjob_volcano_first_sync, gang_chainerjob_volcano_podgroup_observed,
-    gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
+    gang_chainerjob_kubernetes_podgroup_observed, gang_chainerjob_master_complete, per_job_service_first_sync, per_job_service_running,
     per_job_service_terminal_succeeded, per_job_service_invalid_value, per_job_service_set_on_a_running_job,
     progress_running_one_reporter_silent, chainerjob_progress_rank_silent, chainerjob_restarted_by_stall,
     chainerjob_suspended_running_job)}
