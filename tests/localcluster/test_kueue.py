@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,32 +21,33 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.kueue_queues import (
+    KUEUE_API,
+    QUEUE_LABEL,
+    cond,
+    gated,
+    group_workload,
+    kueue_or_skip,
+    phase,
+    quota,
+    released,
+    workloads,
+)
 
 from localcluster.cli import commands as cli
 from localcluster.cluster import LocalCluster, finished
-from localcluster.controlplane import kueue
 from localcluster.types import KubeObject
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GATE = "kueue.x-k8s.io/admission"
-KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 TIMEOUT = 60.0
 
 
-def _kueue_or_skip() -> None:
-    problem = kueue.missing()
-    if problem is None:
-        return
-    if os.environ.get("KUEUE") == "run":
-        pytest.fail(f"KUEUE=run, but {problem}", pytrace=False)
-    pytest.skip(f"not run against a real Kueue: {problem}")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    _kueue_or_skip()
+    kueue_or_skip()
     # Its hooks server forms pod groups of queued MXJobs (MXJOB_KUEUE_POD_GROUPS=true), as LocalCluster(kueue=True) sets it.
     with LocalCluster(tmp_path_factory.mktemp("kueue") / "state", kueue=True) as c:
         yield c
@@ -61,18 +61,6 @@ def queue(cluster: LocalCluster) -> str:
     return name
 
 
-def quota(name: str, *, cpu: str) -> list[KubeObject]:
-    """A ResourceFlavor, a ClusterQueue `name` lending `cpu`, and a LocalQueue `q` for it in namespace `name`."""
-    flavor: Any = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}}
-    cluster_queue: Any = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{
-            "coveredResources": ["cpu"],
-            "flavors": [{"name": name, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]},
-    }
-    local_queue: Any = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-                        "metadata": {"name": "q", "namespace": name}, "spec": {"clusterQueue": name}}
-    return [flavor, cluster_queue, local_queue]
 
 
 def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", queue: str | None = "q") -> KubeObject:
@@ -83,18 +71,10 @@ def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", que
                                      "resources": {"requests": {"cpu": cpu}}}]}}
 
 
-def gated(obj: KubeObject | None) -> bool:
-    return GATE in [gate.get("name") for gate in (obj or {}).get("spec", {}).get("schedulingGates") or []]
 
 
-def phase(obj: KubeObject | None) -> str | None:
-    return (obj or {}).get("status", {}).get("phase")
 
 
-def workloads(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
-    assert cluster.control_plane is not None
-    items: list[dict[str, Any]] = cluster.control_plane.get(f"{KUEUE_API}/namespaces/{namespace}/workloads")["items"]
-    return items
 
 
 def workload_of(cluster: LocalCluster, pod_name: str, namespace: str) -> dict[str, Any] | None:
@@ -105,9 +85,6 @@ def workload_of(cluster: LocalCluster, pod_name: str, namespace: str) -> dict[st
     return None
 
 
-def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    found: dict[str, Any] = next((c for c in (obj or {}).get("status", {}).get("conditions") or [] if c["type"] == type_), {})
-    return found
 
 
 def test_a_pod_without_the_queue_label_runs_untouched(cluster: LocalCluster, queue: str) -> None:
@@ -154,12 +131,6 @@ def test_two_pods_that_do_not_fit_the_quota_together_run_one_after_the_other(clu
     cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
 
 
-def released(cluster: LocalCluster, queue: str) -> bool:
-    """Whether ClusterQueue `queue` holds no quota and no Workload (its status follows a moment after the Workloads')."""
-    assert cluster.control_plane is not None
-    status = cluster.control_plane.get(f"{KUEUE_API}/clusterqueues/{queue}")["status"]
-    used = [r["total"] for f in status.get("flavorsUsage") or [] for r in f["resources"]]
-    return status.get("admittedWorkloads", 0) == 0 and status.get("pendingWorkloads", 0) == 0 and set(used) <= {"0"}
 
 
 def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int = 2, cpu: str = "300m") -> KubeObject:
@@ -171,11 +142,6 @@ def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int 
                     "resources": {"requests": {"cpu": cpu}}}]}}}}}}
 
 
-def group_workload(cluster: LocalCluster, namespace: str, job: str) -> dict[str, Any] | None:
-    """The one Workload of a job's pod group (Kueue names it after the group)."""
-    found = [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
-    assert len(found) <= 1, [w["metadata"]["name"] for w in found]
-    return found[0] if found else None
 
 
 def test_two_mxjobs_that_do_not_fit_together_are_admitted_each_as_one_pod_group(cluster: LocalCluster, queue: str) -> None:
@@ -228,7 +194,7 @@ def test_run_kueue_applies_the_files_queues_before_the_job_and_kueue_manages_its
     puts in a Kueue pod group (run --kueue sets MXJOB_KUEUE_POD_GROUPS=true). The worker exits 0 only if Kueue
     manages its pod (its label, read through the downward API), and nothing is admitted without the LocalQueue:
     success says all of it happened."""
-    _kueue_or_skip()
+    kueue_or_skip()
     managed_env = {"name": "MANAGED", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/managed']"}}}
     group_env = {"name": "GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['kueue.x-k8s.io/pod-group-name']"}}}
     job = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
