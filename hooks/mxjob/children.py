@@ -50,10 +50,12 @@ def cluster_config_map(job: MXJob, wiring: ClusterWiring) -> JSON:
 
 
 def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
-                gang: Gang | None = None, kueue_pod_groups: bool = False) -> Callable[[int, int, int], JSON]:
+                gang: Gang | None = None, kueue_pod_groups: bool = False,
+                group_size: int | None = None) -> Callable[[int, int, int], JSON]:
     """The builder of the desired Pods of one replica type: the template with the operator's
     changes, nothing else. What every pod of the type shares is prepared once. `kueue_pod_groups`: the
-    installation's Kueue (v0.11 and later) queues a queued job's pods as one plain-pod group per attempt."""
+    installation's Kueue (v0.11 and later) queues a queued job's pods as one plain-pod group per attempt,
+    of `group_size` pods (the attempt's: hooks.mxjob.sync.attempt_group_size; the job's by default)."""
     template = spec.template
     meta = template.get("metadata") or {}
     template_labels = meta.get("labels") or {}
@@ -98,7 +100,8 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
         if kueue_pod_groups and job.queue:
             metadata["labels"][KUEUE_QUEUE_KEY] = job.queue
             metadata["labels"][KUEUE_POD_GROUP_LABEL] = pod_group_name(job.name, job.uid, job_attempt)
-            metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(job.total_replicas)
+            metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(
+                job.total_replicas if group_size is None else group_size)
             metadata["annotations"][KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
             if job.priority_class:
                 metadata["labels"][KUEUE_PRIORITY_KEY] = job.priority_class

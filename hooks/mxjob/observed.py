@@ -93,6 +93,7 @@ class PodView:
     # Taken away by a disruption (its DisruptionTarget condition True: preempted, evicted) rather than
     # failed on its own; see view_pods.
     disrupted: bool = False
+    grouped: bool = False  # in a Kueue plain-pod group (its pod-group-name label): Kueue keeps it until the group ends
     # Stopped by Kueue (its TerminationTarget condition True: the queue evicted or preempted the
     # job's Workload, or stopped the group otherwise), as it goes or once Failed; not a Succeeded pod
     # (Kueue deletes those too when the Workload is deleted, and a succeeded index is never rerun).
@@ -170,6 +171,7 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any],
             name=name, rtype=slot.rtype, index=slot.index, uid=str(meta.get("uid", "")),
             phase="Failed" if taken else phase,
             terminating=terminating, disrupted=disrupted, evicted=evicted,
+            grouped=isinstance(labels.get(KUEUE_POD_GROUP_LABEL), str),
             exit_code=None if taken else exit_code(state), restarts=_int(main.get("restartCount")),
             last_exit_code=exit_code(last_state),
             attempt=_attempt(labels.get(RESTART_ATTEMPT_LABEL)),

@@ -145,6 +145,11 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
             continue
         if in_place:  # RestartPod: the kubelet restarts it in place, counted as a container restart
             continue
+        if pod.grouped:
+            # Kueue keeps a failed pod of its group (its finalizer) until the group has ended, so no pod
+            # of its name can replace it, and the rest wait: the job restarts whole, in a new group.
+            job_losses.append(pod)
+            continue
         recreate.append(pod)
         in_records = counted_in_records(pod, restarts.get(pod.name, {}))
         record: JSON = dict(counted.get(pod.name, {}))

@@ -24,7 +24,7 @@ from hooks.mxjob.layout import check_layout
 from hooks.mxjob.lifecycle import NO_GANG, GangView, Plan, decide
 from hooks.mxjob.names import job_labels, pod_group_name
 from hooks.mxjob.observation import Memory
-from hooks.mxjob.observed import Observed, replica_slots, view_pods
+from hooks.mxjob.observed import Observed, PodView, replica_slots, view_pods
 from hooks.mxjob.outcome import read_outcome, recorded_status
 from hooks.mxjob.spec import MXJob, SpecError, parse_mxjob, queue_name
 from hooks.mxjob.vocabulary import FAILED_VALIDATION, KIND, STATE_ORDER, subject
@@ -157,10 +157,12 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
                              f"{progress_name(job.name)}.")
     # A queued job's Kueue Workloads (its customize hook relates them) say why Kueue holds its pods back.
     workloads = read_related_workloads(request) if pod_groups and job.queue else {}
-    plan = decide(job=job, old_status=old_status, pods=view_pods(slots, observed.pods, workloads), slots=slots,
+    views = view_pods(slots, observed.pods, workloads)
+    plan = decide(job=job, old_status=old_status, pods=views, slots=slots,
                   observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
                   gang=gang_view)
-    pods = {rtype: pod_builder(job, spec, wiring, gang=gang, kueue_pod_groups=pod_groups)
+    size = attempt_group_size(plan, views) if pod_groups and job.queue else None
+    pods = {rtype: pod_builder(job, spec, wiring, gang=gang, kueue_pod_groups=pod_groups, group_size=size)
             for rtype, spec in job.replicas.items()}
     children = [pods[slots[n].rtype](slots[n].index, plan.attempts.get(n, 0), plan.job_attempt) for n in plan.pods]
     if progress.enabled:
@@ -184,6 +186,14 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
         # Never 0: Metacontroller reads 0 as "no resync"; a due timer should fire at once.
         response["resyncAfterSeconds"] = max(plan.resync_after, 0.001)
     return response
+
+
+def attempt_group_size(plan: Plan, views: Mapping[str, PodView]) -> int:
+    """How many pods the job attempt's Kueue group has: every pod the plan keeps or creates but the
+    succeeded pods of earlier attempts, which stay in their own groups (an index that succeeded is not
+    run again). Kueue admits a group only once that many pods of it exist, and refuses one whose pods
+    disagree: pods are never updated (OnDelete), so each is created with its attempt's number."""
+    return sum(1 for name in plan.pods if (view := views.get(name)) is None or view.job_attempt >= plan.job_attempt)
 
 
 def _records(job: MXJob, plan: Plan, observed_config_maps: Mapping[str, Any],

@@ -61,8 +61,6 @@ def queue(cluster: LocalCluster) -> str:
     return name
 
 
-
-
 def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", queue: str | None = "q") -> KubeObject:
     labels = {QUEUE_LABEL: queue} if queue else {}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -71,20 +69,12 @@ def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", que
                                      "resources": {"requests": {"cpu": cpu}}}]}}
 
 
-
-
-
-
-
-
 def workload_of(cluster: LocalCluster, pod_name: str, namespace: str) -> dict[str, Any] | None:
     """The Workload Kueue made for a plain pod (it owns it by an ownerReference)."""
     for workload in workloads(cluster, namespace):
         if any(ref.get("name") == pod_name for ref in workload["metadata"].get("ownerReferences") or []):
             return workload
     return None
-
-
 
 
 def test_a_pod_without_the_queue_label_runs_untouched(cluster: LocalCluster, queue: str) -> None:
@@ -131,8 +121,6 @@ def test_two_pods_that_do_not_fit_the_quota_together_run_one_after_the_other(clu
     cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota")
 
 
-
-
 def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int = 2, cpu: str = "300m") -> KubeObject:
     return {"apiVersion": "kubeflow.org/v1", "kind": "MXJob",
             "metadata": {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}},
@@ -140,8 +128,6 @@ def queued_mxjob(name: str, namespace: str, command: list[str], *, workers: int 
                 "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
                     "name": "mxnet", "image": "busybox:1.37", "command": command,
                     "resources": {"requests": {"cpu": cpu}}}]}}}}}}
-
-
 
 
 def test_two_mxjobs_that_do_not_fit_together_are_admitted_each_as_one_pod_group(cluster: LocalCluster, queue: str) -> None:
@@ -494,3 +480,24 @@ def test_a_suspended_mxjob_gives_its_quota_back_and_is_queued_again_when_resumed
     assert cond(job, "Suspended")["status"] == "False"
     cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold no quota at the end")
     cluster.wait_for(lambda: kueue_held(cluster, queue) == [], TIMEOUT, what="Kueue to let every pod go")
+
+
+def test_a_failed_worker_of_a_group_restarts_the_job_whole_in_a_group_of_the_pods_left(cluster: LocalCluster,
+                                                                                      queue: str) -> None:
+    """Worker-only, ExitCode: without Kueue a failed worker is created again alone. In a group Kueue keeps
+    the failed pod until the group ends, so the job restarts whole (counted), and a new group of only the
+    index that has not succeeded (Kueue admits a group once its pod-group-total-count pods exist)."""
+    job = queued_mxjob("lone", queue, ["sh", "-c", 'if [ "$DMLC_WORKER_ID" = 0 ] || [ "$MXJOB_ATTEMPT" = 1 ]; '
+                                                   'then sleep 1; exit 0; fi; sleep 3; exit 137'])
+    worker = job["spec"]["mxReplicaSpecs"]["Worker"]
+    worker["restartPolicy"] = "ExitCode"
+    job["spec"]["runPolicy"] = {"backoffLimit": 2}
+    cluster.submit(job)
+    ended = cluster.wait_finished("lone", TIMEOUT * 2, namespace=queue)
+    assert finished(ended) == "Succeeded", ended.get("status")
+    assert ended["status"]["attempt"] == 1 and ended["status"]["restartCount"] == 1, ended["status"]
+    groups = {w["metadata"]["name"].rsplit("-", 1)[-1]: w for w in job_workloads(cluster, queue, "lone")}
+    assert {attempt: sum(p["count"] for p in w["spec"]["podSets"]) for attempt, w in groups.items()} == {"0": 2, "1": 1}
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True"
+                                 for w in job_workloads(cluster, queue, "lone")), TIMEOUT, what="both groups to finish")
+    cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold nothing")

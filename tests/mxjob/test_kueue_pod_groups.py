@@ -142,3 +142,66 @@ def test_kueue_v0_10_reads_the_priority_off_the_job_so_the_pods_are_left_as_thei
     sim.sync()
     assert {name: pod["metadata"]["labels"].get(PRIORITY) for name, pod in sim.pods.items()} == {
         "mx-scheduler-0": None, "mx-server-0": None, "mx-worker-0": "low", "mx-worker-1": "low"}
+
+
+# --- a lost pod in a Kueue group: the whole job, in a group of the pods the attempt creates ------------------------
+
+
+def worker_only(restart_policy: str = "ExitCode") -> Sim:
+    """A queued worker-only job of two workers (independent: a lost worker is recreated alone without Kueue)."""
+    sim = Sim(queued(replicas={"Worker": {"replicas": 2, "restartPolicy": restart_policy}},
+                     runPolicy={"backoffLimit": 3}), settings=ON)
+    sim.sync()
+    sim.run()
+    sim.sync()
+    return sim
+
+
+def settle(sim: Sim, syncs: int = 4) -> None:
+    """The attempt's record, the old pods deleted (and let go by Kueue once their group has ended), the new ones."""
+    for _ in range(syncs):
+        sim.sync()
+        for name, pod in sim.pods.items():
+            if pod["metadata"].get("deletionTimestamp"):
+                sim.gc(name)
+
+
+def test_a_failed_pod_of_a_group_restarts_the_job_whole_in_a_group_of_the_pods_it_creates():
+    # Kueue keeps a failed pod of its group (its finalizer) until the group ends, so no pod of the same name can
+    # replace it; and a succeeded index is not run again, so attempt 1's group is the one pod it creates.
+    sim = worker_only()
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    sim.sync()
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
+    settle(sim)
+    assert sim.status["attempt"] == 1 and sim.status["restartCount"] == 1
+    assert {name: kueue_marks(pod) for name, pod in sim.pods.items()} == {
+        "mx-worker-0": {"queue": "team-a", "group": "mx-01234567-0", "total": "2", "retriable": "false"},
+        "mx-worker-1": {"queue": "team-a", "group": "mx-01234567-1", "total": "1", "retriable": "false"}}
+
+
+
+
+def test_an_evicted_group_after_a_success_comes_back_as_a_group_of_the_rest():
+    sim = worker_only()
+    sim.set_phase("mx-worker-0", "Succeeded", exit_code=0)
+    sim.sync()
+    # Kueue stops the group: TerminationTarget on each pod it deletes (a succeeded one keeps its phase).
+    sim.write_status("v1", "Pod", "mx-worker-1", {**sim.pods["mx-worker-1"]["status"], "conditions": [
+        {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted", "message": "m"}]})
+    sim.terminating("mx-worker-1")
+    settle(sim)
+    assert sim.status["attempt"] == 1 and sim.status.get("restartCount", 0) == 0
+    assert kueue_marks(sim.pods["mx-worker-1"])["total"] == "1"
+
+
+@pytest.mark.parametrize("settings", [{}, ON], ids=["not-queued", "queued"])
+def test_without_kueue_a_failed_independent_worker_is_recreated_alone(settings):
+    sim = Sim(queued(label=settings == ON, replicas={"Worker": {"replicas": 2, "restartPolicy": "ExitCode"}},
+                     runPolicy={"backoffLimit": 3}), settings={} if settings == ON else settings)
+    sim.sync()
+    sim.run()
+    sim.sync()
+    sim.set_phase("mx-worker-1", "Failed", exit_code=137, reason="Error")
+    settle(sim)
+    assert sim.status.get("attempt", 0) == 0 and sim.status["restartCount"] == 1
