@@ -9,9 +9,6 @@ from typing import Any
 from hooks.mxjob.env import CLUSTER_KEY, LAYOUT_SERVICE_KEY, ClusterWiring, env_builder, merge_env
 from hooks.mxjob.names import (
     JOB_ATTEMPT_LABEL,
-    KUEUE_POD_GROUP_LABEL,
-    KUEUE_POD_GROUP_TOTAL_ANNOTATION,
-    KUEUE_RETRIABLE_IN_GROUP_ANNOTATION,
     LAYOUT_ANNOTATION,
     RESTART_ATTEMPT_LABEL,
     RUN_STARTED_ANNOTATION,
@@ -24,12 +21,13 @@ from hooks.mxjob.names import (
 )
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION, job_service_name
 from hooks.mxjob.observed import Slot, is_live
-from hooks.mxjob.spec import KUEUE_PRIORITY_KEY, KUEUE_QUEUE_KEY, MXJob, ReplicaSpec, SpecError
+from hooks.mxjob.spec import KUEUE_PRIORITY_KEY, MXJob, ReplicaSpec, SpecError
 from hooks.mxjob.template import MAIN_CONTAINER, main_ports
 from hooks.shared.conditions import rfc3339
 from hooks.shared.gang import Gang, mark_pod, min_resources, podgroup_for
 from hooks.shared.jsoncopy import copier
 from hooks.shared.k8s import JSON
+from hooks.shared.kueue import group_marks
 from hooks.shared.memory import stamp, stamped_time
 from hooks.shared.termination import with_log_fallback
 
@@ -98,11 +96,11 @@ def pod_builder(job: MXJob, spec: ReplicaSpec, wiring: ClusterWiring, *,
             metadata["labels"][JOB_ATTEMPT_LABEL] = str(job_attempt)
         metadata["annotations"] = {**(annotations or {}), LAYOUT_ANNOTATION: wiring.layout}
         if kueue_pod_groups and job.queue:
-            metadata["labels"][KUEUE_QUEUE_KEY] = job.queue
-            metadata["labels"][KUEUE_POD_GROUP_LABEL] = pod_group_name(job.name, job.uid, job_attempt)
-            metadata["annotations"][KUEUE_POD_GROUP_TOTAL_ANNOTATION] = str(
+            group_labels, group_annotations = group_marks(
+                job.queue, pod_group_name(job.name, job.uid, job_attempt),
                 job.total_replicas if group_size is None else group_size)
-            metadata["annotations"][KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+            metadata["labels"].update(group_labels)
+            metadata["annotations"].update(group_annotations)
             if job.priority_class:
                 metadata["labels"][KUEUE_PRIORITY_KEY] = job.priority_class
         if gang is not None:

@@ -6,8 +6,6 @@ these functions without an import cycle.
 from __future__ import annotations
 
 from hooks.shared.kueue import KUEUE_POD_GROUP_LABEL as KUEUE_POD_GROUP_LABEL
-from hooks.shared.kueue import KUEUE_POD_GROUP_TOTAL_ANNOTATION as KUEUE_POD_GROUP_TOTAL_ANNOTATION
-from hooks.shared.kueue import KUEUE_RETRIABLE_IN_GROUP_ANNOTATION as KUEUE_RETRIABLE_IN_GROUP_ANNOTATION
 from hooks.shared.kueue import pod_group_name as pod_group_name
 
 OPERATOR_NAME = "mxjob-controller"

@@ -37,16 +37,17 @@ from hooks.mxjob.vocabulary import (
 from hooks.shared.errors import SpecError as SpecError  # re-exported: the kind's modules raise it from here
 from hooks.shared.gang import check_min_available
 from hooks.shared.identity import JobIdentity
+from hooks.shared.kueue import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from hooks.shared.messages import show
 from hooks.shared.validation import DNS_1035_LABEL, is_non_negative_int
 
 # Kueue (v0.5-v0.10) queues a job carrying this label (or, deprecated, this annotation) and
 # reserves quota for the replica keys it finds spelt exactly as REPLICA_TYPES.
-KUEUE_QUEUE_KEY = "kueue.x-k8s.io/queue-name"
+KUEUE_QUEUE_KEY = QUEUE_LABEL
 # Kueue's WorkloadPriorityClass of a job: read off the MXJob (v0.5-v0.10) or, for a plain-pod group
 # (v0.11 and later), off one pod of the group, whichever it lists first (Kueue v0.17.0's
 # pkg/controller/jobs/pod Load): so every pod of a group must carry the same one.
-KUEUE_PRIORITY_KEY = "kueue.x-k8s.io/priority-class"
+KUEUE_PRIORITY_KEY = PRIORITY_CLASS_LABEL
 MAX_NAME_LENGTH = 63  # DNS-1035 label: the limit for Service names
 # Bounds checked before any work is sized by them; the CRD declares the same maximums.
 MAX_REPLICAS = 5000  # per replica type; far above what MX_CONFIG lets start (see layout.size_problems)

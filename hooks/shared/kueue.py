@@ -46,6 +46,8 @@ def group_marks(queue: str, group: str, total: int) -> tuple[dict[str, str], dic
     """The labels and annotations that put a pod in a Kueue plain-pod group of `total` pods."""
     return ({QUEUE_LABEL: queue, KUEUE_POD_GROUP_LABEL: group},
             {KUEUE_POD_GROUP_TOTAL_ANNOTATION: str(total), KUEUE_RETRIABLE_IN_GROUP_ANNOTATION: "false"})
+
+
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 # The `related` key of the Workloads a customize hook relates (`<Kind>.<apiVersion>`, as children are keyed).
 WORKLOAD_KEY = f"Workload.{WORKLOAD_API_VERSION}"
