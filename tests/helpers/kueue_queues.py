@@ -3,6 +3,10 @@ run jobs through it: skip (or, under KUEUE=run, fail) without a Kueue build, mak
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,3 +77,19 @@ def released(cluster: LocalCluster, queue: str) -> bool:
     status = cluster.control_plane.get(f"{KUEUE_API}/clusterqueues/{queue}")["status"]
     used = [r["total"] for f in status.get("flavorsUsage") or [] for r in f["resources"]]
     return status.get("admittedWorkloads", 0) == 0 and status.get("pendingWorkloads", 0) == 0 and set(used) <= {"0"}
+
+
+@contextmanager
+def queued_cluster(state_dir: Path) -> Iterator[LocalCluster]:
+    """A local cluster with a real Kueue, for a module's tests (Kueue's start is paid once); its hooks server
+    forms pod groups of queued jobs of both kinds (MXJOB_KUEUE_POD_GROUPS=true, as LocalCluster(kueue=True) sets it)."""
+    kueue_or_skip()
+    with LocalCluster(state_dir, kueue=True) as c:
+        yield c
+
+
+def new_queue(cluster: LocalCluster, prefix: str, *, cpu: str = "1") -> str:
+    """A namespace of its own with a LocalQueue `q` over a ClusterQueue lending `cpu`; the namespace's name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.apply(quota(name, cpu=cpu))
+    return name

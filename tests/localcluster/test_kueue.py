@@ -28,7 +28,9 @@ from helpers.kueue_queues import (
     gated,
     group_workload,
     kueue_or_skip,
+    new_queue,
     phase,
+    queued_cluster,
     quota,
     released,
     workloads,
@@ -43,22 +45,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 TIMEOUT = 60.0
 
 
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    kueue_or_skip()
-    # Its hooks server forms pod groups of queued MXJobs (MXJOB_KUEUE_POD_GROUPS=true), as LocalCluster(kueue=True) sets it.
-    with LocalCluster(tmp_path_factory.mktemp("kueue") / "state", kueue=True) as c:
+    with queued_cluster(tmp_path_factory.mktemp("kueue") / "state") as c:
         yield c
 
 
 @pytest.fixture
 def queue(cluster: LocalCluster) -> str:
     """A namespace of its own with a LocalQueue `q` over a ClusterQueue of 1 CPU; the namespace's name."""
-    name = f"kq-{uuid.uuid4().hex[:8]}"
-    cluster.apply(quota(name, cpu="1"))
-    return name
+    return new_queue(cluster, "kq")
 
 
 def pod(name: str, namespace: str, command: list[str], *, cpu: str = "600m", queue: str | None = "q") -> KubeObject:

@@ -9,7 +9,6 @@ integration. Without the Kueue build the module is skipped and says how to get o
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,9 @@ from helpers.kueue_queues import (
     cond,
     gated,
     group_workload,
-    kueue_or_skip,
+    new_queue,
     phase,
-    quota,
+    queued_cluster,
     released,
     workloads,
 )
@@ -38,18 +37,14 @@ WORKER = ["sh", "-c", "trap exit TERM; while true; do sleep 1 & wait; done"]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    kueue_or_skip()
-    # LocalCluster(kueue=True) sets MXJOB_KUEUE_POD_GROUPS=true: queued jobs of both kinds form pod groups.
-    with LocalCluster(tmp_path_factory.mktemp("kueue-chainer") / "state", kueue=True) as c:
+    with queued_cluster(tmp_path_factory.mktemp("kueue-chainer") / "state") as c:
         yield c
 
 
 @pytest.fixture
 def queue(cluster: LocalCluster) -> str:
     """A namespace of its own with a LocalQueue `q` over a ClusterQueue of 1 CPU; the namespace's name."""
-    name = f"kc-{uuid.uuid4().hex[:8]}"
-    cluster.apply(quota(name, cpu="1"))
-    return name
+    return new_queue(cluster, "kc")
 
 
 def queued_chainerjob(name: str, namespace: str, master: list[str], *, workers: int = 2, cpu: str = "200m") -> KubeObject:
