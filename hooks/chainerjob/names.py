@@ -20,6 +20,8 @@ ATTEMPT_ENV = "MXJOB_ATTEMPT"  # what the progress helper reads (the same name a
 # first answered (on each child the hook owns but records), and when its master Job was (on that Job).
 CREATED_ANNOTATION = "chainerjob.kubeflow.org/created"
 MASTER_STARTED_ANNOTATION = "chainerjob.kubeflow.org/master-started"
+# On the master Job and StatefulSets of an attempt a resume began: when the job was resumed.
+RESUMED_ANNOTATION = "chainerjob.kubeflow.org/resumed"
 
 ASSETS_DIR = "/kubeflow/chainer-operator/assets"
 KUBECTL_DIR = "/kubeflow/chainer-operator/kube"

@@ -121,6 +121,7 @@ class KeptTimes:
 
     created: datetime  # the job's first sync
     master_started: datetime | None  # the sync that first answered the master Job (None: unknown)
+    resumed: datetime | None = None  # the sync that resumed the job, for the attempt its resume began
 
 
 def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Mapping[str, Any],
@@ -146,10 +147,10 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     outcome = decision.outcome
     # The attempt's start: Waiting goes True with it (a restart's, from its record).
     # A resumed job's new attempt starts with its resume, which no child keeps: the sync's time.
-    began = (None if restart.suspended else restart.recorded_at) if restart is not None else times.created
+    began = (times.resumed if restart.suspended else restart.recorded_at) if restart is not None else times.created
     own.set("Created", CREATED, f"{subject(job.key)} was accepted and its children created.", at=times.created)
     if outcome is None:
-        _resumed(own, job.key, restart)
+        _resumed(own, job.key, restart, times.resumed)
     if decision.waiting_message is not None and outcome is None:
         own.set("Waiting", decision.waiting_reason, decision.waiting_message, at=began)
     elif admitting and outcome is None:
@@ -237,13 +238,13 @@ def suspended_status(job: ChainerJob, old_status: Mapping[str, Any], now: dateti
     return status
 
 
-def _resumed(own: _OwnConditions, key: str, restart: Restart | None) -> None:
+def _resumed(own: _OwnConditions, key: str, restart: Restart | None, at: datetime | None) -> None:
     """Suspended goes False once the job runs again (spec.runPolicy.suspend false), as the attempt a
     suspension began (restart), or the same attempt if it had not launched before."""
     if not own.conditions.is_true("Suspended"):
         return
     attempt = f" as attempt {restart.attempt}" if restart is not None and restart.suspended else ""
-    own.clear("Suspended", RESUMED, f"{subject(key)} is resumed: it starts again{attempt}.")
+    own.clear("Suspended", RESUMED, f"{subject(key)} is resumed: it starts again{attempt}.", at=at)
 
 
 def finished_while_invalid(key: str, old_status: Mapping[str, Any], master_status: Mapping[str, Any],

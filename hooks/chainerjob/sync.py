@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
-from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION
+from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION, RESUMED_ANNOTATION
 from hooks.chainerjob.related import held_by_kueue, lost_pods, not_scheduled, read_related_pods
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
@@ -190,7 +190,8 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
                       ready=ready, statefulsets=current[STATEFULSET_KEY], podgroup=podgroup,
                       observed_podgroups=observed[gang.child_key] if gang is not None else {}, account=account,
                       restarting=restarting, suspended=suspended, queued=kueue.pod_groups and bool(job.queue))
-    times = _kept_times(observed, master_job, old_status, now)
+    times = _kept_times(observed, master_job, old_status, now,
+                        resumed_from=current if restart is not None and restart.suspended and not suspended else None)
     wanted = desired_children(job, decision, podgroup=podgroup, observed=current, master_status=master_status,
                               kubectl_image=kubectl_image, gang=gang, attempt=attempts.known, times=times)
     wanted += restarts.kept_records(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name))
@@ -220,7 +221,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
 
 
 def _kept_times(observed: Mapping[str, Mapping[str, Any]], master_job: Mapping[str, Any] | None, old_status: JSON,
-                now: datetime) -> KeptTimes:
+                now: datetime, *, resumed_from: Mapping[str, Mapping[str, Any]] | None = None) -> KeptTimes:
     """The times the children keep (hooks.shared.memory.stamped_time), so that a sync reading the
     status of one write earlier stamps a change as the sync that made it did.
 
@@ -233,7 +234,13 @@ def _kept_times(observed: Mapping[str, Mapping[str, Any]], master_job: Mapping[s
         said = next((c for c in old_status["conditions"] if c.get("type") == "Created"), None)
         created = parse_time(said.get("lastTransitionTime")) if said is not None else None
     master_started = now if master_job is None else stamped_time([master_job], MASTER_STARTED_ANNOTATION)
-    return KeptTimes(created=created or now, master_started=master_started)
+    # A resumed attempt (`resumed_from`: its master Job and StatefulSets): when it was resumed, as they
+    # keep it, else now (this sync creates them); no child survives the suspension to keep it otherwise.
+    resumed = None
+    if resumed_from is not None:
+        launched = [*resumed_from[JOB_KEY].values(), *resumed_from[STATEFULSET_KEY].values()]
+        resumed = stamped_time(launched, RESUMED_ANNOTATION) or now
+    return KeptTimes(created=created or now, master_started=master_started, resumed=resumed)
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,
@@ -308,6 +315,9 @@ def desired_children(job: ChainerJob, decision: Decision, *, podgroup: JSON | No
         wanted.append(master)
     if times is not None:
         stamp(wanted, CREATED_ANNOTATION, rfc3339(times.created))
+        if times.resumed is not None:
+            launched = [c for c in wanted if c["kind"] in ("Job", "StatefulSet")]
+            stamp(launched, RESUMED_ANNOTATION, rfc3339(times.resumed))
     outcome = outcome_child(observed[CONFIG_MAP_KEY], job.name, job.namespace, names.common_labels(job.name),
                             master_status if decision.done else None)
     if outcome is not None:

@@ -632,3 +632,28 @@ def test_a_chainerjob_suspended_and_resumed_under_stale_reads_launches_each_atte
     assert sim.state() == "Complete" and sim.status["attempt"] == 1
     assert [e for e in sim.created if e.startswith("Job.")] == ["Job.batch/v1/chj-master"] * 2
     watch.check()
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["non-distributed", "distributed"])
+@pytest.mark.parametrize("stale", MODES)
+def test_a_resumed_chainerjob_stays_stamped_when_the_syncs_after_read_it_suspended(stale, workers):
+    """Before: Suspended False (and Waiting True with it) was stamped with the clock of the sync that
+    resumed the job, and each sync after it that read the Suspended status of before stamped them
+    again with its own second until the master started. The resumed attempt's master Job and
+    StatefulSets now keep the time (chainerjob.kubeflow.org/resumed)."""
+    sim = ChainerSim(chainerjob(workers={"ws": workers} if workers else None), stale=stale)
+    watch = Watch(sim, "Job")
+    watch.settle()
+    sim.all_ready()
+    watch.settle()
+    sim.master("chj-master", active=1)
+    watch.settle()
+    sim.edit({"runPolicy": {"suspend": True}})
+    watch.settle()
+    sim.tick(30)
+    sim.edit({"runPolicy": {"suspend": False}})
+    watch.sync()
+    resumed = _times(sim.status)
+    assert resumed["Suspended.lastTransitionTime"] == rfc3339(sim.now)
+    assert _stale_syncs(sim, watch) == [resumed] * 4
+    assert not watch.wrote
