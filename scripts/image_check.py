@@ -4,8 +4,8 @@ metacontroller/hooks/deployment.yaml runs it.
 No container registry is reachable where this runs, so the official base image is replaced by a stand-in of
 the same name: Debian bookworm from debootstrap with Debian's Python 3.11.2 in a venv at /usr/local (so
 `python` and `pip` are on PATH and install into /usr/local/lib/python3.11/site-packages, as in the official
-image). Images are built by buildah (vfs storage, chroot isolation) and run by podman with runc, all from
-Debian's packages, with storage under .image-check/ (docs/images.md says why each choice).
+image). Images are built by buildah (overlay storage, vfs where overlay does not mount; chroot isolation)
+and run by podman with runc, all from Debian's packages, with storage under .image-check/ (docs/images.md says why each choice).
 
 Checked, each failure naming what broke: the installed Python packages equal constraints.txt's pins; the
 hooks image holds only its requirements, constraints and the tracked hooks package (no build-time CA
@@ -257,10 +257,48 @@ def hard_limit(which: int, *, cap: int = 65536) -> int:
     return cap if hard == resource.RLIM_INFINITY else min(hard, cap)
 
 
-def engine_env() -> dict[str, str]:
-    """Environment for buildah and podman: storage and settings of this check's own, under WORK."""
+def overlay_mounts() -> bool:
+    """Whether the kernel mounts an overlay filesystem here (a sandbox may forbid it)."""
+    probe = Path(tempfile.mkdtemp(prefix="overlay-probe-", dir=WORK))
+    try:
+        lower, upper, work, merged = (probe / name for name in ("lower", "upper", "work", "merged"))
+        for folder in (lower, upper, work, merged):
+            folder.mkdir()
+        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(merged)],
+                                 capture_output=True).returncode == 0
+        if mounted:
+            subprocess.run(["umount", str(merged)], check=True)
+        return mounted
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def storage_driver() -> str:
+    """overlay where it mounts: a layer holds only its own changes. vfs copies every layer whole (the digits
+    build alone then wrote about 4 GB and filled a CI machine's disk), so it is the fallback only."""
+    return "overlay" if overlay_mounts() else "vfs"
+
+
+def required_free_bytes(driver: str) -> int:
+    """Free disk the whole check needs under WORK with this driver (measured peaks, docs/images.md, plus room)."""
+    return (3 if driver == "overlay" else 8) * 1024**3
+
+
+def check_free_disk(driver: str) -> None:
+    free, need = shutil.disk_usage(WORK).free, required_free_bytes(driver)
+    if free < need:
+        raise CheckFailed(f"{free / 1024**3:.1f} GiB free on the disk of {WORK}, and the check needs about "
+                          f"{need / 1024**3:.0f} GiB with {driver} storage: free some disk (`make clean` in old "
+                          "checkouts), or run `make test IMAGE_CHECK=skip`")
+
+
+def engine_env(driver: str) -> dict[str, str]:
+    """Environment for buildah and podman: storage and settings of this check's own, under WORK.
+    Each driver has its own graph root, since a store cannot change driver once made."""
     storage, config = WORK / "storage.conf", WORK / "containers.conf"
-    storage.write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{WORK}/run"\ngraphroot = "{WORK}/storage"\n')
+    storage.write_text(f'[storage]\ndriver = "{driver}"\nrunroot = "{WORK}/run-{driver}"\n'
+                       f'graphroot = "{WORK}/storage-{driver}"\n')
     # The sandbox's hard limits are below podman's default ulimits (which it would then fail to set);
     # crun refuses a hybrid cgroup setup, runc does not.
     # The process limit is low on purpose: buildah's chroot isolation could not raise it to 65536 under a
@@ -316,7 +354,7 @@ def build(env: dict[str, str], *, dockerfile: str, tag: str, context: Path = ROO
 
 @contextlib.contextmanager
 def mounted(env: dict[str, str], image: str) -> Iterator[Path]:
-    """The image's root filesystem, read from the host (no container: vfs would copy the whole image)."""
+    """The image's root filesystem, read from the host (no container, which vfs would make a whole copy for)."""
     path = Path(run(["podman", "image", "mount", image], env=env, quiet=True).stdout.strip())
     try:
         yield path
@@ -614,7 +652,13 @@ def main(argv: list[str] | None = None) -> int:
         WORK.mkdir(exist_ok=True)
         with report.timed("install the tools (apt-get, when missing)"):
             install_tools()
-        env = engine_env()
+        # The store of earlier versions of this check (vfs, one shared graph root): gigabytes no longer used.
+        for legacy in ("storage", "run"):
+            shutil.rmtree(WORK / legacy, ignore_errors=True)
+        driver = storage_driver()
+        report.notes.append(f"storage driver: {driver}")
+        check_free_disk(driver)
+        env = engine_env(driver)
         with report.timed("stand-in base (debootstrap + import)"):
             build_stand_in_base(env)
         with report.timed("build the hooks image (Dockerfile)"):

@@ -132,3 +132,16 @@ def test_ok_syncs_is_none_without_the_series():
 def test_an_images_user_needs_a_passwd_entry(passwd, user, problem):
     found = image_check.passwd_problem(passwd, user)
     assert (found is None) if problem is None else (problem in found)
+
+
+@pytest.mark.parametrize(("driver", "free_gib", "fails"), [
+    ("overlay", 2, True), ("overlay", 4, False), ("vfs", 4, True), ("vfs", 9, False),
+], ids=["overlay-short", "overlay-enough", "vfs-short", "vfs-enough"])
+def test_the_check_stops_before_building_when_the_disk_is_short(monkeypatch, tmp_path, driver, free_gib, fails):
+    usage = type("Usage", (), {"free": free_gib * 1024**3})
+    monkeypatch.setattr(image_check.shutil, "disk_usage", lambda path: usage)
+    if fails:
+        with pytest.raises(image_check.CheckFailed, match=f"with {driver} storage.*IMAGE_CHECK=skip"):
+            image_check.check_free_disk(driver)
+    else:
+        image_check.check_free_disk(driver)
