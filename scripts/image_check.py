@@ -295,7 +295,9 @@ def check_free_disk(driver: str) -> None:
 
 def engine_env(driver: str) -> dict[str, str]:
     """Environment for buildah and podman: storage and settings of this check's own, under WORK.
-    Each driver has its own graph root, since a store cannot change driver once made."""
+    Each driver has its own graph root, since a store cannot change driver once made. The run root (which
+    layers are mounted, and how often) is begun afresh: the mounts of an earlier run ended with its namespace."""
+    shutil.rmtree(WORK / f"run-{driver}", ignore_errors=True)
     storage, config = WORK / "storage.conf", WORK / "containers.conf"
     storage.write_text(f'[storage]\ndriver = "{driver}"\nrunroot = "{WORK}/run-{driver}"\n'
                        f'graphroot = "{WORK}/storage-{driver}"\n')
@@ -642,10 +644,21 @@ def self_test(env: dict[str, str], deployment: dict) -> None:
         shutil.rmtree(context, ignore_errors=True)
 
 
+def in_own_mount_namespace(argv: list[str]) -> None:
+    """Run the check in a mount namespace of its own (re-executing it under `unshare`): every layer the engine
+    mounts is gone when the check ends, even when it is killed, so nothing stays mounted under WORK, where a
+    mount would keep `make clean` from removing it."""
+    if os.environ.get("IMAGE_CHECK_OWN_MOUNTS") == "1":
+        return
+    os.execvpe("unshare", ["unshare", "--mount", "--propagation", "private", sys.executable, __file__, *argv],
+               {**os.environ, "IMAGE_CHECK_OWN_MOUNTS": "1"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-self-test", action="store_true", help="skip the deliberate breaks")
     args = parser.parse_args(argv)
+    in_own_mount_namespace(sys.argv[1:] if argv is None else argv)
     report = Report()
     started = time.monotonic()
     try:

@@ -331,7 +331,7 @@ def test_kueue_is_said_plainly_with_its_version_range():
 
 def test_the_readme_says_what_make_test_leaves_on_disk_and_how_to_remove_it():
     quick = readme_section("Quick start (no cluster needed)")
-    assert "`make test` leaves about 1.2 GB in `.image-check/`" in quick and "`make clean`" in quick
+    assert "`make test` leaves about 0.8 GB in `.image-check/`" in quick and "`make clean`" in quick
     clean = (ROOT / "Makefile").read_text().split("\nclean:\n", 1)[1].splitlines()[0]
     assert ".image-check" in clean and ".controlplane" in clean
 

@@ -497,3 +497,50 @@ def test_a_failed_worker_of_a_group_restarts_the_job_whole_in_a_group_of_the_pod
     cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True"
                                  for w in job_workloads(cluster, queue, "lone")), TIMEOUT, what="both groups to finish")
     cluster.wait_for(lambda: released(cluster, queue), TIMEOUT, what="the ClusterQueue to hold nothing")
+
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "local" / "dist-train-digits.yaml"
+
+
+def queued_digits(name: str, namespace: str, *, cpu: str) -> KubeObject:
+    """The real MXNet digits example (scheduler, server, two workers), each pod asking for `cpu`, labelled for
+    LocalQueue `q`, trained for 3 epochs to keep the test short."""
+    job = yaml.safe_load(DIGITS.read_text())
+    job["metadata"] = {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}}
+    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 600  # the second job's wait for quota counts too
+    for spec in job["spec"]["mxReplicaSpecs"].values():
+        container = spec["template"]["spec"]["containers"][0]
+        container["resources"] = {"requests": {"cpu": cpu}}
+        if "args" in container:
+            container["args"] = ["--kv-store", "dist_sync", "--epochs", "3", "--min-accuracy", "0.85"]
+    return job
+
+
+@pytest.mark.mxnet
+def test_two_real_mxnet_jobs_that_do_not_fit_together_train_one_after_the_other(cluster: LocalCluster, queue: str) -> None:
+    """Real ps-lite training under the real Kueue: four pods of 200m make 800m a job against 1 CPU, so the
+    second job is held whole behind its gates while the first trains, and its rendezvous happens only once
+    Kueue admits it, after the first job's pods have all ended."""
+    cluster.submit(queued_digits("digits-a", queue, cpu="200m"))
+    cluster.wait_for(lambda: len(cluster.pods("digits-a", queue)) == 4
+                     and all(phase(p) == "Running" for p in cluster.pods("digits-a", queue)), 120,
+                     what="the first job's four pods to be admitted together and run")
+    cluster.submit(queued_digits("digits-b", queue, cpu="200m"))
+    cluster.wait_for(lambda: (w := group_workload(cluster, queue, "digits-b"))
+                     and cond(w, "QuotaReserved").get("status") == "False", TIMEOUT,
+                     what="the second job's group to wait for quota")
+    held = cluster.pods("digits-b", queue)
+    assert len(held) == 4 and all(gated(p) and phase(p) == "Pending" for p in held)
+
+    first = cluster.wait_finished("digits-a", 300, namespace=queue)
+    second = cluster.wait_finished("digits-b", 300, namespace=queue)
+    assert finished(first) == "Succeeded", first.get("status")
+    assert finished(second) == "Succeeded", second.get("status")
+    a_pods, b_pods = cluster.pods("digits-a", queue), cluster.pods("digits-b", queue)
+    first_ended = max(c["state"]["terminated"]["finishedAt"] for p in a_pods for c in p["status"]["containerStatuses"])
+    assert all(p["status"]["startTime"] >= first_ended for p in b_pods), (first_ended, [p["status"] for p in b_pods])
+    for pod in b_pods:
+        if pod["metadata"]["name"].startswith("digits-b-worker-"):
+            log = cluster.log_path(pod["metadata"]["name"], namespace=queue).read_text()
+            assert "joined kvstore dist_sync with 2 worker(s)" in log and "final validation-accuracy=" in log, log[-2000:]
