@@ -14,19 +14,17 @@ from hooks.mxjob.observed import Slot
 from hooks.mxjob.restarts import (
     CARRIED_RESTARTS,
     MAX_NAMED,
-    QUEUE_EVICTION,
     backoff_budget,
     distributed,
     in_job_order,
     loss_cause,
     lost_exit_code,
-    queue_eviction_of,
 )
 from hooks.mxjob.vocabulary import subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
+from hooks.shared.kueue import QUEUE_EVICTION, eviction_cause, eviction_record, queue_eviction_of
 from hooks.shared.status import parse_time
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, first_line
 
 
 def attempt_record(obs: Observation) -> JSON:
@@ -43,9 +41,7 @@ def attempt_record(obs: Observation) -> JSON:
         return {"stalled": obs.stall.clause, **timed}
     if obs.evicting:
         evicted = obs.failures.evicted[0]
-        queue: JSON = {"reason": evicted.reason or ""}
-        if evicted.message:
-            queue["message"] = evicted.message
+        queue = eviction_record(evicted.reason, evicted.message)
         return {"lostPod": evicted.name, "failedUID": evicted.uid, **timed, QUEUE_EVICTION: queue,
                 CARRIED_RESTARTS: obs.evicted_restarts}
     pod = losses[0]
@@ -84,7 +80,7 @@ def attempt_cause(obs: Observation) -> str:
         return f"it stalled: {data['stalled']}"
     queue = queue_eviction_of(data)
     if queue is not None:
-        return f"Kueue evicted it ({kueue_words(queue)})"
+        return eviction_cause(queue)
     lost = data.get("lostPod")
     cause = data.get("cause")
     what = (f"pod {lost} was lost ({cause})" if isinstance(lost, str) and isinstance(cause, str)
@@ -98,14 +94,6 @@ def attempt_cause(obs: Observation) -> str:
              if isinstance(name, str) and isinstance(text, str)][:MAX_NAMED - 1]
     rest = len(also) - len(named)
     return what + "".join(f", and {words}" for words in named) + (f", and {rest} more" if rest else "")
-
-
-def kueue_words(queue: Mapping[str, Any]) -> str:
-    """Kueue's reason and message as a record keeps them: `WorkloadEvictedDueToPreempted: 'Preempted
-    to accommodate ...'`, read defensively (only the hook writes a record)."""
-    reason = first_line(queue.get("reason"), MAX_REASON) or "no reason given"
-    message = first_line(queue.get("message"), MAX_MESSAGE)
-    return f"{reason}: {message!r}" if message else reason
 
 
 def attempt_evicted(obs: Observation) -> bool:

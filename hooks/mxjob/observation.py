@@ -19,7 +19,6 @@ from hooks.mxjob.restarts import (
     live_restarts,
     merge_history,
     no_failures,
-    queue_eviction_of,
     read_history,
     restart_total,
     with_collateral,
@@ -28,6 +27,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import STATE_ORDER, TERMINAL, ConditionType
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import RestartRecord
+from hooks.shared.kueue import counts_against_restarts
 from hooks.shared.memory import Record
 from hooks.shared.progress import Report
 from hooks.shared.status import OldStatus
@@ -141,7 +141,7 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     attempt = known_attempt + (1 if failures.job_losses and not failures.fatal else 0)
     # Queue evictions are not counted: the records of the attempts they began say so, and carry the
     # container restarts of the pods they replaced; the one decided now is read from the pods.
-    evictions = [r.data for r in memory.attempts.values() if queue_eviction_of(r.data) is not None]
+    evictions = [r.data for r in memory.attempts.values() if not counts_against_restarts(r.data)]
     evicting = attempt > known_attempt and bool(failures.evicted)
     evicted_restarts = live_restarts(failures.history, pods, memory.restarts, attempt=known_attempt) if evicting else 0
     uncounted = len(evictions) + evicting

@@ -10,7 +10,7 @@ from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
-from hooks.shared.kueue import gated_by_kueue, pending
+from hooks.shared.kueue import evicted_by_queue, gated_by_kueue, pending
 from hooks.shared.scheduling import unscheduled, unscheduled_reason
 from hooks.shared.termination import (
     MAX_REASON,
@@ -19,7 +19,6 @@ from hooks.shared.termination import (
     end_of,
     exit_code,
     is_log_tail,
-    queue_eviction,
     terminated,
     terminated_said,
 )
@@ -160,7 +159,7 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any],
         last_said = terminated_said(last_state, log_tail=log_tail)
         phase, terminating = _phase(status.get("phase")), bool(meta.get("deletionTimestamp"))
         disrupted = disruption(status) is not None and (terminating or phase == "Failed")
-        evicted = queue_eviction(status) is not None and (terminating or phase == "Failed") and phase != "Succeeded"
+        evicted = evicted_by_queue(status, terminating=terminating) is not None
         # A pod being taken away by a disruption (kube-scheduler preemption, the eviction API) is lost
         # from the first sync that sees it: Failed, with no exit code (its container shows only the kill,
         # which says nothing of why). Read so whether it still runs, stops or has stopped, the view stays

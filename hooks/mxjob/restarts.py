@@ -18,6 +18,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import FAIL_JOB, RESTART_JOB, RESTART_POD, SCHEDULER, FailureAction, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON, RestartRecord
+from hooks.shared.kueue import queue_eviction_of
 from hooks.shared.memory import Record, restart_record_name
 from hooks.shared.status import OldStatus, is_counter, parse_time
 from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, Said, first_line, how_it_ended
@@ -169,15 +170,9 @@ def classify_failures(job: MXJob, pods: Mapping[str, PodView], history: Mapping[
     return Failures(fatal, recreate, frozenset(recorded), new_records, counted, job_losses)
 
 
-QUEUE_EVICTION = "queueEviction"  # the attempt record's field of a restart a queue eviction began
-CARRIED_RESTARTS = "containerRestarts"  # ... and the container restarts of the pods it replaced
-
-
-def queue_eviction_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """What an attempt record keeps of the queue eviction that began the attempt (Kueue's reason
-    and message), None for any other restart: the one mark that leaves an attempt uncounted."""
-    value = data.get(QUEUE_EVICTION)
-    return value if isinstance(value, Mapping) else None
+# The container restarts of the pods a queue eviction replaced, which its attempt record carries
+# (hooks.shared.kueue.QUEUE_EVICTION marks the record itself).
+CARRIED_RESTARTS = "containerRestarts"
 
 
 def carried_restarts(data: Mapping[str, Any]) -> int:

@@ -9,15 +9,18 @@ insufficient unused quota for cpu in flavor default, 200m more needed`), and in 
 condition when quota is reserved but admission checks are still due (Kueue v0.17.0:
 `pkg/scheduler/scheduler.go`, `pkg/workload/workload.go`). A job's customize hook relates that
 Workload (docs/ecosystem.md, "Kueue"); this module reads it. Pure functions over objects handed in.
+
+It also holds the one rule both kinds follow when Kueue stops a running job's pods (below).
 """
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hooks.shared.errors import InvalidRequest
-from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, first_line
+from hooks.shared.termination import MAX_MESSAGE, MAX_REASON, first_line, queue_eviction
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 # A job's pods form one plain-pod group per attempt (docs/ecosystem.md, "Kueue"): every pod names
@@ -122,3 +125,74 @@ def pending(workload: Any) -> Pending | None:
             reason = first_line(condition.get("reason"), MAX_REASON) or kind
             return Pending(reason, first_line(condition.get("message"), MAX_MESSAGE))
     return None
+
+
+# --- Evictions by the queue: one rule for both kinds (docs/lifecycle.md, "Evictions by the queue") ---
+#
+# Kueue stops a pod group (eviction, preemption, deactivation, a deleted Workload ...) by writing
+# TerminationTarget on each of its pods and deleting them (hooks.shared.termination.queue_eviction).
+# Decided: the job restarts whole as a new attempt, in a new group that Kueue queues and admits
+# again, and that attempt is NOT counted against the job's restart budget (an MXJob's backoffLimit
+# and failurePolicy.maxRestarts, a ChainerJob's runPolicy.maxRestarts): the queue took its pods back,
+# the job did not fail, and Kueue's own integrations requeue a job for it without counting anything.
+
+# The attempt record's field of an attempt a queue eviction began: Kueue's reason and message. It is
+# the one mark that leaves an attempt uncounted (records are written once, so a stale read cannot
+# count it again or give it back).
+QUEUE_EVICTION = "queueEviction"
+EVICTED_WORDS = "Kueue evicted it"
+
+
+def evicted_by_queue(status: Mapping[str, Any], *, terminating: bool) -> Mapping[str, Any] | None:
+    """Kueue's TerminationTarget condition of a pod the queue stopped, seen as it goes (`terminating`)
+    or once the kubelet wrote it Failed; None otherwise. A Succeeded pod is none: Kueue deletes those
+    too when a Workload is deleted, and a success stays a success."""
+    found = queue_eviction(status)
+    phase = status.get("phase")
+    return found if found is not None and (terminating or phase == "Failed") and phase != "Succeeded" else None
+
+
+def eviction_record(reason: str | None, message: str | None) -> dict[str, str]:
+    """What an attempt record keeps of a queue eviction (under QUEUE_EVICTION): Kueue's reason and
+    message, as hooks.shared.termination.end_of bounds them."""
+    kept = {"reason": reason or ""}
+    if message:
+        kept["message"] = message
+    return kept
+
+
+def queue_eviction_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What an attempt record keeps of the queue eviction that began the attempt, None for any other record."""
+    value = data.get(QUEUE_EVICTION)
+    return value if isinstance(value, Mapping) else None
+
+
+def counts_against_restarts(data: Mapping[str, Any]) -> bool:
+    """Whether the attempt this record began counts against the job's restart budget: every one but
+    those a queue eviction began (see above)."""
+    return queue_eviction_of(data) is None
+
+
+def kueue_words(queue: Mapping[str, Any]) -> str:
+    """Kueue's reason and message as a record keeps them: `WorkloadEvictedDueToPreempted: 'Preempted
+    to accommodate ...'`, read defensively (only the hook writes a record)."""
+    reason = first_line(queue.get("reason"), MAX_REASON) or "no reason given"
+    message = first_line(queue.get("message"), MAX_MESSAGE)
+    return f"{reason}: {message!r}" if message else reason
+
+
+def eviction_cause(queue: Mapping[str, Any]) -> str:
+    """Why an attempt began, as a condition says it: `Kueue evicted it (<reason>: '<message>')`."""
+    return f"{EVICTED_WORDS} ({kueue_words(queue)})"
+
+
+def eviction_from_cause(cause: str) -> dict[str, str]:
+    """The record's part read back from eviction_cause's words (a restart the status shows before
+    its record is observed is answered again from them); a reason alone when they do not parse."""
+    words = cause.removeprefix(f"{EVICTED_WORDS} (").removesuffix(")")
+    reason, sep, quoted = words.partition(": ")
+    try:
+        message = ast.literal_eval(quoted) if sep else None
+    except (ValueError, SyntaxError):
+        return eviction_record(words, None)
+    return eviction_record(reason, message if isinstance(message, str) else None)
