@@ -12,7 +12,8 @@ master's and the workers'), in the job's namespace. It depends on the parent's n
 Metacontroller requires (it keeps one answer per parent uid and generation). `master_failure` reads
 the newest failed master pod: its exit code, reason and the line of its message that says what went
 wrong, bounded (hooks.shared.termination). `not_scheduled` says which pods the scheduler has not
-placed, and why; `lost_pods` which were taken away by a disruption (preempted, evicted).
+placed, and why; `lost_pods` which were taken away by a disruption (preempted, evicted);
+`queue_evicted` whether Kueue stopped the job's pod group, and in which words.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from hooks.shared.kueue import (
     KUEUE_ATTEMPTS_RELATED,
     KUEUE_POD_GROUP_LABEL,
     QUEUE_LABEL,
+    evicted_by_queue,
+    eviction_record,
     gated_by_kueue,
     kueue_setting,
     pending,
@@ -160,6 +163,26 @@ def lost_pods(job_name: str, pods: Mapping[str, Any], attempt: int) -> str:
         words.append(f"pod {name} was lost ({how_it_ended(None, reason, said)})")
     more = f"; and {len(words) - MAX_NAMED} more" if len(words) > MAX_NAMED else ""
     return "; ".join(words[:MAX_NAMED]) + more
+
+
+def queue_evicted(job_name: str, pods: Mapping[str, Any], attempt: int) -> dict[str, str] | None:
+    """Kueue's reason and message (hooks.shared.kueue.eviction_record) when Kueue stopped a pod of the
+    job's `attempt` (its TerminationTarget condition True, the pod going or Failed: evicted, preempted,
+    its Workload deactivated or deleted), else None. Kueue stops the whole group with one reason;
+    the master's pod is read first, then the workers' by name, so the words never depend on the order."""
+    found: list[tuple[tuple[int, str], dict[str, str]]] = []
+    for name, pod in pods.items():
+        if not isinstance(pod, Mapping) or not isinstance(name, str):
+            continue
+        meta, status = _object(pod.get("metadata")), _object(pod.get("status"))
+        labels = _object(meta.get("labels"))
+        if (labels.get(names.NAME_LABEL) != job_name or names.attempt_in(labels) != attempt
+                or evicted_by_queue(status, terminating=bool(meta.get("deletionTimestamp"))) is None):
+            continue
+        reason, said = end_of(status, None)
+        place = (0 if labels.get(names.ROLE_LABEL) == "master" else 1, name)
+        found.append((place, eviction_record(reason, said.text if said is not None else None)))
+    return min(found, key=lambda item: item[0])[1] if found else None
 
 
 def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -15,8 +15,12 @@ report says which attempt it is of. It is remembered as an MXJob's whole-job res
   failed) is answered again, not decided again: one stall (or one loss) is one restart.
 
 Why a restart began is its cause, as the conditions say it: `it stalled: <clause>` (the record keeps
-the clause under `stalled`) or `pod P was lost (<how it ended>)` (under `lost`, every pod lost in the
-sync that decided it: hooks.chainerjob.related.lost_pods).
+the clause under `stalled`), `pod P was lost (<how it ended>)` (under `lost`, every pod lost in the
+sync that decided it: hooks.chainerjob.related.lost_pods) or `Kueue evicted it (<reason>: '<message>')`
+(under `queueEviction`, Kueue's reason and message: hooks.chainerjob.related.queue_evicted).
+
+A restart because Kueue stopped the job's pod group is not counted against runPolicy.maxRestarts,
+as an MXJob's is not counted against its budgets: the rule is hooks.shared.kueue's, for both kinds.
 
 Suspending a job (spec.runPolicy.suspend) that has launched is the same move without the create:
 its record says `suspended`, the attempt's master Job and StatefulSets go, and the next attempt's
@@ -32,9 +36,16 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from hooks.chainerjob import names
-from hooks.chainerjob.vocabulary import FAILED, RESTARTING, STALLED, SUSPENDED, subject
+from hooks.chainerjob.vocabulary import EVICTED_BY_QUEUE, FAILED, RESTARTING, STALLED, SUSPENDED, subject
 from hooks.shared.conditions import rfc3339
 from hooks.shared.k8s import JSON
+from hooks.shared.kueue import (
+    QUEUE_EVICTION,
+    counts_against_restarts,
+    eviction_cause,
+    eviction_from_cause,
+    queue_eviction_of,
+)
 from hooks.shared.memory import (
     Record,
     attempt_record_name,
@@ -54,7 +65,7 @@ class Attempts:
     leaving: bool  # a master Job or worker StatefulSet of an earlier attempt is still observed
     pending: int  # the attempt the old status says a restart (or a suspension) began (0: none beyond `known`)
     pending_cause: str  # why, as the old status's Restarting condition said it (restarting_message)
-    pending_reason: str = STALLED  # that condition's reason: STALLED or RESTARTING
+    pending_reason: str = STALLED  # that condition's reason: STALLED, RESTARTING or EVICTED_BY_QUEUE
     pending_suspension: bool = False  # the pending attempt began with a suspension, not a restart
 
     @property
@@ -63,9 +74,14 @@ class Attempts:
         return sum(1 for record in self.records.values() if SUSPENDED_KEY in record.data)
 
     @property
+    def evictions(self) -> int:
+        """The attempts a queue eviction began (their records say so): not counted against maxRestarts."""
+        return sum(1 for record in self.records.values() if not counts_against_restarts(record.data))
+
+    @property
     def counted(self) -> int:
         """The whole-job restarts stalls and losses caused, counted against runPolicy.maxRestarts."""
-        return self.known - self.suspensions
+        return self.known - self.suspensions - self.evictions
 
     def began(self) -> datetime | None:
         """When the known attempt's restart was decided, as its record keeps it (None: attempt 0)."""
@@ -90,7 +106,7 @@ def read_attempts(job_name: str, config_maps: Mapping[str, Any], jobs: Mapping[s
     said = {c.get("type"): c for c in old.conditions()}
     restarting, suspended = said.get("Restarting"), said.get("Suspended")
     if (shown > known and restarting is not None and restarting.get("status") == "True"
-            and restarting.get("reason") in (STALLED, RESTARTING)):
+            and restarting.get("reason") in (STALLED, RESTARTING, EVICTED_BY_QUEUE)):
         message = restarting.get("message")
         return Attempts(known=known, records=records, leaving=leaving, pending=shown,
                         pending_cause=_cause_of(message if isinstance(message, str) else "", shown),
@@ -120,7 +136,7 @@ class Restart:
     cause: str  # why, as the conditions say it: `it stalled: ...` or `pod P was lost (...)`
     recorded_at: datetime | None  # when it was decided, from its record (None: not observed yet)
     new_record: JSON | None  # the record to answer (decided now, or answered again)
-    reason: str = STALLED  # the Restarting condition's reason: STALLED, or RESTARTING for a lost pod
+    reason: str = STALLED  # the Restarting condition's reason: STALLED, RESTARTING (a lost pod), EVICTED_BY_QUEUE
     suspended: bool = False  # the attempt began with a suspension (runPolicy.suspend), not a restart
     counted: int = 0  # the restarts stalls and losses caused so far, this one included (Attempts.counted)
 
@@ -128,15 +144,19 @@ class Restart:
 @dataclass(frozen=True)
 class Cause:
     """Why a new attempt is decided now: a stall (its clause), pods taken away (`pod P was lost (...)`),
+    Kueue stopping the job's pod group (its reason and message: hooks.shared.kueue.eviction_record),
     or a suspension."""
 
     stalled: str | None = None
     lost: str | None = None
     suspended: bool = False
+    evicted: Mapping[str, str] | None = None
 
-    def record(self) -> dict[str, str]:
+    def record(self) -> dict[str, Any]:
         if self.suspended:
             return {SUSPENDED_KEY: SUSPEND_FIELD}
+        if self.evicted is not None:
+            return {QUEUE_EVICTION: dict(self.evicted)}
         return {"stalled": self.stalled} if self.stalled is not None else {"lost": self.lost or ""}
 
 
@@ -157,6 +177,7 @@ def restart_of(attempts: Attempts, *, decided: Cause | None, job_name: str, name
     if attempts.pending:
         cause = attempts.pending_cause
         pending = (Cause(suspended=True) if attempts.pending_suspension
+                   else Cause(evicted=eviction_from_cause(cause)) if attempts.pending_reason == EVICTED_BY_QUEUE
                    else Cause(lost=cause) if attempts.pending_reason == RESTARTING
                    else Cause(stalled=cause.removeprefix(STALLED_CAUSE)))
         return _new(attempts, attempts.pending, pending, job_name, namespace, labels, now)
@@ -167,6 +188,9 @@ def restart_of(attempts: Attempts, *, decided: Cause | None, job_name: str, name
     stalled, lost = data.get("stalled"), data.get("lost")
     if SUSPENDED_KEY in data:
         return Restart(attempts.known, "", attempts.began(), None, suspended=True, counted=attempts.counted)
+    if (queue := queue_eviction_of(data)) is not None:
+        return Restart(attempts.known, eviction_cause(queue), attempts.began(), None, EVICTED_BY_QUEUE,
+                       counted=attempts.counted)
     if isinstance(lost, str) and not isinstance(stalled, str):
         return Restart(attempts.known, lost, attempts.began(), None, RESTARTING, counted=attempts.counted)
     return Restart(attempts.known, STALLED_CAUSE + (stalled if isinstance(stalled, str) else ""), attempts.began(),
@@ -180,11 +204,18 @@ class AfterLoss(NamedTuple):
     failed: JSON | None = None
 
 
-def after_loss(key: str, lost: str, *, attempt: int, max_restarts: int, now: datetime) -> AfterLoss:
+def after_loss(key: str, lost: str, *, attempt: int, max_restarts: int, now: datetime,
+               evicted: Mapping[str, str] | None = None) -> AfterLoss:
     """Pods of the running attempt taken away (`lost`: hooks.chainerjob.related.lost_pods; "" when
     none): the job restarts whole, as a new attempt, while the restarts counted so far (`attempt`:
     Attempts.counted) are fewer than runPolicy.maxRestarts; past it,
-    it fails, naming them. Counted as any restart (DESIGN's rule for MXJob: a disruption counts)."""
+    it fails, naming them. Counted as any restart (DESIGN's rule for MXJob: a disruption counts).
+
+    Pods Kueue stopped (`evicted`: Kueue's reason and message, hooks.chainerjob.related.queue_evicted)
+    restart the job whatever the budget, uncounted (hooks.shared.kueue); Kueue stops the whole group,
+    so pods disrupted in the same sync go with it and are not counted either."""
+    if evicted is not None:
+        return AfterLoss(restart=Cause(evicted=evicted))
     if not lost:
         return AfterLoss()
     if attempt < max_restarts:
@@ -202,6 +233,8 @@ def _new(attempts: Attempts, attempt: int, cause: Cause, job_name: str, namespac
                                {**cause.record(), "time": rfc3339(now)})
     if cause.suspended:
         return Restart(attempt, "", None, record, suspended=True, counted=attempts.counted)
+    if cause.evicted is not None:
+        return Restart(attempt, eviction_cause(cause.evicted), None, record, EVICTED_BY_QUEUE, counted=attempts.counted)
     counted = attempts.counted + attempt - attempts.known
     if cause.stalled is not None:
         return Restart(attempt, STALLED_CAUSE + cause.stalled, None, record, counted=counted)
@@ -221,10 +254,13 @@ DELETED_WORDS = "; its master Job and worker StatefulSets are deleted and create
 
 
 def restarting_message(key: str, restart: Restart, max_restarts: int) -> str:
-    """The Restarting condition while the new attempt starts: the attempt, why, the budget."""
+    """The Restarting condition while the new attempt starts: the attempt, why, the budget; for a queue
+    eviction, that the new attempt is queued again and that the eviction is not counted."""
+    queued = (", in a new pod group that Kueue queues and admits again; an eviction by the queue is not counted "
+              "against runPolicy.maxRestarts") if restart.reason == EVICTED_BY_QUEUE else ""
     return (f"{subject(key)}{RESTARTING_WORDS}{restart.attempt}: {restart.cause}{DELETED_WORDS} "
-            f"with MXJOB_ATTEMPT={restart.attempt} (restarts so far: {restart.counted} of runPolicy.maxRestarts "
-            f"{max_restarts}).")
+            f"with MXJOB_ATTEMPT={restart.attempt}{queued} (restarts so far: {restart.counted} of "
+            f"runPolicy.maxRestarts {max_restarts}).")
 
 
 def restarted_message(key: str, restart: Restart) -> str:

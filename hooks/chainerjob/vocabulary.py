@@ -43,6 +43,9 @@ STALLED = f"{KIND}Stalled"
 # docs/chainerjob.md, "Disruptions") is under way (STALLED for a stall), and once the new attempt runs.
 RESTARTING = f"{KIND}Restarting"
 RESTARTED = f"{KIND}Restarted"
+# ... while a whole-job restart because Kueue stopped the job's pod group (evicted, preempted it:
+# docs/ecosystem.md, "ChainerJob through Kueue") is under way; not counted against maxRestarts.
+EVICTED_BY_QUEUE = f"{KIND}EvictedByQueue"
 # spec.runPolicy.suspend (docs/chainerjob.md, "Suspend"): the Suspended condition's reasons, True and
 # False (the job runs again, as a new attempt).
 SUSPENDED = f"{KIND}Suspended"

@@ -172,6 +172,21 @@ class ChainerSim(Stepped):
             self.change("v1", "Pod", name, lambda p: p["spec"].update(nodeName="node-1"))
             self.store.delete("v1", "Pod", self.namespace, name)
 
+    def evict(self, name: str, reason: str, message: str, *, phase: str = "Running") -> None:
+        """What Kueue v0.17.0 does to each pod of a group it stops (pkg/controller/jobs/pod `Stop`):
+        TerminationTarget on its status, then its deletion; the kubelet then stops it (`phase` Failed,
+        its container ended by SIGTERM) and Kueue's finalizer lets it go once it is."""
+        pod = self.store.get("v1", "Pod", self.namespace, name)
+        assert pod is not None, f"no pod {name}"
+        state = {"running": {}} if phase == "Running" else {"terminated": {"exitCode": 143, "reason": "Error"}}
+        self.store.update_status("v1", "Pod", self.namespace, name, {
+            "phase": phase, "conditions": [{"type": "TerminationTarget", "status": "True", "reason": reason,
+                                            "message": message}],
+            "containerStatuses": [{"name": "chainer", "restartCount": 0, "state": state}]})
+        if not pod["metadata"].get("deletionTimestamp"):
+            self.change("v1", "Pod", name, lambda p: p["spec"].update(nodeName="node-1"))
+            self.store.delete("v1", "Pod", self.namespace, name)
+
     def delete(self, key: str, name: str) -> None:
         """Someone deletes a child (kubectl delete, garbage collection)."""
         self.remove(*_split(key), name)
