@@ -88,6 +88,19 @@ def queued_cluster(state_dir: Path) -> Iterator[LocalCluster]:
         yield c
 
 
+def preempting_queue(cluster: LocalCluster, prefix: str = "kq") -> str:
+    """A namespace with a LocalQueue `q` over a ClusterQueue of 1 CPU that preempts lower priorities, and the
+    WorkloadPriorityClasses `<namespace>-low` (100) and `<namespace>-high` (1000); the namespace's name."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    objects = quota(namespace, cpu="1")
+    objects[1]["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                 "metadata": {"name": f"{namespace}-{level}"}, "value": value}
+                for level, value in (("low", 100), ("high", 1000))]
+    cluster.apply(objects)
+    return namespace
+
+
 def new_queue(cluster: LocalCluster, prefix: str, *, cpu: str = "1") -> str:
     """A namespace of its own with a LocalQueue `q` over a ClusterQueue lending `cpu`; the namespace's name."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from helpers.kueue_queues import (
     kueue_or_skip,
     new_queue,
     phase,
+    preempting_queue,
     queued_cluster,
     quota,
     released,
@@ -190,19 +190,6 @@ def test_run_kueue_applies_the_files_queues_before_the_job_and_kueue_manages_its
     out, err = io.StringIO(), io.StringIO()
     args = argparse.Namespace(file=str(path), state_dir=str(tmp_path / "state"), timeout=120, kueue=True)
     assert cli.run(args, out=out, err=err) == cli.EXIT_SUCCEEDED, out.getvalue() + err.getvalue()
-
-
-def preempting_queue(cluster: LocalCluster) -> str:
-    """A namespace with a LocalQueue `q` over a ClusterQueue of 1 CPU that preempts lower priorities, and the
-    WorkloadPriorityClasses `<namespace>-low` (100) and `<namespace>-high` (1000); the namespace's name."""
-    namespace = f"kq-{uuid.uuid4().hex[:8]}"
-    objects = quota(namespace, cpu="1")
-    objects[1]["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
-    objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-                 "metadata": {"name": f"{namespace}-{level}"}, "value": value}
-                for level, value in (("low", 100), ("high", 1000))]
-    cluster.apply(objects)
-    return namespace
 
 
 def test_a_pod_kueue_preempts_is_stopped_written_failed_and_released_by_kueue(cluster: LocalCluster) -> None:

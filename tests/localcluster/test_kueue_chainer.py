@@ -21,6 +21,7 @@ from helpers.kueue_queues import (
     group_workload,
     new_queue,
     phase,
+    preempting_queue,
     queued_cluster,
     released,
     workloads,
@@ -148,3 +149,85 @@ def test_a_queued_chainerjob_suspended_gives_its_quota_back_and_resumed_is_admit
 
 def workloads_of(cluster: LocalCluster, namespace: str, job: str) -> list[dict[str, Any]]:
     return [w for w in workloads(cluster, namespace) if w["metadata"]["name"].startswith(f"{job}-")]
+
+
+def test_a_running_chainerjob_kueue_preempts_is_requeued_uncounted_and_completes_after_the_preemptor(
+        cluster: LocalCluster) -> None:
+    """A running low-priority ChainerJob (a master and 2 workers of 200m, runPolicy.maxRestarts 0) and a
+    high-priority pod of 600m that does not fit beside it in 1 CPU: Kueue preempts the job's group (TerminationTarget
+    on its pods, then their deletion). The job restarts whole as attempt 1 in a new pod group, uncounted; while the
+    preemptor runs it says it was evicted and waits for Kueue; once the preemptor is done Kueue admits the new
+    group and the job completes. Every Workload finishes and the ClusterQueue holds nothing."""
+    namespace = preempting_queue(cluster, "kc")
+    release, high_release = (Path(cluster.state_dir) / f"{namespace}-{what}" for what in ("release", "high-release"))
+    low = queued_chainerjob("low", namespace, ["sh", "-c", f"trap 'exit 143' TERM; while [ ! -e {release} ]; do sleep 0.2; done"])
+    low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{namespace}-low"
+    low["spec"]["runPolicy"] = {"maxRestarts": 0}
+    cluster.submit(low)
+    cluster.wait_for(lambda: len(pods := job_pods(cluster, namespace, "low")) == 3 and all(phase(p) == "Running" for p in pods),
+                     TIMEOUT, what="the low-priority job's master and two workers admitted and running")
+    assert cluster.wait_for(lambda: state(cluster, namespace, "low") == "Running", TIMEOUT, what="the low job Running")
+    reasons: set[str] = set()
+    groups: set[str] = set()
+
+    def seen(event: str, obj: KubeObject) -> None:
+        if obj["metadata"].get("namespace") != namespace:
+            return
+        if obj.get("kind") == "ChainerJob":
+            reasons.add(cond(obj, "Restarting").get("reason", ""))
+        elif obj.get("kind") == "Pod" and obj["metadata"]["name"].startswith("low-"):
+            groups.add(obj["metadata"]["labels"].get("kueue.x-k8s.io/pod-group-name", ""))
+
+    cluster.store.watch(seen)
+    high: KubeObject = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "high", "namespace": namespace,
+                     "labels": {QUEUE_LABEL: "q", "kueue.x-k8s.io/priority-class": f"{namespace}-high"}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "main", "image": "busybox:1.37", "resources": {"requests": {"cpu": "600m"}},
+            "command": ["sh", "-c", f"while [ ! -e {high_release} ]; do sleep 0.2; done"]}]}}
+    cluster.store.create(high)
+    cluster.wait_for(lambda: phase(cluster.pod("high", namespace)) == "Running", TIMEOUT,
+                     what="the high-priority pod to preempt the job and run")
+
+    # What the user sees while the preemptor holds the quota: evicted, restarting, waiting for Kueue (once a
+    # sync has seen every pod of attempt 1 behind Kueue's gate: each pod's change syncs the job again).
+    def requeued() -> KubeObject | None:
+        job = cluster.get_job("low", namespace)
+        pods = job_pods(cluster, namespace, "low")
+        said = (condition(job, "Waiting") or {}).get("message", "")
+        return job if (len(pods) == 3 and all(gated(p) and p["metadata"]["labels"].get("chainerjob.kubeflow.org/attempt") == "1"
+                                              for p in pods)
+                       and "low-workerset-ws-0, low-workerset-ws-1 are not admitted: " in said) else None
+
+    job = cluster.wait_for(requeued, TIMEOUT, what="attempt 1's pods gated by Kueue and the job waiting for it")
+    restarting, waiting = condition(job, "Restarting"), condition(job, "Waiting")
+    assert restarting is not None and (restarting["status"], restarting["reason"]) == ("True", "ChainerJobEvictedByQueue")
+    assert restarting["message"].startswith(f"ChainerJob {namespace}/low is restarting as attempt 1: Kueue evicted it "
+                                            "(WorkloadEvictedDueToPreempted: 'Preempted to accommodate a workload"), restarting
+    assert "not counted against runPolicy.maxRestarts (restarts so far: 0 of runPolicy.maxRestarts 0)" in restarting["message"]
+    assert waiting is not None and (waiting["status"], waiting["reason"]) == ("True", "WaitingForKueue"), waiting
+    assert waiting["message"].startswith(f"ChainerJob {namespace}/low is waiting for Kueue to admit its pod group (the "
+                                         "master and every worker, admitted together); it waits for Kueue: pods low-master-"), waiting
+    assert state(cluster, namespace, "low") == "Restarting" and condition(job, "Failed") is None
+    assert cluster.control_plane is not None
+    _, *rows = cluster.control_plane.kubectl("get", "chainerjob", "-n", namespace).stdout.splitlines()
+    assert [row.split()[:2] for row in rows] == [["low", "Restarting"]], rows
+
+    high_release.touch()
+    cluster.wait_for(lambda: len(pods := job_pods(cluster, namespace, "low")) == 3 and all(
+        phase(p) == "Running" and p["metadata"]["labels"].get("chainerjob.kubeflow.org/attempt") == "1" for p in pods),
+        TIMEOUT, what="the job's attempt 1 admitted again once the preemptor is done, and running")
+    again = cluster.wait_for(lambda: (c := condition(cluster.get_job("low", namespace), "Restarting") or {}).get("status")
+                             == "False" and c, TIMEOUT, what="the job to say its attempt 1 runs")
+    assert again["reason"] == "ChainerJobRestarted" and "restarted after Kueue evicted it (WorkloadEvictedDueToPreempted" \
+        in again["message"], again
+    release.touch()
+    done = cluster.wait_finished("low", TIMEOUT, namespace=namespace)
+    assert finished(done) == "Succeeded" and state(cluster, namespace, "low") == "Complete", done.get("status")
+    assert done["status"]["attempt"] == 1, done["status"]  # maxRestarts 0 was not spent
+    assert "ChainerJobEvictedByQueue" in reasons, reasons
+    assert len(groups) == 2 and "" not in groups, groups  # a pod group, so a Workload, per attempt
+    cluster.wait_for(lambda: all(cond(w, "Finished").get("status") == "True" for w in workloads(cluster, namespace)),
+                     TIMEOUT, what="every Workload to finish")
+    cluster.wait_for(lambda: released(cluster, namespace), TIMEOUT, what="the ClusterQueue to hold no quota")
