@@ -250,7 +250,8 @@ def summary(row: dict[str, Any]) -> str:
         f"- {row['jobs']:,} jobs created in {row['create_s']:,.1f} s (all Running at {row['create_to_running_s']:,.1f} s): "
         f"{writes(row['create_requests']):,} API writes, {row['create_client_calls']:,} Metacontroller client calls, "
         f"{row['create_hook_calls']:,} hook calls; requests: {json.dumps(row['create_requests'])}",
-        f"- reports: {row['reports_sent']:,} sent in {row['report_phase_s']:,.1f} s by {row['senders']} threads: "
+        f"- reports: {row['reports_sent']:,} sent in {row['report_phase_s']:,.1f} s by {row['senders']} "
+        f"sender thread{'s' if row['senders'] != 1 else ''}: "
         f"{row['offered_per_s']:.1f}/s of the planned {row['planned_per_s']:.1f}/s (each job every {row['interval_s']:g} s), "
         f"{row['report_failures']} refused; the senders' lag behind the schedule p99 {row['sender_late_p99_s']:.2f} s, "
         f"max {row['sender_late_max_s']:.2f} s",
