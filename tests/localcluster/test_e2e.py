@@ -549,7 +549,9 @@ def test_services_update_in_place_without_looping_on_server_defaults(fake):
 # --- the CLI ---------------------------------------------------------------------------------------
 
 
-def run_cli(tmp_path: Path, job: dict, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_cli(tmp_path: Path, job: dict, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    # `timeout` only guards against a hang: the run's own --timeout bounds the job, and on a busy machine
+    # the control plane's start alone took tens of seconds.
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return subprocess.run(

@@ -66,7 +66,13 @@ def submit(cp: ControlPlane, namespace: str, path: Path, validation: str) -> tup
         stored = store.create(job, field_validation=validation, warn=warnings.append)
     except StoreError as err:
         return warnings, None, err.message
-    store.delete(stored["apiVersion"], stored["kind"], namespace, stored["metadata"]["name"])
+    try:
+        store.delete(stored["apiVersion"], stored["kind"], namespace, stored["metadata"]["name"])
+    except StoreError as err:
+        # A case whose ownerReferences name no real owner is the garbage collector's to delete too,
+        # and on a busy machine it can get there first.
+        if err.code != 404:
+            raise
     return warnings, stored, ""
 
 
