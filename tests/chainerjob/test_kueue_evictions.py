@@ -14,6 +14,7 @@ import json
 
 import pytest
 from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from helpers.kueue_stops import PREEMPTED, PREEMPTED_MESSAGE, kueue_stops
 from helpers.stalewatch import MODES, Watch
 
 from localcluster.metacontroller import Stale
@@ -24,19 +25,7 @@ ATTEMPT_LABEL = "chainerjob.kubeflow.org/attempt"
 GATE = "kueue.x-k8s.io/admission"
 MASTER = "chj-master"
 WORKERS = ("chj-workerset-ws-0", "chj-workerset-ws-1")
-PREEMPTED = "WorkloadEvictedDueToPreempted"
-PREEMPTED_MESSAGE = "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue"
-# Every reason Kueue v0.17.0 gives a pod of a group it stops, with its message (as tests/mxjob/test_kueue_evictions.py).
-KUEUE_STOPS = {
-    PREEMPTED: PREEMPTED_MESSAGE,
-    "WorkloadEvictedDueToPodsReadyTimeout": "Exceeded the PodsReady timeout ns/chj",
-    "WorkloadEvictedDueToClusterQueueStopped": "The ClusterQueue is stopped",
-    "WorkloadEvictedDueToDeactivated": "The workload is deactivated",
-    "WorkloadEvicted": "Evicted",
-    "NotAdmitted": "Not admitted by cluster queue",
-    "WorkloadDeleted": "Workload is deleted",
-    "NoMatchingWorkload": "No matching Workload; restoring pod templates according to existent Workload",
-}
+KUEUE_STOPS = kueue_stops("ns/chj")
 EVICTED = f"Kueue evicted it ({PREEMPTED}: '{PREEMPTED_MESSAGE}')"
 
 

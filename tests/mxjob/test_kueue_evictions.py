@@ -14,25 +14,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.kueue_stops import PREEMPTED, PREEMPTED_MESSAGE, kueue_stops
 from helpers.mcsim import Sim, mxjob, running
 from helpers.stalewatch import MODES, STALE_MODES, Watch, essence
 
 from localcluster.metacontroller import Stale
 
-PREEMPTED = "WorkloadEvictedDueToPreempted"
-PREEMPTED_MESSAGE = "Preempted to accommodate a workload (UID: 7f3c) due to prioritization in the ClusterQueue"
-# Every reason Kueue v0.17.0 gives a pod of a group it stops (jobframework.StopReason; for a pod group an
-# eviction's is `WorkloadEvictedDueTo<the Workload's Evicted reason>`), with the message it gives.
-KUEUE_STOPS = {
-    PREEMPTED: PREEMPTED_MESSAGE,
-    "WorkloadEvictedDueToPodsReadyTimeout": "Exceeded the PodsReady timeout ns/mx",
-    "WorkloadEvictedDueToClusterQueueStopped": "The ClusterQueue is stopped",
-    "WorkloadEvictedDueToDeactivated": "The workload is deactivated",
-    "WorkloadEvicted": "Evicted",
-    "NotAdmitted": "Not admitted by cluster queue",
-    "WorkloadDeleted": "Workload is deleted",
-    "NoMatchingWorkload": "No matching Workload; restoring pod templates according to existent Workload",
-}
+KUEUE_STOPS = kueue_stops("ns/mx")
 ATTEMPT_LABEL = "training.kubeflow.org/job-attempt"
 DISTRIBUTED = {"Scheduler": 1, "Server": 1, "Worker": 2}
 SHAPES = {
