@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from localcluster.cli.postmortem import FAILED_LOG_LINES, failed_containers
+from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.config import MANIFEST_DIR, ControllerConfig, find_composite_controllers, load_controller_configs
 from localcluster.metacontroller import Event, MetacontrollerStandIn
+from localcluster.types import KubeObject
 
 
 def find_composite_controller(directory: Path = MANIFEST_DIR) -> tuple[dict[str, Any], str] | None:
@@ -24,3 +27,16 @@ def load_controller_config(directory: Path = MANIFEST_DIR, parent_kind: str = "M
 def events_for(controller: MetacontrollerStandIn, name: str) -> list[Event]:
     """The emulation's events about one parent, oldest first."""
     return [e for e in list(controller.events) if e.parent == name]
+
+
+def why_it_ended(cluster: LocalCluster, job: KubeObject | None, namespace: str = "default") -> str:
+    """For an assertion's message: the job's Failed condition and the last lines of every container
+    that exited non-zero, so a failure on a CI machine says what happened without a rerun."""
+    name = (job or {}).get("metadata", {}).get("name", "")
+    failed = condition(job, "Failed") or {}
+    lines = [f"job {name or '?'} {finished(job)}: {failed.get('message', 'no Failed condition')}"]
+    if name:
+        for found in failed_containers(cluster, name, namespace):
+            tail = found.log.read_text(errors="replace").splitlines()[-FAILED_LOG_LINES:]
+            lines += [f"--- {found.pod}/{found.container} exited {found.code} at {found.at}:", *tail]
+    return "\n".join(lines)

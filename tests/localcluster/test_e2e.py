@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.cluster import events_for
+from helpers.cluster import events_for, why_it_ended
 from helpers.engines import cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
@@ -107,6 +107,7 @@ def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_
     with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
+        assert finished(done) == "Succeeded", why_it_ended(cluster, done)
         # The Scheduler decides success at ps-lite's last barrier; the workers exit a moment later (tens
         # of seconds for MXNet's teardown on a machine busy with other work).
         cluster.wait_for(

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from helpers.cluster import why_it_ended
 from helpers.engines import cluster_under
 
 from hooks.mxjob.network import PER_JOB, SERVICE_ANNOTATION
@@ -76,7 +77,8 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
         cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
-    assert finished(done) == "Succeeded"
+        story = why_it_ended(cluster, done)
+    assert finished(done) == "Succeeded", story
     assert "the scheduler is connected to 2 workers and 1 servers" in scheduler
 
 
