@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -67,7 +67,7 @@ def _name(pod: KubeObject) -> str:
 
 
 def decide(members: Sequence[KubeObject], *, group: str | None, min_member: int | None,
-           node: KubeObject | None, pods: Iterable[KubeObject]) -> Placement:
+           node: KubeObject | None, pods: Sequence[KubeObject]) -> Placement:
     """Which of a gang's pods to bind now, and why the others wait (pure: observations in, decision out).
 
     `members` are the group's pods that exist and are not being deleted (a pod outside any gang: it
@@ -76,7 +76,8 @@ def decide(members: Sequence[KubeObject], *, group: str | None, min_member: int 
     A gang waits for its PodGroup, then for minMember pods to exist, then until enough of it fits:
     its unbound pods are fitted in name order against what the Node has free, and those that fit are
     bound once, with the members bound and not failed, they make minMember (a pod outside any gang:
-    one). Until then none is bound, and each says why in kube-scheduler's words."""
+    one). Until then none is bound, and each says why in the scheduler's words (Volcano's, whose
+    reasons are kube-scheduler's: `Insufficient cpu`, `Too many pods`)."""
     waiting = sorted((p for p in members if stand_in_for(p)), key=_name)
     prefix = f"pod group {group}: " if group is not None else ""
 
@@ -108,7 +109,7 @@ def decide(members: Sequence[KubeObject], *, group: str | None, min_member: int 
     return hold(_gang_does_not_fit(node, pods, waiting, needed))
 
 
-def _gang_does_not_fit(node: KubeObject, pods: Iterable[KubeObject], waiting: Sequence[KubeObject], needed: int) -> str:
+def _gang_does_not_fit(node: KubeObject, pods: Sequence[KubeObject], waiting: Sequence[KubeObject], needed: int) -> str:
     """Why a gang's waiting pods, together, do not fit: the scheduler's reasons, then the numbers behind them."""
     free = fit.free_on(node, pods)
     total: fit.Resources = {}
