@@ -116,6 +116,12 @@ def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_p
     assert remaining is None  # the finished job's PodGroup is gone
 
 
+WHY = ("pod group big: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound pods "
+       "ask for cpu 3 together, node localcluster has cpu 2 free; none is bound until 2 of them fit")
+QUOTED = ("MXJob default/big is created; it waits for the scheduler: pods big-worker-0, big-worker-1 are not "
+          "scheduled: pod group big: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu.")
+
+
 def test_a_gang_that_does_not_fit_gets_none_of_its_pods_bound_and_the_job_says_why(tmp_path, cluster_plane):
     with gang_cluster(tmp_path, "volcano", cluster_plane, cpus="2", memory="4Gi") as cluster:
         # Two workers of 1.5 CPUs on a 2-CPU Node: either fits alone, both never do.
@@ -133,20 +139,20 @@ def test_a_gang_that_does_not_fit_gets_none_of_its_pods_bound_and_the_job_says_w
 
         def says_it_waits() -> str | None:
             message = (condition(cluster.get_job("big"), "Created") or {}).get("message", "")
-            return message if "it waits for the scheduler: " in message else None
+            return message if message.startswith(QUOTED) else None
 
-        message = cluster.wait_for(says_it_waits, 30, what="the job's Created condition to say it waits")
+        # While the small job ran the message counted what it held, so the words settle once it is done.
+        def settled() -> list[dict] | None:
+            pods = cluster.pods("big")
+            return pods if [scheduled(p).get("message") for p in pods] == [WHY] * 2 else None
+
+        cluster.wait_for(settled, 30, what="both workers to say the gang does not fit the free Node")
+        cluster.wait_for(says_it_waits, 30, what="the job's Created condition to quote the scheduler")
         # Held, not slow: long after, and with the whole Node free again, neither is bound.
         pods = cluster.pods("big")
         job = cluster.get_job("big")
 
     assert finished(small) == "Succeeded", small["status"]
     assert [(p["spec"].get("nodeName"), p["status"]["phase"]) for p in pods] == [(None, "Pending")] * 2
-    why = ("pod group big: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound pods "
-           "ask for cpu 3 together, node localcluster has cpu 2 free; none is bound until 2 of them fit")
-    assert [scheduled(p)["reason"] for p in pods] == ["Unschedulable"] * 2
-    assert [scheduled(p)["message"] for p in pods] == [why] * 2
-    assert message.startswith("MXJob default/big is created; it waits for the scheduler: pods big-worker-0, "
-                              "big-worker-1 are not scheduled: pod group big: the gang does not fit: 0/1 nodes are "
-                              "unavailable: 1 Insufficient cpu."), message
+    assert [(scheduled(p)["reason"], scheduled(p)["message"]) for p in pods] == [("Unschedulable", WHY)] * 2
     assert job is not None and job["status"]["waiting"] == "Scheduler: Unschedulable"
