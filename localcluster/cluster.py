@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 from localcluster.cli.jobstatus import status_reader_for
 from localcluster.config import ControllerConfig, load_controller_configs
 from localcluster.controlplane.apistore import ApiStore
-from localcluster.controlplane.gang import GangScheduler
+from localcluster.controlplane.gang import GangScheduler, api_node
 from localcluster.controlplane.kueue import Kueue
 from localcluster.controlplane.processes import ControlPlane, ensure_namespace, prepare_cluster
 from localcluster.hooks_server import FaultProxy, HooksServer
@@ -170,7 +170,7 @@ class LocalCluster:
         port = self.log_server.port if self.log_server is not None else 0
         self.kubelet = ProcessKubelet(self.store, self.dns, self.state_dir, restart_backoff=self._restart_backoff,
                                       node=NodeHeartbeat(store, self.node_size, kubelet_port=port), mode=self._kubelet_mode)
-        self.gang = GangScheduler(self.store)
+        self.gang = GangScheduler(self.store, read_node=lambda: api_node(store))
 
     def _start_kubernetes(self) -> None:
         """The real control plane, the CRDs the jobs and children need, a Node, and an API-backed store."""

@@ -1,15 +1,20 @@
-"""The local cluster's gang scheduler: holds the pods of a PodGroup back until the gang is complete.
+"""The local cluster's gang scheduler: binds the pods of a PodGroup only together, once the gang is complete and fits.
 
 It stands in for both Volcano and scheduler-plugins' coscheduling, which cannot be built here. As
 those do, it is a second scheduler: it places the pods whose `schedulerName` is not kube-scheduler's
 (`default-scheduler`; the hooks name `volcano` or `scheduler-plugins-scheduler`, or what the
 CompositeController's annotation says), and no other, binding each through `pods/binding` to the
 process kubelet's Node. A pod names its group the way each scheduler reads it (Volcano: an
-annotation; scheduler-plugins: a label); it is bound once its PodGroup exists and at least
-`minMember` pods of the group exist, so every pod of the gang starts at the same time. Until then it
-stays Pending with PodScheduled False, reason Unschedulable and the gate's message, as the
-scheduler writes it. A pod of another scheduler outside any gang is bound at once. Nothing else of
-those schedulers is emulated: not resource fit (kube-scheduler's alone here), queues or preemption.
+annotation; scheduler-plugins: a label). A gang is placed once its PodGroup exists, at least
+`minMember` of its pods exist, and enough of them fit the Node together (`decide`: kube-scheduler's
+resource fit, fit.py, against the Node's allocatable less what the pods bound there request), so
+every pod of the gang starts at the same time and none starts alone. Until then each stays Pending
+with PodScheduled False, reason Unschedulable and the gate's message (for a gang that does not fit:
+Volcano's `0/1 nodes are unavailable: 1 Insufficient cpu.` and the numbers behind it), as the
+scheduler writes it. A pod of another scheduler outside any gang is bound once it fits. Nothing else
+of those schedulers is emulated: not node affinity or taints, queues, preemption, or the PodGroup's
+status. kube-scheduler places its own pods on the same Node meanwhile, as two schedulers of one
+cluster do: a pod it binds between the gang's decision and its bindings is not seen by that decision.
 The marker names are the schedulers' API, written here independently of the hooks so the local
 cluster checks what the hooks emit instead of sharing their constants.
 """
@@ -18,8 +23,12 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+from localcluster.controlplane import fit
 from localcluster.node.registration import NODE_NAME
 from localcluster.store import DELETED, ObjectStore, StoreError, now_rfc3339
 from localcluster.types import KubeObject
@@ -45,28 +54,80 @@ def group_of(pod: KubeObject) -> tuple[str, str] | None:
     return None
 
 
-class GangGate:
-    """Why a pod may not be scheduled yet (a message), or None once it may."""
+@dataclass(frozen=True)
+class Placement:
+    """What the stand-in does with a gang: the pods it binds now (together), and why each other one waits."""
 
-    def __init__(self, store: ObjectStore):
-        self.store = store
+    bind: tuple[str, ...] = ()
+    held: Mapping[str, str] = field(default_factory=dict)
 
-    def __call__(self, pod: KubeObject) -> str | None:
-        group = group_of(pod)
-        if group is None:
-            return None
-        api_version, name = group
-        namespace = pod["metadata"]["namespace"]
-        podgroup = self.store.get(api_version, "PodGroup", namespace, name)
-        if podgroup is None:
-            return f"pod group {name}: waiting for the PodGroup to be created"
-        min_member = int(podgroup.get("spec", {}).get("minMember") or 0)
-        members = sum(1 for other in self.store.list_shared("v1", "Pod", namespace)
-                      if group_of(other) == group and not other["metadata"].get("deletionTimestamp"))
-        if members < min_member:
-            return (f"pod group {name}: {members} of its minMember {min_member} pods exist; "
-                    f"the gang starts when {min_member} do")
-        return None
+
+def _name(pod: KubeObject) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def decide(members: Sequence[KubeObject], *, group: str | None, min_member: int | None,
+           node: KubeObject | None, pods: Sequence[KubeObject]) -> Placement:
+    """Which of a gang's pods to bind now, and why the others wait (pure: observations in, decision out).
+
+    `members` are the group's pods that exist and are not being deleted (a pod outside any gang: it
+    alone, `group` None); `min_member` the PodGroup's minMember (None while there is no PodGroup);
+    `node` the Node (None until it is registered); `pods` every pod, to see what occupies the Node.
+    A gang waits for its PodGroup, then for minMember pods to exist, then until enough of it fits:
+    its unbound pods are fitted in name order against what the Node has free, and those that fit are
+    bound once, with the members bound and not failed, they make minMember (a pod outside any gang:
+    one). Until then none is bound, and each says why in the scheduler's words (Volcano's, whose
+    reasons are kube-scheduler's: `Insufficient cpu`, `Too many pods`)."""
+    waiting = sorted((p for p in members if stand_in_for(p)), key=_name)
+    prefix = f"pod group {group}: " if group is not None else ""
+
+    def hold(why: str) -> Placement:
+        return Placement(held={_name(p): prefix + why for p in waiting})
+
+    if group is not None and min_member is None:
+        return hold("waiting for the PodGroup to be created")
+    if group is not None and min_member is not None and len(members) < min_member:
+        return hold(f"{len(members)} of its minMember {min_member} pods exist; the gang starts when {min_member} do")
+    if node is None:
+        return hold("0/0 nodes are available: no Node is registered yet.")
+    needed = 1 if min_member is None else min_member
+    needed -= sum(1 for p in members if (p.get("spec") or {}).get("nodeName")
+                  and (p.get("status") or {}).get("phase") != "Failed")
+    free = fit.free_on(node, pods)
+    taken: list[KubeObject] = []
+    left: list[KubeObject] = []
+    for pod in waiting:
+        requests = fit.pod_requests(pod)
+        if fit.short(requests, free):
+            left.append(pod)
+        else:
+            taken.append(pod)
+            free = fit.minus(free, requests)
+    if len(taken) >= needed or group is None:  # a lone pod is told the scheduler's words alone
+        return Placement(bind=tuple(_name(p) for p in taken),
+                         held={_name(p): prefix + fit.unavailable(fit.short(fit.pod_requests(p), free)) for p in left})
+    return hold(_gang_does_not_fit(node, pods, waiting, needed))
+
+
+def _gang_does_not_fit(node: KubeObject, pods: Sequence[KubeObject], waiting: Sequence[KubeObject], needed: int) -> str:
+    """Why a gang's waiting pods, together, do not fit: the scheduler's reasons, then the numbers behind them."""
+    free = fit.free_on(node, pods)
+    total: fit.Resources = {}
+    for pod in waiting:
+        for resource, value in fit.pod_requests(pod).items():
+            total[resource] = total.get(resource, Decimal(0)) + value
+    reasons = fit.short(total, free, len(waiting))
+    if not reasons:  # they fit: the rest of the gang is pods another scheduler places
+        return f"{len(waiting)} of its pods fit, and the gang starts when {needed} can be bound together"
+    numbers = [(r, total[r], free.get(r, Decimal(0))) for r in sorted(total)
+               if f"Insufficient {r}" in reasons]
+    if "Too many pods" in reasons:
+        numbers.append((fit.PODS, Decimal(len(waiting)), free.get(fit.PODS, Decimal(0))))
+    asked = " and ".join(f"{r} {fit.show(r, want)}" for r, want, _ in numbers)
+    has = " and ".join(f"{r} {fit.show(r, have)}" for r, _, have in numbers)
+    pods_ask = "pod asks" if len(waiting) == 1 else "pods ask"
+    return (f"the gang does not fit: {fit.unavailable(reasons)} Its {len(waiting)} unbound {pods_ask} for {asked} "
+            f"together, node {node['metadata']['name']} has {has} free; none is bound until {needed} of them fit")
 
 
 def stand_in_for(pod: KubeObject) -> bool:
@@ -93,14 +154,31 @@ def unschedulable(message: str) -> Any:
     return change
 
 
-class GangScheduler(threading.Thread):
-    """The second scheduler: binds the pods `stand_in_for` says are its own once the gate lets them go."""
+def api_node(api: Any, name: str = NODE_NAME) -> KubeObject | None:
+    """The Node from the API server (`api` an ApiStore), or None while it is not registered."""
+    try:
+        node: KubeObject = api.request("GET", f"/api/v1/nodes/{name}")
+    except StoreError as err:
+        if err.code == 404:
+            return None
+        raise
+    return node
 
-    def __init__(self, store: ObjectStore, node_name: str = NODE_NAME):
+
+class GangScheduler(threading.Thread):
+    """The second scheduler: places the pods `stand_in_for` says are its own, a gang at a time, as `decide` says.
+
+    `read_node` reads the Node it binds to (None while it is not there; `api_node` on the API server,
+    whose store does not watch Nodes)."""
+
+    def __init__(self, store: ObjectStore, *, read_node: Callable[[], KubeObject | None], node_name: str = NODE_NAME):
         super().__init__(name="gang-scheduler", daemon=True)
-        self.store, self.node_name, self.gate = store, node_name, GangGate(store)
+        self.store, self.node_name, self.read_node = store, node_name, read_node
         self._pending: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
         self._said: dict[tuple[str, str], str] = {}  # the message last written on a held pod
+        # Pods bound here whose binding the store's cache may not show yet: counted on the Node meanwhile,
+        # so the next gang is not fitted into room the last one took.
+        self._assumed: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._halt = threading.Event()
@@ -127,9 +205,10 @@ class GangScheduler(threading.Thread):
         while not self._halt.is_set():
             with self._lock:
                 pending = list(self._pending.items())
+            placed: set[tuple[str, Any]] = set()  # the gangs (or lone pods) placed this round
             for key, uid in pending:
                 try:
-                    self._place(key, uid)
+                    self._place(key, uid, placed)
                 except StoreError:
                     pass  # gone or changed meanwhile: its next event says what to do
                 except Exception:  # a bug must not stop the scheduler
@@ -137,21 +216,58 @@ class GangScheduler(threading.Thread):
             self._wake.wait(POLL_SECONDS)
             self._wake.clear()
 
-    def _place(self, key: tuple[str, str], uid: str) -> None:
+    def _place(self, key: tuple[str, str], uid: str, placed: set[tuple[str, Any]]) -> None:
         pod = self.store.get("v1", "Pod", *key)
         if pod is None or pod["metadata"]["uid"] != uid or not stand_in_for(pod):
             with self._lock:
                 self._pending.pop(key, None)
             return
-        reason = self.gate(pod)
-        if reason is None:
-            self.store.bind(key[0], key[1], self.node_name)
-            with self._lock:
-                self._pending.pop(key, None)
-                self._said.pop(key, None)
-        elif self._said.get(key) != reason:
-            self.store.update_status("v1", "Pod", *key, unschedulable(reason), current=pod, uid=uid)
-            self._said[key] = reason
+        group = group_of(pod)
+        if (key[0], group or key[1]) in placed:
+            return
+        placed.add((key[0], group or key[1]))
+        namespace, min_member, members = key[0], None, [pod]
+        if group is not None:
+            podgroup = self.store.get(group[0], "PodGroup", namespace, group[1])
+            min_member = int(podgroup.get("spec", {}).get("minMember") or 0) if podgroup is not None else None
+            members = [p for p in self.store.list_shared("v1", "Pod", namespace)
+                       if group_of(p) == group and not p["metadata"].get("deletionTimestamp")]
+        placement = decide(members, group=group[1] if group else None, min_member=min_member,
+                           node=self.read_node(), pods=self._pods())
+        by_name = {p["metadata"]["name"]: p for p in members}
+        for name in placement.bind:
+            self._bind(namespace, by_name[name])
+        for name, why in placement.held.items():
+            held = (namespace, name)
+            if self._said.get(held) != why:
+                self.store.update_status("v1", "Pod", namespace, name, unschedulable(why),
+                                         uid=by_name[name]["metadata"]["uid"])
+                self._said[held] = why
+
+    def _bind(self, namespace: str, pod: KubeObject) -> None:
+        key = (namespace, pod["metadata"]["name"])
+        try:
+            self.store.bind(namespace, key[1], self.node_name)
+        except StoreError:
+            return  # gone, or bound meanwhile: its peers are bound all the same
+        with self._lock:
+            self._pending.pop(key, None)
+            self._said.pop(key, None)
+            self._assumed[key] = pod["metadata"]["uid"]
+
+    def _pods(self) -> list[KubeObject]:
+        """Every pod as the store has it, with the bindings it may not show yet."""
+        pods = self.store.list_shared("v1", "Pod")
+        with self._lock:
+            if not self._assumed:
+                return pods
+            cached = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+            # An assumed binding is forgotten once the cache shows it, or the pod is gone.
+            self._assumed = {key: uid for key, uid in self._assumed.items() if key in cached
+                             and cached[key]["metadata"]["uid"] == uid and not cached[key]["spec"].get("nodeName")}
+            assumed = set(self._assumed)
+        return [{**pod, "spec": {**pod["spec"], "nodeName": self.node_name}} if key in assumed else pod
+                for key, pod in cached.items()]
 
     def stop(self) -> None:
         self._halt.set()

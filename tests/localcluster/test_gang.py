@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers.localcluster_gang import PodRefusal, gang_controller, scheduled
 
-from localcluster.cluster import LocalCluster, finished
+from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane.processes import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
@@ -29,27 +29,23 @@ WORKER = ("import json,os,time; print('STARTED', json.dumps(time.time()), flush=
           "time.sleep(1.5)")
 
 
-def gang_job(name: str, policy: dict) -> dict:
+def gang_job(name: str, policy: dict, replicas: int = REPLICAS, cpu: str | None = None) -> dict:
+    container = {"name": "mxnet", "image": "busybox:1.36", "command": ["python", "-c", WORKER]}
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}}
     return {
         "apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": name},
         "spec": {"runPolicy": {"schedulingPolicy": policy}, "mxReplicaSpecs": {"Worker": {
-            "replicas": REPLICAS, "restartPolicy": "Never",
-            "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [
-                {"name": "mxnet", "image": "busybox:1.36", "command": ["python", "-c", WORKER]}]}}}}},
+            "replicas": replicas, "restartPolicy": "Never",
+            "template": {"spec": {"terminationGracePeriodSeconds": 1, "containers": [container]}}}}},
     }
 
 
-
-
 @contextmanager
-def gang_cluster(tmp_path: Path, component: str, cluster_plane: ControlPlane) -> Iterator[LocalCluster]:
+def gang_cluster(tmp_path: Path, component: str, cluster_plane: ControlPlane, **size: str) -> Iterator[LocalCluster]:
     config = gang_controller(tmp_path, component)
-    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster:
+    with LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config], **size) as cluster:
         yield cluster
-
-
-
-
 
 
 def start_times(cluster: LocalCluster, job: str) -> dict[str, float]:
@@ -118,3 +114,45 @@ def test_min_available_below_the_replica_count_starts_when_that_many_exist(tmp_p
 
     assert finished(job) == "Succeeded"
     assert remaining is None  # the finished job's PodGroup is gone
+
+
+WHY = ("pod group big: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound pods "
+       "ask for cpu 3 together, node localcluster has cpu 2 free; none is bound until 2 of them fit")
+QUOTED = ("MXJob default/big is created; it waits for the scheduler: pods big-worker-0, big-worker-1 are not "
+          "scheduled: pod group big: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu.")
+
+
+def test_a_gang_that_does_not_fit_gets_none_of_its_pods_bound_and_the_job_says_why(tmp_path, cluster_plane):
+    with gang_cluster(tmp_path, "volcano", cluster_plane, cpus="2", memory="4Gi") as cluster:
+        # Two workers of 1.5 CPUs on a 2-CPU Node: either fits alone, both never do.
+        cluster.submit(gang_job("big", {}, replicas=2, cpu="1500m"))
+
+        def held() -> list[dict] | None:
+            pods = cluster.pods("big")
+            ok = len(pods) == 2 and all("the gang does not fit" in scheduled(p).get("message", "") for p in pods)
+            return pods if ok else None
+
+        cluster.wait_for(held, 60, what="both workers held back by the gang stand-in as not fitting")
+        # A gang that fits beside it runs (the held one takes no room), and is done.
+        cluster.submit(gang_job("small", {}, replicas=2, cpu="400m"))
+        small = cluster.wait_finished("small", 90)
+
+        def says_it_waits() -> str | None:
+            message = (condition(cluster.get_job("big"), "Created") or {}).get("message", "")
+            return message if message.startswith(QUOTED) else None
+
+        # While the small job ran the message counted what it held, so the words settle once it is done.
+        def settled() -> list[dict] | None:
+            pods = cluster.pods("big")
+            return pods if [scheduled(p).get("message") for p in pods] == [WHY] * 2 else None
+
+        cluster.wait_for(settled, 30, what="both workers to say the gang does not fit the free Node")
+        cluster.wait_for(says_it_waits, 30, what="the job's Created condition to quote the scheduler")
+        # Held, not slow: long after, and with the whole Node free again, neither is bound.
+        pods = cluster.pods("big")
+        job = cluster.get_job("big")
+
+    assert finished(small) == "Succeeded", small["status"]
+    assert [(p["spec"].get("nodeName"), p["status"]["phase"]) for p in pods] == [(None, "Pending")] * 2
+    assert [(scheduled(p)["reason"], scheduled(p)["message"]) for p in pods] == [("Unschedulable", WHY)] * 2
+    assert job is not None and job["status"]["waiting"] == "Scheduler: Unschedulable"

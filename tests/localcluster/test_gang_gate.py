@@ -1,13 +1,15 @@
 """The local cluster's gang stand-in, on the store alone: which pods it places, who waits, with which
-message, and when not."""
+message, and when not; the gang's decision (`decide`) and kube-scheduler's resource fit (fit.py) as tables."""
 from __future__ import annotations
 
 import time
 
 import pytest
 from helpers.objectstore import ObjectBag
+from kubernetes.utils import parse_quantity
 
-from localcluster.controlplane.gang import GangGate, GangScheduler, stand_in_for, unschedulable
+from localcluster.controlplane import fit
+from localcluster.controlplane.gang import GangScheduler, decide, stand_in_for, unschedulable
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
@@ -28,31 +30,139 @@ def podgroup(api_version: str, name: str, min_member: int) -> dict:
             "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min_member}}
 
 
-@pytest.mark.parametrize(("marks", "api_version"), [
-    pytest.param({"volcano": "g"}, VOLCANO, id="volcano"),
-    pytest.param({"coscheduling": "g"}, COSCHEDULING, id="scheduler-plugins"),
+def members(n: int, cpu: str | None = None, *, bound: int = 0, scheduler: str = "volcano") -> list[dict]:
+    """`n` pods of group g asking for `cpu` each, the first `bound` of them bound to the node."""
+    pods = []
+    for i in range(n):
+        manifest = pod(f"g-{i}", volcano="g")
+        manifest["spec"]["schedulerName"] = scheduler
+        if cpu:
+            manifest["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        if i < bound:
+            manifest["spec"]["nodeName"] = "localcluster"
+            manifest["status"] = {"phase": "Running"}
+        pods.append(manifest)
+    return pods
+
+
+def node(cpu: str = "2", memory: str = "4Gi", pods: str = "110", **extra: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "localcluster"},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods, **extra}}}
+
+
+def other(cpu: str, phase: str = "Running", node_name: str = "localcluster") -> dict:
+    """Another job's pod, bound and asking for `cpu`."""
+    return {"metadata": {"name": "x", "namespace": "other"}, "status": {"phase": phase},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+GANG_DOES_NOT_FIT = ("pod group g: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound "
+                     "pods ask for cpu 3 together, node localcluster has cpu 2 free; none is bound until 2 of them fit")
+
+
+@pytest.mark.parametrize(("gang", "min_member", "the_node", "on_node", "bind", "why"), [
+    pytest.param(members(2), None, node(), [], (), "pod group g: waiting for the PodGroup to be created", id="no-podgroup"),
+    pytest.param(members(1), 2, node(), [], (),
+                 "pod group g: 1 of its minMember 2 pods exist; the gang starts when 2 do", id="too-few-pods"),
+    pytest.param(members(2, "1500m"), 2, None, [], (),
+                 "pod group g: 0/0 nodes are available: no Node is registered yet.", id="no-node"),
+    pytest.param(members(2), 2, node(), [], ("g-0", "g-1"), None, id="complete-no-requests"),
+    pytest.param(members(2, "1"), 2, node(), [], ("g-0", "g-1"), None, id="fits-exactly"),
+    pytest.param(members(2, "1500m"), 2, node(), [], (), GANG_DOES_NOT_FIT, id="each-fits-alone-not-together"),
+    pytest.param(members(2, "1"), 2, node(), [other("1")], (),
+                 "pod group g: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound "
+                 "pods ask for cpu 2 together, node localcluster has cpu 1 free; none is bound until 2 of them fit",
+                 id="another-pod-holds-the-room"),
+    pytest.param(members(2, "1"), 2, node(), [other("1", phase="Succeeded")], ("g-0", "g-1"), None,
+                 id="a-finished-pod-holds-nothing"),
+    pytest.param(members(2, "1"), 2, node(), [other("1", node_name="elsewhere")], ("g-0", "g-1"), None,
+                 id="a-pod-on-another-node-holds-nothing"),
+    pytest.param(members(2), 2, node(pods="1"), [], (),
+                 "pod group g: the gang does not fit: 0/1 nodes are unavailable: 1 Too many pods. Its 2 unbound "
+                 "pods ask for pods 2 together, node localcluster has pods 1 free; none is bound until 2 of them fit",
+                 id="too-many-pods"),
+    pytest.param(members(3, "1", bound=2), 3, node(cpu="3"), [], ("g-2",), None, id="a-replacement-joins-its-running-gang"),
+    pytest.param(members(3, "1", bound=2), 3, node(cpu="2"), [], (),
+                 "pod group g: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 1 unbound "
+                 "pod asks for cpu 1 together, node localcluster has cpu 0 free; none is bound until 1 of them fit",
+                 id="a-replacement-that-does-not-fit"),
+    pytest.param(members(3, "1"), 2, node(), [], ("g-0", "g-1"),
+                 "pod group g: 0/1 nodes are unavailable: 1 Insufficient cpu.", id="min-member-fits-the-rest-waits"),
+    pytest.param(members(2, "1"), 2, node(cpu="0"), [], (),
+                 "pod group g: the gang does not fit: 0/1 nodes are unavailable: 1 Insufficient cpu. Its 2 unbound "
+                 "pods ask for cpu 2 together, node localcluster has cpu 0 free; none is bound until 2 of them fit",
+                 id="no-room-at-all"),
+    pytest.param(members(2, "1", scheduler="default-scheduler"), 2, node(), [], (), None,
+                 id="kube-schedulers-pods-are-not-its-own"),
 ])
-def test_gang_waits_for_its_podgroup_then_for_min_member_pods(marks, api_version):
-    store = ObjectBag()
-    gate = GangGate(store)
-    first = store.create(pod("a", **marks))
-    assert gate(first) == "pod group g: waiting for the PodGroup to be created"
-    store.create(podgroup(api_version, "g", 2))
-    assert gate(first) == "pod group g: 1 of its minMember 2 pods exist; the gang starts when 2 do"
-    store.create(pod("other", volcano="h"))  # another group's pod does not count
-    assert gate(first) is not None
-    store.create(pod("b", **marks))
-    assert gate(first) is None
+def test_decide(gang, min_member, the_node, on_node, bind, why):
+    placement = decide(gang, group="g", min_member=min_member, node=the_node, pods=gang + on_node)
+    assert placement.bind == bind
+    waiting = [p["metadata"]["name"] for p in gang if p["metadata"]["name"] not in bind
+               and p["spec"]["schedulerName"] != "default-scheduler" and not p["spec"].get("nodeName")]
+    assert placement.held == dict.fromkeys(waiting, why)
 
 
-def test_pods_outside_a_gang_are_never_held():
-    assert GangGate(ObjectBag())(pod("solo")) is None
+@pytest.mark.parametrize(("resources", "bind", "why"), [
+    pytest.param({"cpu": "2"}, ("solo",), None, id="fits"),
+    pytest.param({"cpu": "3"}, (), "0/1 nodes are unavailable: 1 Insufficient cpu.", id="cpu"),
+    pytest.param({"cpu": "3", "memory": "5Gi"}, (), "0/1 nodes are unavailable: 1 Insufficient cpu, 1 Insufficient memory.",
+                 id="cpu-and-memory"),
+    pytest.param({"nvidia.com/gpu": "1"}, (), "0/1 nodes are unavailable: 1 Insufficient nvidia.com/gpu.",
+                 id="a-gpu-the-node-lacks"),
+])
+def test_a_pod_outside_any_gang_is_bound_once_it_fits(resources, bind, why):
+    solo = pod("solo")
+    solo["spec"]["schedulerName"] = "volcano"
+    solo["spec"]["containers"][0]["resources"] = {"requests": resources}
+    placement = decide([solo], group=None, min_member=None, node=node(), pods=[solo])
+    assert (placement.bind, placement.held) == (bind, {} if why is None else {"solo": why})
 
 
-def test_a_podgroup_of_the_other_api_does_not_open_the_gate():
-    store = ObjectBag()
-    store.create(podgroup(COSCHEDULING, "g", 1))
-    assert GangGate(store)(store.create(pod("a", volcano="g"))) is not None
+def test_a_gang_fits_its_gpus():
+    gang = members(2)
+    for manifest in gang:
+        manifest["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "2"}}
+    assert decide(gang, group="g", min_member=2, node=node(**{"nvidia.com/gpu": "4"}), pods=gang).bind == ("g-0", "g-1")
+    held = decide(gang, group="g", min_member=2, node=node(**{"nvidia.com/gpu": "3"}), pods=gang).held
+    assert "1 Insufficient nvidia.com/gpu. Its 2 unbound pods ask for nvidia.com/gpu 4" in held["g-0"]
+
+
+def spec_of(containers=(), init=(), **spec) -> dict:
+    def c(requests, **more):
+        return {"name": "c", "resources": {"requests": requests}, **more}
+    return {"spec": {"containers": [c(r) for r in containers],
+                     "initContainers": [c(r, **more) for r, more in init], **spec}}
+
+
+@pytest.mark.parametrize(("pod_spec", "expected"), [
+    pytest.param(spec_of([{"cpu": "500m"}, {"cpu": "1", "memory": "1Gi"}]), {"cpu": "1.5", "memory": "1Gi"},
+                 id="containers-add-up"),
+    pytest.param(spec_of([{"cpu": "1"}], [({"cpu": "2"}, {}), ({"cpu": "500m", "memory": "2Gi"}, {})]),
+                 {"cpu": "2", "memory": "2Gi"}, id="largest-init-container-where-more"),
+    pytest.param(spec_of([{"cpu": "1"}], [({"cpu": "500m"}, {"restartPolicy": "Always"}), ({"cpu": "1"}, {})]),
+                 {"cpu": "1.5"}, id="a-sidecar-adds-to-the-containers-and-to-later-init-containers"),
+    pytest.param(spec_of([{"cpu": "1"}], [({"cpu": "2"}, {}), ({"cpu": "500m"}, {"restartPolicy": "Always"})]),
+                 {"cpu": "2"}, id="an-init-container-before-the-sidecar-runs-alone"),
+    pytest.param(spec_of([{"cpu": "1"}], overhead={"cpu": "250m", "memory": "120Mi"}), {"cpu": "1.25", "memory": "120Mi"},
+                 id="overhead"),
+    pytest.param(spec_of([{"cpu": "1", "nvidia.com/gpu": "1"}], resources={"requests": {"cpu": "3", "nvidia.com/gpu": "4"}}),
+                 {"cpu": "3", "nvidia.com/gpu": "1"}, id="pod-level-requests-replace-cpu-and-memory-only"),
+    pytest.param(spec_of(), {}, id="nothing"),
+])
+def test_pod_requests_as_kube_scheduler_counts_them(pod_spec, expected):
+    assert fit.pod_requests(pod_spec) == {name: parse_quantity(value) for name, value in expected.items()}
+
+
+@pytest.mark.parametrize(("resource", "value", "shown"), [
+    pytest.param("cpu", "1500m", "1500m", id="millicores"),
+    pytest.param("cpu", "3", "3", id="cores"),
+    pytest.param("memory", "4Gi", "4Gi", id="gibibytes"),
+    pytest.param("memory", "1000", "1000", id="bytes"),
+    pytest.param("nvidia.com/gpu", "1024", "1024", id="a-count-has-no-unit"),
+])
+def test_quantities_are_shown_as_written(resource, value, shown):
+    assert fit.show(resource, parse_quantity(value)) == shown
 
 
 def scheduled(store: ObjectBag, name: str) -> tuple[str | None, dict]:
@@ -79,7 +189,9 @@ def test_the_stand_in_places_only_the_pods_of_other_schedulers(scheduler, mine):
 
 def test_the_stand_in_binds_a_gang_only_once_it_is_complete_and_says_why_until_then():
     store = ObjectBag()
-    gang = GangScheduler(store)
+    store.create(podgroup(COSCHEDULING, "g", 1))  # of the other API: not this gang's
+    store.create({**pod("other", volcano="h"), "spec": {**pod("x")["spec"], "schedulerName": "volcano"}})  # another gang's
+    gang = GangScheduler(store, read_node=node)
     gang.start()
     try:
         for name in ("a", "b"):
@@ -97,6 +209,7 @@ def test_the_stand_in_binds_a_gang_only_once_it_is_complete_and_says_why_until_t
         while scheduled(store, "b")[0] is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert scheduled(store, "a")[0] == scheduled(store, "b")[0] == "localcluster"
+        assert scheduled(store, "other")[0] is None
     finally:
         gang.stop()
 
