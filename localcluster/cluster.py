@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 from localcluster.cli.jobstatus import status_reader_for
 from localcluster.config import ControllerConfig, load_controller_configs
-from localcluster.controlplane.apistore import ApiStore
+from localcluster.controlplane.apistore import AGENT_EMULATION, ApiStore
 from localcluster.controlplane.gang import GangScheduler, api_node
 from localcluster.controlplane.kueue import Kueue
 from localcluster.controlplane.processes import ControlPlane, ensure_namespace, prepare_cluster
@@ -109,6 +109,7 @@ class LocalCluster:
         kubelet_mode: str = "process",
         service_dns: bool = False,
         kueue: bool = False,
+        audit_reads: bool = False,
     ):
         """It runs on the real control plane `control_plane` (a test session's, say), or on one started
         here, in `control_plane_dir` (default <state dir>/controlplane), and stopped with the cluster.
@@ -125,13 +126,15 @@ class LocalCluster:
         `kueue` installs and starts a real Kueue (localcluster/controlplane/kueue.py, built by `make kueue`) before any pod can
         be created; it needs a control plane of its own: its webhooks and its finalizers on pods would outlive it
         on a shared one. `cpus`, `memory` and `gpus` size the Node the pods are scheduled to (node/registration.py: this
-        machine's CPUs and memory by default); a bad value is a ValueError naming the option."""
+        machine's CPUs and memory by default); a bad value is a ValueError naming the option. `audit_reads` has
+        the control plane it starts log every read with its client (`ControlPlane.audit_reads`)."""
         if kueue and control_plane is not None:
             raise ValueError("LocalCluster(kueue=True) starts its own control plane: Kueue's webhooks and pod finalizers "
                              "would outlive it on a shared one")
         self.state_dir = Path(state_dir).resolve()
         self.configs = configs or load_controller_configs()
         self.control_plane, self.control_plane_dir = control_plane, control_plane_dir
+        self._audit_reads = audit_reads
         self._own_control_plane = False
         self._strict_dns, self._restart_backoff = strict_dns, restart_backoff
         self.node_size: NodeSize = machine_size(cpus, memory, gpus)
@@ -178,7 +181,7 @@ class LocalCluster:
             # A fresh cluster every time: what an earlier run left in etcd would come back to life.
             workdir = self.control_plane_dir or self.state_dir / "controlplane"
             shutil.rmtree(workdir, ignore_errors=True)
-            self.control_plane = ControlPlane(workdir=workdir, hold_controllers=True)
+            self.control_plane = ControlPlane(workdir=workdir, hold_controllers=True, audit_reads=self._audit_reads)
             self._own_control_plane = True
             self.control_plane.start()
         self.log_server = KubeletLogServer(self._log_file, self._pod_running)
@@ -283,8 +286,10 @@ class LocalCluster:
         raise RuntimeError(f"no loopback address with port {port} free for the hooks: {last_error}")
 
     def _stand_in(self, config: ControllerConfig) -> MetacontrollerStandIn:
-        return MetacontrollerStandIn(self.store, config, self._backend, time_scale=self._time_scale, throttle=self.throttle,
-                                     stale=self._stale, hot_loop_syncs=self._hot_loop_syncs, service_dns=self._service_dns)
+        # Its own User-Agent, so the API server's audit log tells its requests from the kubelet's and a test's.
+        return MetacontrollerStandIn(self.store.agent(AGENT_EMULATION), config, self._backend, time_scale=self._time_scale,
+                                     throttle=self.throttle, stale=self._stale, hot_loop_syncs=self._hot_loop_syncs,
+                                     service_dns=self._service_dns)
 
     def use_controller(self, config: ControllerConfig) -> MetacontrollerStandIn:
         """Install another CompositeController for a parent kind on the running cluster (a gang

@@ -10,6 +10,11 @@ Reads, as a controller makes them:
   it returns can lag the server by a watch event, as Metacontroller's informers do;
 - `get` asks the server (Metacontroller's status write and the kubelet read fresh objects).
 Watchers are called from the informer threads, in the server's order for each kind.
+
+Each request names its client in its User-Agent, so the API server's audit log tells them apart:
+the informers (`AGENT_INFORMER`), the Metacontroller emulation (`agent(AGENT_EMULATION)`, the
+view LocalCluster hands it) and everything else in the process (`AGENT`: the kubelet, the CLI,
+a test's own reads).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ PLURALS: dict[tuple[str, str], str] = {
     **{(api_version, kind): plural for (api_version, plural), kind in {**KNOWN_KINDS, **PARENT_KINDS, **RELATED_KINDS}.items()},
     ("v1", "Event"): "events",
 }
+AGENT, AGENT_INFORMER, AGENT_EMULATION = "localcluster", "localcluster-informer", "localcluster-metacontroller"
 WATCH_TIMEOUT_SECONDS = 240  # the server ends a watch after this; the informer resumes from its resourceVersion
 RETRY_SECONDS = 0.5
 
@@ -72,7 +78,7 @@ class _Informer(threading.Thread):
         self.resource_version = ""
 
     def run(self) -> None:
-        client = self.store.new_client()
+        client = self.store.new_client(AGENT_INFORMER)
         while not self.store.stopped.is_set():
             try:
                 if not self.resource_version:
@@ -145,8 +151,16 @@ class ApiStore:
         self._streams: set[Any] = set()
         self._streams_lock = threading.Lock()
 
-    def new_client(self) -> kubernetes.client.ApiClient:
-        return kubernetes.config.new_client_from_config(config_file=self.kubeconfig)
+    def new_client(self, agent: str = AGENT) -> kubernetes.client.ApiClient:
+        client = kubernetes.config.new_client_from_config(config_file=self.kubeconfig)
+        client.user_agent = agent
+        return client
+
+    def agent(self, name: str) -> ApiStore:
+        """This store (its informers, caches and watchers) with requests of its own sent as `name`."""
+        view = copy.copy(self)
+        view.client = self.new_client(name)
+        return view
 
     # --- life ------------------------------------------------------------------------------------
 
@@ -193,7 +207,7 @@ class ApiStore:
             timeout: float = 30.0) -> urllib3.HTTPResponse:
         client = client or self.client
         config = client.configuration
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": client.user_agent}
         client.update_params_for_auth(headers, [], ["BearerToken"])  # the token from the kubeconfig, if it has one
         # The kubernetes client has no type hints; its pool manager is urllib3's, whose request() returns this.
         response: urllib3.HTTPResponse = client.rest_client.pool_manager.request(

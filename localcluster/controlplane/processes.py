@@ -179,6 +179,9 @@ class ControlPlane:
     feature_gates: tuple[str, ...] = ()
     hold_controllers: bool = False
     scheduler: bool = True
+    # Log every read (GET, LIST, WATCH) of an object to `audit_log`, with who made it: what tells one
+    # client's reads from another's, which `request_counts` (no user or agent there) cannot.
+    audit_reads: bool = False
     components: list[Component] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     token: str = ""
@@ -198,6 +201,10 @@ class ControlPlane:
     @property
     def scheduler_kubeconfig(self) -> Path:
         return self.root / "scheduler.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit.log"
 
     @property
     def ca_file(self) -> Path:
@@ -294,8 +301,22 @@ class ControlPlane:
             # Reach a node's kubelet (pods/log, exec) at its InternalIP, not at its host name.
             "--kubelet-preferred-address-types=InternalIP",
             *self._gates(),
+            *self._audit_flags(),
             *self.extra_apiserver_flags,
         ]
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit_reads:
+            return []
+        policy = self.root / "audit-policy.json"
+        # Metadata (who, verb, resource; no bodies) for reads of API objects; nothing else. A watch is
+        # logged when it starts and when it ends (ResponseStarted, ResponseComplete).
+        policy.write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "None", "nonResourceURLs": ["*"]},
+                      {"level": "Metadata", "verbs": ["get", "list", "watch"]},
+                      {"level": "None"}]}))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}"]
 
     def _gates(self) -> list[str]:
         return [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []

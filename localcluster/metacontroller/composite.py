@@ -2,7 +2,7 @@
 
 A sync reads the parent from the parent informer's cache (informer.py) and its children from the
 child caches, claims them (controllerref.py), asks the customize hook for related objects once per
-parent generation (customize.py), calls the sync hook, checks the answer, then writes: children
+parent generation and again when its answer is 20 minutes old (customize.py), calls the sync hook, checks the answer, then writes: children
 one object at a time (manage_children.py), and the status replaced wholesale plus
 `observedGeneration`, over a fresh read. Every API request goes through the client throttle
 (throttle.py) when one is given. `Emulation` is stepped by its caller (the scenario tests); the
@@ -34,6 +34,9 @@ from .throttle import ClientThrottle
 # client-go's retry.DefaultBackoff, which RetryOnConflict gives the status write: 4 tries, the pauses
 # between them 10 ms growing fivefold (its 10 % jitter left out).
 STATUS_BACKOFF = (0.01, 0.05, 0.25, 0.0)
+# How long a customize answer is kept: v4.17.2's customize/manager.go caches it by parent uid and
+# generation with a 20-minute expiry counted from when it was asked (zcache; a read does not renew it).
+CUSTOMIZE_TTL_SECONDS = 20 * 60.0
 
 Stale = Literal["parent", "children"]
 
@@ -62,9 +65,10 @@ class ParentState:
     stale_pending: bool = False
     children_seen: dict[str, dict[str, KubeObject]] | None = None  # stale="children": the previous sync's view
     syncs: int = 0  # completed syncs, for tests that count what a resync costs
-    # The customize hook's last answer and the parent generation it was asked for (Metacontroller
-    # keeps one per parent uid and generation: a status change does not ask again).
-    related_rules: tuple[int, list[RelatedRule]] | None = None
+    # The customize hook's last answer: the parent generation it was asked for, when (the clock's
+    # reading) and its rules. Metacontroller keeps one per parent uid and generation for 20 minutes:
+    # a status change does not ask again, a new generation or the expiry does.
+    related_rules: tuple[int, float, list[RelatedRule]] | None = None
 
 
 class Emulation:
@@ -82,10 +86,14 @@ class Emulation:
         stale: Stale | None = None,
         order_seed: int | None = None,
         customize: Callable[[dict[str, Any]], Any] | None = None,
+        customize_ttl: float = CUSTOMIZE_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.store, self.config, self.hook = store, config, hook
         # The customize hook, called only when the controller declares one (config.customize_path).
         self.customize = customize if config.customize_path else None
+        # The customize answer's lifetime and the clock it is measured on (a test's own, to expire it).
+        self.customize_ttl, self.clock = customize_ttl, clock
         self.throttle = throttle
         self.stale = stale
         self._random = random.Random(order_seed)
@@ -190,17 +198,20 @@ class Emulation:
     # --- related objects (the customize hook) ----------------------------------------------------
 
     def related_rules(self, parent: KubeObject) -> list[RelatedRule]:
-        """The customize hook's rules for a parent, asked once per generation (customize/manager.go
-        caches the answer by parent uid and generation); a failed call or a bad answer fails the sync."""
+        """The customize hook's rules for a parent, asked once per generation and again once the answer
+        is `customize_ttl` old (customize/manager.go caches it by parent uid and generation for 20
+        minutes); a failed call or a bad answer fails the sync and is not kept."""
         if self.customize is None:
             return []
         state = self._states[parent["metadata"]["uid"]]
         generation = parent["metadata"].get("generation", 0)
-        if state.related_rules is not None and state.related_rules[0] == generation:
-            return state.related_rules[1]
+        if state.related_rules is not None:
+            asked_for, kept_since, kept = state.related_rules
+            if asked_for == generation and self.clock() - kept_since <= self.customize_ttl:
+                return kept
         answer = self.customize({"controller": copy.deepcopy(self.config.raw), "parent": copy.deepcopy(parent)})
         rules = related_rules(answer, parent["metadata"]["namespace"])
-        state.related_rules = (generation, rules)
+        state.related_rules = (generation, self.clock(), rules)  # kept from the answer on, as zcache's Set
         return rules
 
     def related_objects(self, parent: KubeObject) -> dict[str, dict[str, KubeObject]]:

@@ -133,7 +133,7 @@ class MetacontrollerStandIn(Emulation):
         namespace = obj.get("metadata", {}).get("namespace")
         return [uid for uid, state in list(self._states.items())
                 if state.related_rules is not None and state.key[0] == namespace
-                and any(rule.matches(obj, state.key[0]) for rule in state.related_rules[1])]
+                and any(rule.matches(obj, state.key[0]) for rule in state.related_rules[2])]
 
     def enqueue(self, uid: str, delay: float = 0.0) -> None:
         """Sync a parent after `delay` seconds (the earliest request wins)."""

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.cluster import events_for, why_it_ended
+from helpers.costs import audit_mark, delta, metacontroller_reads, record_cost
 from helpers.engines import cluster_under
 
 from localcluster.cluster import LocalCluster, condition, finished
@@ -233,9 +234,14 @@ def test_active_deadline_fires_on_time_with_no_other_event(cluster: LocalCluster
     cluster.wait_for(lambda: cluster.pod("deadline-worker-0") is None, 10, what="running pod cleaned up")
 
 
-def test_suspend_removes_pods_and_resume_runs_to_success(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
-    with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane, restart_backoff=(0.2, 1.0)) as cluster:
+def test_suspend_removes_pods_and_resume_runs_to_success(tmp_path: Path, metacontroller: str):
+    # A control plane of its own, its reads audited: the scenario's cost is recorded (helpers/costs.py).
+    with cluster_under(tmp_path / "state", metacontroller, restart_backoff=(0.2, 1.0), audit_reads=True) as cluster:
+        assert cluster.control_plane is not None
+        before, mark = cluster.control_plane.request_counts(), audit_mark(cluster)
         suspend_and_resume(cluster)
+        record_cost("MXJob (2 workers) suspended, resumed, run to success",
+                    delta(cluster.control_plane.request_counts(), before), cluster.engine, metacontroller_reads(cluster, mark))
 
 
 def suspend_and_resume(cluster: LocalCluster) -> None:

@@ -31,6 +31,7 @@ from localcluster.config import parse_composite_controller
 from localcluster.controlplane.apistore import ApiStore
 from localcluster.controlplane.processes import ControlPlane
 from localcluster.metacontroller import LAST_APPLIED, ClientThrottle, Emulation, MetacontrollerStandIn, SyncError, three_way_merge
+from localcluster.metacontroller.composite import CUSTOMIZE_TTL_SECONDS
 from localcluster.store import ADDED, DELETED, StoreError
 from localcluster.types import KubeObject
 
@@ -371,6 +372,21 @@ def test_a_change_of_a_related_pod_syncs_its_parent_at_once_with_the_pod_in_rela
     finally:
         controller.stop()
         hook.server.shutdown()
+
+
+@pytest.mark.parametrize(("later", "asked_again"), [(0.0, False), (CUSTOMIZE_TTL_SECONDS, False), (CUSTOMIZE_TTL_SECONDS + 1, True)],
+                         ids=["at-once-kept", "at-20-minutes-kept", "after-20-minutes-asked-again"])
+def test_a_customize_answer_is_kept_20_minutes_for_one_generation_then_asked_again(later: float, asked_again: bool):
+    """As v4.17.2's customize cache (uid and generation, expiring 20 minutes after the answer): the
+    same generation synced again within them reuses the answer, after them asks the hook again."""
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    now = [1000.0]
+    sim.emulation.clock = lambda: now[0]
+    sim.sync()
+    asked = sim.customize_calls
+    now[0] += later
+    sim.sync()
+    assert sim.customize_calls == asked + asked_again
 
 
 # --- the parent is read from the informer's cache -----------------------------------------------------

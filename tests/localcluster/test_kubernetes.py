@@ -10,8 +10,6 @@ the Metacontroller emulation costs the API server, counted by the server itself
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
@@ -21,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.costs import audit_mark, delta, metacontroller_reads, record_cost, writes
 from helpers.engines import cluster_under, syncs, wait_syncs, with_resync
 
 from localcluster.cluster import LocalCluster, condition, finished
-from localcluster.controlplane.apistore import PLURALS
 from localcluster.controlplane.processes import bin_dir
 from localcluster.store import StoreError
 from localcluster.types import KubeObject
@@ -33,10 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.apiserver]
 
 ROOT = Path(__file__).resolve().parents[2]
 SLEEP = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"]
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
-# Every resource a job's controllers (Metacontroller, the Job and StatefulSet controllers, the kubelet
-# for its pods) write: the parents, the children and Events, as the local cluster's client names them.
-JOB_RESOURCES = frozenset(PLURALS.values())
 
 
 @pytest.fixture
@@ -50,31 +44,12 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 def engine_cluster(tmp_path: Path, metacontroller: str) -> Iterator[LocalCluster]:
     """A cluster under either Metacontroller (helpers/engines.py), every parent resynced each second
     and its syncs counted by the fault proxy, so a test waits for syncs without reaching into the engine.
-    Under the real one, its log must hold no error at the end."""
+    Under the real one, its log must hold no error at the end. Reads are audited, so a scenario counts
+    Metacontroller's own (helpers/costs.py)."""
     # GPUs for the shipped GPU example, as in `cluster`.
-    with cluster_under(tmp_path / "state", metacontroller, restart_backoff=(0.2, 1.0), configs=with_resync(1), gpus=8) as c:
+    with cluster_under(tmp_path / "state", metacontroller, restart_backoff=(0.2, 1.0), configs=with_resync(1), gpus=8,
+                       audit_reads=True) as c:
         yield c
-
-
-def writes(counts: dict[tuple[str, str, str], int]) -> dict[str, int]:
-    """Write requests to what a job's own controllers write (its parent, its children, the pods and
-    Events), by 'VERB resource[/subresource]'. The control plane's own upkeep is left out: its
-    components renew their leader leases (PUT leases) every few seconds, and the node's lease and
-    status are the kubelet's, nothing of the job's."""
-    return {f"{verb} {resource}{'/' + sub if sub else ''}": n for (verb, resource, sub), n in sorted(counts.items())
-            if verb in WRITES and n and resource in JOB_RESOURCES}
-
-
-def delta(after: dict, before: dict) -> dict:
-    return {key: after[key] - before.get(key, 0) for key in after if after[key] - before.get(key, 0)}
-
-
-def record_cost(scenario: str, counts: dict[tuple[str, str, str], int], engine: str = "emulation") -> None:
-    target = os.environ.get("SCENARIO_COSTS")
-    if target:
-        by_request = {f"{verb} {resource}{'/' + sub if sub else ''}": n for (verb, resource, sub), n in sorted(counts.items())}
-        with open(target, "a") as out:
-            out.write(json.dumps({"scenario": scenario, "engine": engine, "requests": by_request}) + "\n")
 
 
 def shell_mxjob(name: str, *, worker: list[str] = SLEEP, finalizers: list[str] | None = None) -> KubeObject:
@@ -152,7 +127,7 @@ def test_the_gpu_chainerjob_settles_with_zero_writes_per_resync(cluster: LocalCl
 def test_delete_and_create_again_under_the_same_name_leaks_no_status_and_the_old_children_go(engine_cluster: LocalCluster):
     cluster = engine_cluster
     assert cluster.control_plane is not None
-    before = cluster.control_plane.request_counts()
+    before, mark = cluster.control_plane.request_counts(), audit_mark(cluster)
     old = cluster.submit(shell_mxjob("again", worker=["sh", "-c", "exit 3"]))
     failed = cluster.wait_finished("again", 60)
     assert finished(failed) == "Failed"
@@ -185,13 +160,13 @@ def test_delete_and_create_again_under_the_same_name_leaks_no_status_and_the_old
         time.sleep(0.3)
     assert condition(cluster.get_job("again"), "Running")["status"] == "True"  # type: ignore[index]
     record_cost("MXJob deleted and created again under its name", delta(cluster.control_plane.request_counts(), before),
-                cluster.engine)
+                cluster.engine, metacontroller_reads(cluster, mark))
 
 
 def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the_garbage_collector(engine_cluster: LocalCluster):
     cluster = engine_cluster
     assert cluster.control_plane is not None
-    before = cluster.control_plane.request_counts()
+    before, mark = cluster.control_plane.request_counts(), audit_mark(cluster)
     job = cluster.submit(shell_mxjob("held", finalizers=["example.com/hold"]))
     uid = job["metadata"]["uid"]
     pods = cluster.wait_for(lambda: all_running(cluster, "held", 2), 60, what="both workers running")
@@ -222,7 +197,8 @@ def test_a_parent_held_by_a_finalizer_is_synced_but_its_children_are_left_to_the
     cluster.wait_for(lambda: not [o for kind in ("Pod", "Service", "ConfigMap") for o in cluster.store.list("v1", kind, "default")
                                   if (o["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid],
                      30, what="the garbage collector to remove the held job's children")
-    record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before), cluster.engine)
+    record_cost("MXJob held by a finalizer, then released", delta(cluster.control_plane.request_counts(), before), cluster.engine,
+                metacontroller_reads(cluster, mark))
 
 
 def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalCluster):
@@ -231,17 +207,19 @@ def test_a_settled_mxjob_costs_zero_writes_per_resync(engine_cluster: LocalClust
     job = cluster.submit(shell_mxjob("quiet"))
     cluster.wait_for(lambda: all_running(cluster, "quiet", 2), 60, what="both workers running")
     settle(cluster)
-    settled, synced = cluster.control_plane.request_counts(), syncs(cluster, job)
+    settled, synced, mark = cluster.control_plane.request_counts(), syncs(cluster, job), audit_mark(cluster)
     resynced = wait_syncs(cluster, job, 5) - synced
     cost = delta(cluster.control_plane.request_counts(), settled)
-    record_cost(f"settled MXJob, {resynced} resyncs", cost, cluster.engine)
+    reads = metacontroller_reads(cluster, mark)
+    record_cost(f"settled MXJob, {resynced} resyncs", cost, cluster.engine, reads)
     # An Event may land in the window, written late by kube-scheduler's or the controllers' recorder for
     # what happened before it (seen once in three runs); not the job's write. A sync error would be one
     # of Metacontroller's, and the real engine's log check says so.
     assert {request: n for request, n in writes(cost).items() if request != "POST events"} == {}
-    # At most one read per resync, the status write's fresh GET: the sync itself reads the parent
-    # from the watch-fed cache, as Metacontroller reads its informer's.
-    assert cost.get(("GET", "mxjobs", ""), 0) <= resynced + 1, cost
+    # Metacontroller's reads (the audit log's, not a test's): at most one per resync, the status write's
+    # fresh GET; the sync itself reads the parent from the watch-fed cache, as Metacontroller reads its
+    # informer's, and the children from theirs.
+    assert set(reads) == {("GET", "mxjobs", "")} and reads[("GET", "mxjobs", "")] <= resynced + 1, reads
 
 
 @pytest.mark.chainer
@@ -257,7 +235,7 @@ def test_a_template_edit_restarts_nothing(engine_cluster: LocalCluster):
     submitted = cluster.submit(job)
     running = cluster.wait_for(lambda: all_running(cluster, name, 3), 60, what="two workers and the master running")
     settle(cluster)
-    before = cluster.control_plane.request_counts()
+    before, mark = cluster.control_plane.request_counts(), audit_mark(cluster)
 
     def add_env(j: KubeObject) -> None:
         j["spec"]["workerSets"]["big"]["template"]["spec"]["containers"][0]["env"] = [{"name": "EDITED", "value": "1"}]
@@ -271,8 +249,9 @@ def test_a_template_edit_restarts_nothing(engine_cluster: LocalCluster):
     cluster.wait_for(edited, 30, what="the big worker set's template to carry the edit")
     wait_syncs(cluster, submitted, 3)
     assert all_running(cluster, name, 3) == running
-    pod_writes = {request: n for request, n in writes(delta(cluster.control_plane.request_counts(), before)).items()
-                  if request.split()[1] in ("pods", "jobs")}
+    cost = delta(cluster.control_plane.request_counts(), before)
+    record_cost("ChainerJob's worker template edited, 3 syncs after", cost, cluster.engine, metacontroller_reads(cluster, mark))
+    pod_writes = {request: n for request, n in writes(cost).items() if request.split()[1] in ("pods", "jobs")}
     assert pod_writes == {}
 
 
