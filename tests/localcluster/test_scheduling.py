@@ -3,7 +3,7 @@
 On the real control plane, against a Node of 2 CPUs and 4 GiB (whatever this machine has): a pod
 that does not fit stays Pending with the scheduler's own message, and the job says it waits and why
 until activeDeadlineSeconds ends it, naming the pod; a scheduling gate holds a pod unbound until it
-is removed; a high-priority pod preempts a running low-priority MXJob's pod (DisruptionTarget from
+is removed; a high-priority MXJob preempts a running low-priority MXJob's pod (DisruptionTarget from
 the scheduler), whose job restarts whole, naming the preemption, and succeeds once there is room again.
 """
 
@@ -111,7 +111,13 @@ LOOP_UNTIL_STOPPED = "trap 'exit 143' TERM; while true; do sleep 1 & wait; done"
 # else; docs/lifecycle.md, "Disruptions").
 STOPS_IN_2_S = "trap 'sleep 2; exit 143' TERM; while true; do sleep 1 & wait; done"
 PREEMPTED = "PreemptionByScheduler"
+URGENT = "urgent"
 PREEMPTED_SAYS = "default-scheduler: preempting to accommodate a higher priority pod"
+
+
+def submit_urgent_job(cluster: LocalCluster, seconds: int) -> None:
+    """A high-priority MXJob whose one worker asks for the 1.5 CPUs a running low-priority pod holds."""
+    cluster.submit(mxjob(URGENT, cpu="1500m", priority_class="test-high", command=["sh", "-c", f"sleep {seconds}"]))
 
 
 def distributed_low_priority_job(done: Path) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def distributed_low_priority_job(done: Path) -> dict[str, Any]:
     return job
 
 
-def test_a_high_priority_pod_preempts_a_low_priority_job_which_restarts_whole_and_succeeds(
+def test_a_high_priority_job_preempts_a_low_priority_job_which_restarts_whole_and_succeeds(
         cluster: LocalCluster, tmp_path: Path):
     """kube-scheduler preempts the running worker (DisruptionTarget, then its deletion); the kubelet
     writes it Failed before it is gone; the job restarts as attempt 1 naming the victim and the
@@ -146,10 +152,7 @@ def test_a_high_priority_pod_preempts_a_low_priority_job_which_restarts_whole_an
     cluster.submit(distributed_low_priority_job(tmp_path / "done"))
     first = cluster.wait_for(lambda: (p := cluster.pod("low-worker-0")) and p.get("status", {}).get("phase") == "Running" and p,
                              60, what="the low-priority worker running")
-    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "default"},
-                          "spec": {"priorityClassName": "test-high", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                                   "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 6"],
-                                                   "resources": {"requests": {"cpu": "1500m"}}}]}})
+    submit_urgent_job(cluster, 6)
 
     messages: set[str] = set()
 
@@ -173,11 +176,11 @@ def test_a_high_priority_pod_preempts_a_low_priority_job_which_restarts_whole_an
                   f"{PREEMPTED}: '{PREEMPTED_SAYS}'); every pod that has not succeeded is deleted and created again "
                   "with MXJOB_ATTEMPT=1 (restarts so far: 1).")
     assert restarting in messages, messages
-    # While the high-priority pod held the CPU, the job said which pod waited and why.
+    # While the high-priority job held the CPU, the job said which pod waited and why.
     assert any("it waits for the scheduler: pod low-worker-0 is not scheduled: 0/1 nodes are available: 1 Insufficient cpu"
                in m for m in messages), messages
     assert ended["status"]["restartCount"] == 1 and ended["status"]["attempt"] == 1
-    assert cluster.pod("urgent")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+    assert finished(cluster.wait_finished(URGENT, timeout=30)) == "Succeeded"
 
 
 def test_the_kubelet_registers_its_node_with_the_size_asked_for_and_keeps_it_untainted(cluster: LocalCluster):
@@ -251,7 +254,7 @@ def low_priority_chainerjob(done: Path, *, big: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("victim", ["worker", "master"])
-def test_a_high_priority_pod_preempts_a_chainerjob_pod_and_the_job_restarts_whole_and_completes(
+def test_a_high_priority_job_preempts_a_chainerjob_pod_and_the_job_restarts_whole_and_completes(
         cluster: LocalCluster, tmp_path: Path, victim: str):
     """kube-scheduler preempts the running pod whose loss frees the room (the one of 1.5 CPUs). A worker
     would be recreated by its StatefulSet under the same name, which the master's mpiexec never admits; a
@@ -274,10 +277,7 @@ def test_a_high_priority_pod_preempts_a_chainerjob_pod_and_the_job_restarts_whol
     first = master if victim == "master" else cluster.pod("low-workerset-ws-0")
     assert first is not None and first["status"]["phase"] == "Running"
     name = first["metadata"]["name"]
-    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "default"},
-                          "spec": {"priorityClassName": "test-high", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                                   "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 10"],
-                                                   "resources": {"requests": {"cpu": "1500m"}}}]}})
+    submit_urgent_job(cluster, 10)
 
     messages: set[str] = set()
 
@@ -295,7 +295,7 @@ def test_a_high_priority_pod_preempts_a_chainerjob_pod_and_the_job_restarts_whol
     restarting = (f"ChainerJob default/low is restarting as attempt 1: {lost}; its master Job and worker StatefulSets "
                   "are deleted and created again with MXJOB_ATTEMPT=1 (restarts so far: 1 of runPolicy.maxRestarts 3).")
     assert restarting in messages, messages
-    # While the high-priority pod held the CPU, the job said which pod waited and why: the worker (in
+    # While the high-priority job held the CPU, the job said which pod waited and why: the worker (in
     # Waiting), or the new master (in Restarting, its workers ready).
     waiting = "low-workerset-ws-0" if victim == "worker" else "low-master-"
     assert any(f"it waits for the scheduler: pod {waiting}" in m and "is not scheduled: 0/1 nodes are available: "
@@ -304,4 +304,4 @@ def test_a_high_priority_pod_preempts_a_chainerjob_pod_and_the_job_restarts_whol
     restarted = condition(ended, "Restarting")
     assert restarted is not None and restarted["status"] == "False"
     assert restarted["message"] == f"ChainerJob default/low: attempt 1 runs (the job was restarted after {lost})."
-    assert cluster.pod("urgent")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+    assert finished(cluster.wait_finished(URGENT, timeout=30)) == "Succeeded"
