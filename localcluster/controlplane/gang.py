@@ -184,10 +184,14 @@ class GangScheduler(threading.Thread):
         self._halt = threading.Event()
 
     def start(self) -> None:
+        self.observe()
+        super().start()
+
+    def observe(self) -> None:
+        """Follow the store's pods from now on, starting with every pod it holds."""
         self.store.watch(self._on_event)
         for pod in self.store.list("v1", "Pod"):
             self._on_event("ADDED", pod)
-        super().start()
 
     def _on_event(self, event: str, obj: KubeObject) -> None:
         if obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1":
@@ -203,20 +207,34 @@ class GangScheduler(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
-            with self._lock:
-                pending = list(self._pending.items())
-            placed: set[tuple[str, Any]] = set()  # the gangs (or lone pods) placed this round
-            for key, uid in pending:
-                try:
-                    self._place(key, uid, placed)
-                except StoreError:
-                    pass  # gone or changed meanwhile: its next event says what to do
-                except Exception:  # a bug must not stop the scheduler
-                    traceback.print_exc()
+            self.schedule_once()
             self._wake.wait(POLL_SECONDS)
             self._wake.clear()
 
-    def _place(self, key: tuple[str, str], uid: str, placed: set[tuple[str, Any]]) -> None:
+    def schedule_once(self) -> None:
+        """One round: every pending gang (or lone pod) is placed or held, against one reading of the Node."""
+        with self._lock:
+            pending = list(self._pending.items())
+        if not pending:
+            return
+        try:
+            # The Node's allocatable does not change within a round; what the round binds is counted by `_pods`.
+            node = self.read_node()
+        except StoreError:
+            return  # the API server did not answer: the next round reads it again
+        except Exception:  # a bug must not stop the scheduler
+            traceback.print_exc()
+            return
+        placed: set[tuple[str, Any]] = set()  # the gangs (or lone pods) placed this round
+        for key, uid in pending:
+            try:
+                self._place(key, uid, placed, node)
+            except StoreError:
+                pass  # gone or changed meanwhile: its next event says what to do
+            except Exception:  # a bug must not stop the scheduler
+                traceback.print_exc()
+
+    def _place(self, key: tuple[str, str], uid: str, placed: set[tuple[str, Any]], node: KubeObject | None) -> None:
         pod = self.store.get("v1", "Pod", *key)
         if pod is None or pod["metadata"]["uid"] != uid or not stand_in_for(pod):
             with self._lock:
@@ -233,7 +251,7 @@ class GangScheduler(threading.Thread):
             members = [p for p in self.store.list_shared("v1", "Pod", namespace)
                        if group_of(p) == group and not p["metadata"].get("deletionTimestamp")]
         placement = decide(members, group=group[1] if group else None, min_member=min_member,
-                           node=self.read_node(), pods=self._pods())
+                           node=node, pods=self._pods())
         by_name = {p["metadata"]["name"]: p for p in members}
         for name in placement.bind:
             self._bind(namespace, by_name[name])

@@ -10,6 +10,7 @@ from kubernetes.utils import parse_quantity
 
 from localcluster.controlplane import fit
 from localcluster.controlplane.gang import GangScheduler, decide, stand_in_for, unschedulable
+from localcluster.store import StoreError
 
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING = "scheduling.x-k8s.io/v1alpha1"
@@ -212,6 +213,48 @@ def test_the_stand_in_binds_a_gang_only_once_it_is_complete_and_says_why_until_t
         assert scheduled(store, "other")[0] is None
     finally:
         gang.stop()
+
+
+def test_a_round_reads_the_node_once_and_counts_what_it_bound_before_the_next_gang():
+    store, reads = ObjectBag(), []
+
+    def read_node() -> dict:
+        reads.append(1)
+        return node(cpu="2")
+    for group in ("g1", "g2", "g3"):  # 1 cpu each: two of them fit a 2-cpu node
+        store.create(podgroup(VOLCANO, group, 2))
+        for i in range(2):
+            manifest = pod(f"{group}-{i}", volcano=group)
+            manifest["spec"]["schedulerName"] = "volcano"
+            manifest["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m"}}
+            store.create(manifest)
+    gang = GangScheduler(store, read_node=read_node)
+    gang.observe()
+    gang.schedule_once()
+    assert len(reads) == 1
+    bound = {name: scheduled(store, name)[0] for name in ("g1-0", "g1-1", "g2-0", "g2-1", "g3-0", "g3-1")}
+    assert bound == {"g1-0": "localcluster", "g1-1": "localcluster", "g2-0": "localcluster", "g2-1": "localcluster",
+                     "g3-0": None, "g3-1": None}
+    assert "the gang does not fit" in scheduled(store, "g3-0")[1]["message"]
+
+
+def test_a_round_without_the_node_binds_nothing_and_the_next_round_reads_it_again():
+    store, answers = ObjectBag(), [StoreError(503, "ServiceUnavailable", "the API server is restarting"), node()]
+
+    def read_node() -> dict:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    store.create(podgroup(VOLCANO, "g", 1))
+    store.create(members(1)[0])
+    gang = GangScheduler(store, read_node=read_node)
+    gang.observe()
+    gang.schedule_once()
+    assert scheduled(store, "g-0")[0] is None
+    gang.schedule_once()
+    assert scheduled(store, "g-0")[0] == "localcluster"
+    assert answers == []
 
 
 def test_a_held_pods_condition_is_written_once_while_the_reason_holds():
