@@ -122,11 +122,10 @@ class Emulation:
     def _event(self, state: ParentState, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(time.time(), state.key[1], type_, reason, message))
 
-    def _api_call(self, requests: int = 1) -> None:
-        """Wait for the throttle's turn of `requests` API requests."""
+    def _api_call(self) -> None:
+        """Wait for the throttle's turn of one API request."""
         if self.throttle is not None:
-            for _ in range(requests):
-                self.throttle.take()
+            self.throttle.take()
 
     def track(self, parent: KubeObject) -> str:
         """Start following a parent (the informer's add); its uid."""
@@ -342,12 +341,12 @@ class Emulation:
         wrote, errors = False, []
         doomed = [key for key, obj in observed.items() if key not in desired and not obj["metadata"].get("deletionTimestamp")]
         for key in ordered(doomed, self._random):
-            self._api_call(2)  # a read to check the uid, then the DELETE
+            self._api_call()
             try:
-                current = self.store.get(*key)
-                if current is not None and current["metadata"]["uid"] == observed[key]["metadata"]["uid"]:  # Preconditions{UID}
-                    self.store.delete(*key)
-                    wrote = True
+                # Only the child observed: another of the same name, created meanwhile, fails the uid
+                # precondition with a 409, an error of this sync (so it is retried), as Metacontroller's is.
+                self.store.delete(*key, uid=observed[key]["metadata"]["uid"])
+                wrote = True
             except StoreError as err:
                 if err.code != 404:
                     errors.append(f"delete {key[1]} {key[3]}: {err}")

@@ -146,10 +146,14 @@ class ObjectBag:
         self._emit(MODIFIED, updated)
         return True
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete an object: a Pod bound to a node terminates gracefully (the kubelet removes it), the rest go at once."""
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Delete an object: a Pod bound to a node terminates gracefully (the kubelet removes it), the rest go at once.
+        With `uid`, only that object: another of the name fails the precondition with a 409, as on the API server."""
         with self._lock:
             stored = self._stored(api_version, kind, namespace, name)
+            if uid is not None and stored["metadata"]["uid"] != uid:
+                raise StoreError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                                                  f"UID in object meta: {stored['metadata']['uid']}")
             if stored["metadata"].get("deletionTimestamp"):
                 return
             if (api_version, kind) != ("v1", "Pod") or not stored.get("spec", {}).get("nodeName"):

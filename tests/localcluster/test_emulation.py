@@ -64,6 +64,25 @@ def test_children_are_written_one_at_a_time_deletes_first_then_by_group_version_
                       (ADDED, "Job"), (ADDED, "Role"), (ADDED, "RoleBinding")]
 
 
+def test_a_child_created_again_under_its_name_before_its_delete_is_kept_and_the_sync_fails(monkeypatch):
+    """A child is deleted with its uid as a precondition, as Metacontroller deletes it: another object of the
+    name, created after the sync read its children, is left alone, and the 409 fails the sync (retried)."""
+    sim = ChainerSim(chainerjob(workers={"ws": 1}))
+    sim.apply({"status": {}, "children": [_child("ServiceAccount", "v1", "old-sa")]})
+    first_uid = sim.objects("v1", "ServiceAccount")["old-sa"]["metadata"]["uid"]
+    delete = sim.store.delete
+
+    def created_again_first(api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        delete(api_version, kind, namespace, name)
+        sim.store.create({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}})
+        delete(api_version, kind, namespace, name, uid=uid)
+
+    monkeypatch.setattr(sim.store, "delete", created_again_first)
+    with pytest.raises(SyncError, match=r"delete ServiceAccount old-sa: 409 Conflict: Precondition failed"):
+        sim.apply({"status": {}, "children": []})
+    assert sim.objects("v1", "ServiceAccount")["old-sa"]["metadata"]["uid"] not in (first_uid, None)
+
+
 def test_an_mxjobs_pods_are_created_before_their_services():
     sim = Sim(mxjob())
     sim.sync()
@@ -507,9 +526,9 @@ class _CountingStore(_HeldWatch):
         self.requests += 1 if current is not None else 2
         return self._store.update_status(*args, current=current, attempts=attempts)
 
-    def delete(self, *args: Any) -> None:
+    def delete(self, *args: Any, uid: str | None = None) -> None:
         self.requests += 1
-        self._store.delete(*args)
+        self._store.delete(*args, uid=uid)
 
 
 def test_every_api_request_of_a_sync_takes_a_token_of_the_client_throttle():
