@@ -118,7 +118,7 @@ DURATIONS := --durations=25
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 
-## The contributor's loop (about a minute): lint, then every test that needs no real process or control plane.
+## The contributor's loop (about two minutes): lint, then every test that needs no real process or control plane.
 # CONTROLPLANE=skip: the tests that also ask the real API server for its verdict (the `admission`
 # fixture, tests/conftest.py) leave that check to `make test`.
 check: lint

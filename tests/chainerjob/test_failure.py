@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from helpers import yamlio
 from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob
 
 from hooks.chainerjob.related import (
@@ -272,10 +273,9 @@ def test_the_customize_hook_is_asked_once_per_generation():
 
 
 def test_without_a_customize_hook_the_request_has_no_related_pods_and_the_job_says_the_job_alone():
-    import yaml
     from helpers.chainersim import CONTROLLER
 
-    controller = yaml.safe_load(CONTROLLER.read_text())
+    controller = yamlio.load(CONTROLLER.read_text())
     del controller["spec"]["hooks"]["customize"]
     sim = ChainerSim(chainerjob(), controller=controller)
     sim.sync()

@@ -9,8 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from helpers import yamlio
 from helpers.mcsim import MANIFESTS, T0, Stepped, with_podgroups
 from hooks.chainerjob.related import customize_chainerjob
 from hooks.chainerjob.sync import CHILD_KEYS, JOB_KEY, SERVICE_ACCOUNT_KEY, STATEFULSET_KEY, sync_chainerjob
@@ -45,7 +44,7 @@ def chainerjob(name: str = "chj", *, workers: dict | None = None, **spec) -> dic
 
 def example(file_name: str) -> dict:
     """A seed manifest from examples/chainerjob, as the API server would store it."""
-    parent = yaml.safe_load((EXAMPLES / file_name).read_text())
+    parent = yamlio.load((EXAMPLES / file_name).read_text())
     parent["metadata"].update(namespace="default", uid="uid-example", generation=1)
     return parent
 

@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import celpy
-import yaml
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
+
+from helpers import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crd" / "mxjob-crd.yaml"
-CRD = yaml.safe_load(CRD_PATH.read_text())
+CRD = yamlio.load(CRD_PATH.read_text())
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
 CHAINERJOB_CRD_PATH = ROOT / "crd" / "chainerjob-crd.yaml"
-CHAINERJOB_CRD = yaml.safe_load(CHAINERJOB_CRD_PATH.read_text())
+CHAINERJOB_CRD = yamlio.load(CHAINERJOB_CRD_PATH.read_text())
 CHAINERJOB_SCHEMA = CHAINERJOB_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 

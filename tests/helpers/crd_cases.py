@@ -15,15 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from helpers import yamlio
 from helpers.crd import ROOT, VALID, mxjob, mxnet, with_field
 
 EXAMPLES = ROOT / "examples"
 
 
 def load_yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlio.load(path.read_text())
 
 
 def edited(obj: dict, edit: Callable[[dict], Any]) -> dict:
@@ -39,7 +38,7 @@ def edited(obj: dict, edit: Callable[[dict], Any]) -> dict:
 def example_files() -> list[Path]:
     found = []
     for path in sorted(EXAMPLES.rglob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs = [d for d in yamlio.load_all(path.read_text()) if d]
         if any(d.get("kind") == "MXJob" for d in docs):
             found.append(path)
     return found
@@ -49,7 +48,7 @@ def example_docs() -> list[tuple[str, dict]]:
     return [
         (f"{path.relative_to(EXAMPLES)}#{i}", doc)
         for path in example_files()
-        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        for i, doc in enumerate(yamlio.load_all(path.read_text()))
         if doc and doc.get("kind") == "MXJob"
     ]
 
@@ -556,7 +555,7 @@ VERSION_CASES = sorted(VERSION_CASES_DIR.glob("*.yaml"))
 
 
 def load_version_case(path: Path) -> tuple[dict, dict]:
-    old, new = (d for d in yaml.safe_load_all(path.read_text()) if d)
+    old, new = (d for d in yamlio.load_all(path.read_text()) if d)
     return old, new
 
 

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-import yaml
+from helpers import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "gang-scheduling.md"
@@ -18,7 +18,7 @@ def readme_kustomizations() -> dict[str, str]:
     section = GUIDE.read_text()
     found = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, re.S):
-        doc = yaml.safe_load(block)
+        doc = yamlio.load(block)
         if doc.get("kind") == "Kustomization":
             found[doc["components"][0].rsplit("/", 1)[1]] = block
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers import yamlio
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -14,8 +14,8 @@ def golden_statuses() -> dict[str, tuple[str, dict[str, Any]]]:
     """(parent kind, status) of every golden answer that writes a status, by case name."""
     cases = {}
     for response in sorted(GOLDEN.glob("*/response.yaml")):
-        kind = yaml.safe_load((response.parent / "request.yaml").read_text())["parent"]["kind"]
-        status = yaml.safe_load(response.read_text()).get("status")
+        kind = yamlio.load((response.parent / "request.yaml").read_text())["parent"]["kind"]
+        status = yamlio.load(response.read_text()).get("status")
         if status:
             cases[response.parent.name] = (kind, status)
     return cases

@@ -10,9 +10,10 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 from kubernetes_validate.utils import SchemaNotFoundError
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
+
+from helpers import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 # The Kubernetes minor the manifests are validated against; kubernetes-validate 1.34.1 ships
@@ -41,7 +42,7 @@ def render(directory: Path) -> tuple[dict, ...]:
     )
     if result.returncode != 0:
         pytest.fail(f"kubectl kustomize {directory.relative_to(ROOT)} failed:\n{result.stderr}")
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    return tuple(doc for doc in yamlio.load_all(result.stdout) if doc)
 
 
 def the(objects, kind: str, name: str | None = None) -> dict:
@@ -51,7 +52,7 @@ def the(objects, kind: str, name: str | None = None) -> dict:
 
 
 def mxjob_schema() -> dict:
-    crd = yaml.safe_load((ROOT / "crd" / "mxjob-crd.yaml").read_text())
+    crd = yamlio.load((ROOT / "crd" / "mxjob-crd.yaml").read_text())
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
@@ -60,7 +61,7 @@ PROMETHEUSRULE_CRD = ROOT / "tests" / "install" / "thirdparty" / "prometheusrule
 
 
 def prometheusrule_crd() -> dict:
-    [crd] = [d for d in yaml.safe_load_all(PROMETHEUSRULE_CRD.read_text()) if d]
+    [crd] = [d for d in yamlio.load_all(PROMETHEUSRULE_CRD.read_text()) if d]
     return dict(crd)
 
 

@@ -19,8 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from helpers import yamlio
 from helpers.objectstore import ObjectBag
 from hooks.mxjob.sync import customize_mxjob, sync_mxjob
 from hooks.shared.conditions import rfc3339
@@ -100,7 +99,7 @@ def mxjob(name: str = "mx", *, replicas: dict | None = None, **spec) -> dict:
 
 def with_podgroups(controller_file: Path, api_version: str, scheduler_name: str | None = None) -> dict:
     """A shipped CompositeController with the podgroups rule a gang component adds (and its annotation)."""
-    controller = yaml.safe_load(controller_file.read_text())
+    controller = yamlio.load(controller_file.read_text())
     controller["spec"]["childResources"].append(
         {"apiVersion": api_version, "resource": "podgroups", "updateStrategy": {"method": "InPlace"}})
     if scheduler_name is not None:
@@ -119,7 +118,7 @@ class Stepped:
     def __init__(self, parent: Any, hook: Callable[..., Any], default_controller: Path, *, now: datetime,
                  controller: dict | None, stale: Stale | None, settings: dict[str, Any],
                  customize: Callable[[Any], Any] | None = None):
-        raw = copy.deepcopy(controller) if controller else yaml.safe_load(default_controller.read_text())
+        raw = copy.deepcopy(controller) if controller else yamlio.load(default_controller.read_text())
         self.controller = raw
         self.config = parse_composite_controller(raw, "scenario")
         uids = itertools.count(1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers import yamlio
 
 KUBERNETES_GANG_API = "scheduling.k8s.io/v1beta1"
 # ControlPlane(**GENERIC_WORKLOAD): the gate on kube-apiserver and kube-scheduler, and the API served.
@@ -27,4 +27,4 @@ def needs_generic_workload(request: dict[str, Any]) -> bool:
 def golden_names(*, generic_workload: bool) -> list[str]:
     """The golden folders whose request does (or does not) need the gate."""
     return sorted(p.name for p in GOLDEN.iterdir() if p.is_dir() and needs_generic_workload(
-        yaml.safe_load((p / "request.yaml").read_text())) is generic_workload)
+        yamlio.load((p / "request.yaml").read_text())) is generic_workload)

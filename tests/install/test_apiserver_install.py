@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.apiserver import dynamic, install, refresh
 from helpers.gang_manifests import readme_kustomizations, write_kustomization
 from helpers.golden import golden_statuses
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 JOB_KINDS = ("MXJob", "ChainerJob")
 CRDS = {crd["spec"]["names"]["kind"]: crd
-        for crd in (yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crd").glob("*-crd.yaml")))}
+        for crd in (yamlio.load(p.read_text()) for p in sorted((ROOT / "crd").glob("*-crd.yaml")))}
 # What the hook assumes for a field left out, which the CRD writes into every stored object (the
 # clients of docs/ecosystem.md read stored jobs); ChainerJob's CRD defaults nothing.
 HOOK_DEFAULTS: dict[str, dict[str, Any]] = {"MXJob": {"jobMode": "MXTrain", "runPolicy": {}}, "ChainerJob": {}}
@@ -89,11 +89,11 @@ def shipped_jobs() -> list[tuple[str, dict]]:
     found = []
     for path in sorted([*(ROOT / "examples").rglob("*.yaml"), *(ROOT / "examples").rglob("*.yml")]):
         found += [(f"{path.relative_to(ROOT)}:{job['metadata']['name']}", job)
-                  for job in _jobs_in(list(yaml.safe_load_all(path.read_text())))]
+                  for job in _jobs_in(list(yamlio.load_all(path.read_text())))]
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for block in re.findall(r"```ya?ml\n(.*?)```", path.read_text(), re.S):
             found += [(f"{path.relative_to(ROOT)}:{job['metadata']['name']}", job)
-                      for job in _jobs_in(list(yaml.safe_load_all(block)))]
+                      for job in _jobs_in(list(yamlio.load_all(block)))]
     return found
 
 
@@ -151,7 +151,7 @@ def contains(stored: Any, sent: Any) -> bool:
 
 
 def test_install_creates_every_object_without_a_warning(control_plane, installed):
-    rendered = [o for o in yaml.safe_load_all(control_plane.kubectl("kustomize", str(ROOT / "metacontroller")).stdout) if o]
+    rendered = [o for o in yamlio.load_all(control_plane.kubectl("kustomize", str(ROOT / "metacontroller")).stdout) if o]
     assert installed.stderr == ""
     assert sorted(installed.stdout.splitlines()) == sorted(f"{kubectl_ref(o)} created" for o in rendered)
     # Metacontroller's own CRD (localcluster/thirdparty) keeps every field of our CompositeControllers.
@@ -173,7 +173,7 @@ def test_the_job_crd_is_established(control_plane, installed, kind):
 
 def test_the_hooks_pods_pass_pod_security_in_their_namespace(control_plane, installed):
     """The Deployment is accepted whatever its template says; its pods meet the namespace's enforced level."""
-    [deployment] = [o for o in yaml.safe_load_all(control_plane.kubectl("kustomize", str(ROOT / "metacontroller")).stdout)
+    [deployment] = [o for o in yamlio.load_all(control_plane.kubectl("kustomize", str(ROOT / "metacontroller")).stdout)
                     if o and o["kind"] == "Deployment"]
     template = deployment["spec"]["template"]
     pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
@@ -200,7 +200,7 @@ def gang_installs(control_plane, installed, tmp_path_factory) -> Iterator[dict[s
         for component, text in sorted(readme_kustomizations().items()):
             directory = write_kustomization(tmp_path_factory.mktemp(component) / "install", text)
             applied = control_plane.kubectl("apply", "-k", str(directory), check=False)
-            rendered = [o for o in yaml.safe_load_all(control_plane.kubectl("kustomize", str(directory)).stdout) if o]
+            rendered = [o for o in yamlio.load_all(control_plane.kubectl("kustomize", str(directory)).stdout) if o]
             done[component] = GangInstall(applied, rendered, stored_controllers(control_plane))
         yield done
     finally:
@@ -214,7 +214,7 @@ def test_gang_component_applies_without_a_warning_and_changes_every_controller(c
     assert gang.applied.stderr == ""
     verdicts = dict(line.rsplit(" ", 1) for line in gang.applied.stdout.splitlines())
     assert set(verdicts) == {kubectl_ref(o) for o in gang.rendered}
-    plain = {o["metadata"]["name"]: o for o in yaml.safe_load_all(
+    plain = {o["metadata"]["name"]: o for o in yamlio.load_all(
         control_plane.kubectl("kustomize", str(ROOT / "metacontroller")).stdout) if o and o["kind"] == "CompositeController"}
     controllers = [o for o in gang.rendered if o["kind"] == "CompositeController"]
     assert sorted(c["metadata"]["name"] for c in controllers) == sorted(plain) == sorted(gang.stored)
@@ -284,7 +284,7 @@ NOT_WRITTEN_BY_THE_HOOK = {
 
 def _hook_status(golden: str, edit: Callable[[dict], None]) -> dict:
     """The status the hook answers to a golden request after `edit`."""
-    request = yaml.safe_load((GOLDEN / golden / "request.yaml").read_text())
+    request = yamlio.load((GOLDEN / golden / "request.yaml").read_text())
     edit(request)
     now = datetime.fromisoformat(request["now"])
     if request["parent"]["kind"] == "MXJob":
@@ -294,7 +294,7 @@ def _hook_status(golden: str, edit: Callable[[dict], None]) -> dict:
 
 def _invalid_mxjob_edit(request: dict) -> None:
     """A running MXJob edited to an invalid spec, with a malformed counter in its old status."""
-    request["parent"]["status"] = yaml.safe_load((GOLDEN / "running-all-pods-observed" / "response.yaml").read_text())["status"]
+    request["parent"]["status"] = yamlio.load((GOLDEN / "running-all-pods-observed" / "response.yaml").read_text())["status"]
     request["parent"]["status"]["restartCount"] = "many"
     request["parent"]["spec"]["mxReplicaSpecs"]["Worker"]["replicas"] = -1
 
@@ -326,7 +326,7 @@ def test_the_status_cases_hold_every_status_field_the_crd_declares(kind):
 
 
 def create_status_parent(cp: ControlPlane, kind: str, namespace: str) -> tuple[Any, dict]:
-    [job] = _jobs_in(list(yaml.safe_load_all((ROOT / STATUS_PARENT[kind]).read_text())))
+    [job] = _jobs_in(list(yamlio.load_all((ROOT / STATUS_PARENT[kind]).read_text())))
     resource = resource_of(cp, watched_version(kind), kind)
     job = {**job, "apiVersion": watched_version(kind), "metadata": {**job["metadata"], "namespace": namespace}}
     return resource, resource.create(body=job, namespace=namespace).to_dict()
@@ -379,7 +379,7 @@ def test_the_documented_columns_are_the_crds(kind):
 
 def metacontroller_subject() -> str:
     """The ServiceAccount metacontroller/rbac.yaml binds (Metacontroller's own), as a user name."""
-    rbac = [d for d in yaml.safe_load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d]
+    rbac = [d for d in yamlio.load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d]
     [subject] = [s for d in rbac if d["kind"] == "ClusterRoleBinding" for s in d["subjects"]]
     assert subject["kind"] == "ServiceAccount"
     return f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
@@ -475,7 +475,7 @@ def test_the_review_of_a_resource_not_served_here_can_say_no(control_plane, gang
 
 def launcher_rbac(golden: str, namespace: str) -> list[dict]:
     """The ServiceAccount, Role and RoleBinding a golden ChainerJob answer emits for its launcher, moved to `namespace`."""
-    children = yaml.safe_load((GOLDEN / golden / "response.yaml").read_text())["children"]
+    children = yamlio.load((GOLDEN / golden / "response.yaml").read_text())["children"]
     found = []
     for child in copy.deepcopy([c for c in children if c["kind"] in ("ServiceAccount", "Role", "RoleBinding")]):
         child["metadata"]["namespace"] = namespace
@@ -486,7 +486,7 @@ def launcher_rbac(golden: str, namespace: str) -> list[dict]:
 
 
 LAUNCHER_CASES = sorted(p.parent.name for p in GOLDEN.glob("*/response.yaml")
-                        if any(c["kind"] == "Role" for c in yaml.safe_load(p.read_text())["children"]))
+                        if any(c["kind"] == "Role" for c in yamlio.load(p.read_text())["children"]))
 
 
 def test_some_golden_answers_emit_a_launcher_role():
@@ -508,7 +508,7 @@ def test_metacontroller_may_create_the_launcher_rbac_the_hook_emits(control_plan
 
 def test_the_escalation_check_refuses_the_launcher_role_to_a_role_without_pods_exec(control_plane, installed, namespace):
     """Why rbac.yaml grants pods/exec: with every other rule of its ClusterRole, the Role is refused."""
-    [role] = [d for d in yaml.safe_load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d and d["kind"] == "ClusterRole"]
+    [role] = [d for d in yamlio.load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d and d["kind"] == "ClusterRole"]
     narrowed = f"mxjob-metacontroller-without-exec-{uuid.uuid4().hex[:8]}"
     user = f"system:serviceaccount:{namespace}:without-exec"
     cluster_objects = [
@@ -568,7 +568,7 @@ def test_metacontroller_may_create_children_where_owner_references_are_enforced(
     assert ("v1", "configmaps") in children
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     enforcing_plane.kubectl("create", "namespace", namespace)
-    [manifest] = _jobs_in(list(yaml.safe_load_all((ROOT / STATUS_PARENT[kind]).read_text())))
+    [manifest] = _jobs_in(list(yamlio.load_all((ROOT / STATUS_PARENT[kind]).read_text())))
     job = json.loads(enforcing_plane.kubectl("create", "-n", namespace, "-o", "json", "-f", "-",
                                              input=json.dumps({**manifest, "apiVersion": watched_version(kind)})).stdout)
     created = enforcing_plane.kubectl("create", "-f", "-", f"--as={SUBJECT}", input=json.dumps(owned_child(job, "owned")), check=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.apiserver import fixture_crds
 
 from hooks.chainerjob.sync import sync_chainerjob
@@ -40,8 +40,8 @@ SYNC = {"MXJob": lambda request, now: sync_mxjob(request, now=now), "ChainerJob"
 def running_job_request(kind: str = "MXJob") -> dict[str, Any]:
     """0.2.0's sync request of a running job, its parent carrying the status 0.2.0's hook answered:
     what a cluster running 0.2.0 holds for that job."""
-    request = yaml.safe_load((RELEASE / f"running-{kind.lower()}-request.yaml").read_text())
-    answer = yaml.safe_load((RELEASE / f"running-{kind.lower()}-response.yaml").read_text())
+    request = yamlio.load((RELEASE / f"running-{kind.lower()}-request.yaml").read_text())
+    answer = yamlio.load((RELEASE / f"running-{kind.lower()}-response.yaml").read_text())
     request["parent"]["status"] = {**answer["status"], "observedGeneration": 1}
     return request
 
@@ -127,7 +127,7 @@ def run_upgrade(plane: ControlPlane) -> dict[str, Any]:
     for children in request["children"].values():
         for child in children.values():
             plane.kubectl("create", "-f", "-", input=json.dumps(owned_by(child, job, namespace)))
-    chainer = yaml.safe_load((ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml").read_text())
+    chainer = yamlio.load((ROOT / "examples" / "chainerjob" / "chainerjob-mn.yaml").read_text())
     plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(chainer))
     seen["refused before"] = plane.kubectl("create", "-n", namespace, "--validate=strict", "-f", "-",
                                            input=json.dumps(new_job("with-failure-policy")), check=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.apiserver import create, dynamic, install, update, user_client, wait_for
 
 from localcluster.controlplane.processes import ControlPlane
@@ -53,7 +53,7 @@ def users(installed: ControlPlane, namespace: str) -> Iterator[dict[str, str]]:
 
 
 def job_of(resource: str, name: str) -> dict:
-    job = yaml.safe_load(JOBS[resource].read_text())
+    job = yamlio.load(JOBS[resource].read_text())
     job["metadata"] = {"name": name}
     return job
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.crd import CHAINERJOB_CRD as CRD
 from helpers.crd import CHAINERJOB_SCHEMA as SCHEMA
 from helpers.crd import keys_anywhere, pruned_paths, schema_errors, untyped_nodes
@@ -23,7 +23,7 @@ EXAMPLES = CHAINERJOB_EXAMPLES
 
 
 def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlio.load(path.read_text())
 
 
 def test_crd_names_group_and_scope():

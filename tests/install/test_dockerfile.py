@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -61,7 +61,7 @@ def env() -> dict[str, str]:
 
 
 def hooks_pod_spec() -> dict:
-    return yaml.safe_load(DEPLOYMENT.read_text())["spec"]["template"]["spec"]
+    return yamlio.load(DEPLOYMENT.read_text())["spec"]["template"]["spec"]
 
 
 def hadolint() -> str:
@@ -96,7 +96,7 @@ def test_hadolint_fails_on_warnings():
 
 
 def test_hadolint_config_ignores_nothing():
-    config = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())
+    config = yamlio.load((ROOT / ".hadolint.yaml").read_text())
     assert config.get("failure-threshold") == "warning"
     assert not config.get("ignored")
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.crd import pruned_paths, schema_errors
 
 import hooks
@@ -119,7 +119,7 @@ def test_the_sample_sync_request_is_answered_with_children():
 def guide_jobs(kind: str) -> list[dict]:
     """The guide's manifests of one kind (its other YAML blocks are fragments)."""
     text = (ROOT / "docs" / "write-a-job.md").read_text()
-    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    blocks = [yamlio.load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
     return [block for block in blocks if block.get("kind") == kind]
 
 
@@ -174,7 +174,7 @@ def test_one_version_everywhere():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject and 'version = {file = "VERSION"}' in pyproject
     assert not re.search(r'^version = "', pyproject, re.M)
-    kustomization = yaml.safe_load((ROOT / "metacontroller" / "kustomization.yaml").read_text())
+    kustomization = yamlio.load((ROOT / "metacontroller" / "kustomization.yaml").read_text())
     assert [i["newTag"] for i in kustomization["images"] if i["name"] == "mxjob-hooks"] == [version]
     changelog = re.findall(r"^## (Unreleased|\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert changelog[:2] == ["Unreleased", version]
@@ -187,7 +187,7 @@ def test_one_version_everywhere():
 def test_the_quick_start_says_where_the_accuracy_is():
     readme = (ROOT / "README.md").read_text()
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    example = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
+    example = yamlio.load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
     name = example["metadata"]["name"]
     assert f".localcluster/default/{name}/{name}-worker-0.log" in quick
     script = (ROOT / "examples" / "digits" / "train.py").read_text()
@@ -204,7 +204,7 @@ def test_the_chainerjob_master_default_retry_limit_is_stated():
 
 def test_the_guides_chainerjob_is_valid_and_runs_the_shipped_script():
     (job,) = guide_jobs("ChainerJob")
-    crd = yaml.safe_load((ROOT / "crd" / "chainerjob-crd.yaml").read_text())
+    crd = yamlio.load((ROOT / "crd" / "chainerjob-crd.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert schema_errors(job, schema) == [] and pruned_paths(job, schema) == []
     parent = {**job, "metadata": {**job["metadata"], "namespace": "default", "uid": "u1", "generation": 1}}
@@ -215,13 +215,13 @@ def test_the_guides_chainerjob_is_valid_and_runs_the_shipped_script():
     command = job["spec"]["master"]["template"]["spec"]["containers"][0]["command"]
     assert command[0] == "mpiexec" and (ROOT / command[-1]).is_file()
     # The same ranks and script as the shipped example the local cluster runs in the tests.
-    shipped = yaml.safe_load((ROOT / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
+    shipped = yamlio.load((ROOT / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
     assert shipped["spec"]["master"]["template"]["spec"]["containers"][0]["command"][:3] == command[:3]
 
 
 def test_the_guide_names_the_cluster_side_guard_against_a_hung_job():
     text = (ROOT / "docs" / "write-a-job.md").read_text()
-    fragment = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind:" not in b]
+    fragment = [yamlio.load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind:" not in b]
     assert {"spec": {"runPolicy": {"activeDeadlineSeconds": 3600}}} in fragment
     assert "spec.master.activeDeadlineSeconds" in text
 
@@ -272,13 +272,13 @@ def test_the_install_pins_the_supported_metacontroller_and_says_how_to_install_i
     assert "Other Metacontroller\nversions are not supported" in install
     assert "| Metacontroller | v4.17.x, install v4.17.2" in readme_section("Supported versions")
     # The ServiceAccount the pinned manifests create is the one rbac.yaml binds.
-    binding = [d for d in yaml.safe_load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d["kind"] == "ClusterRoleBinding"]
+    binding = [d for d in yamlio.load_all((ROOT / "metacontroller" / "rbac.yaml").read_text()) if d["kind"] == "ClusterRoleBinding"]
     assert binding[0]["subjects"] == [{"kind": "ServiceAccount", "name": "metacontroller", "namespace": "metacontroller"}]
 
 
 def test_the_install_check_names_what_the_install_creates():
     check = readme_section("Check the install")
-    rendered = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(subprocess.run(
+    rendered = {(d["kind"], d["metadata"]["name"]) for d in yamlio.load_all(subprocess.run(
         ["kubectl", "kustomize", str(ROOT / "metacontroller")], capture_output=True, text=True, check=True).stdout)}
     for crd in re.findall(r"crd/(\S+)", check):
         assert ("CustomResourceDefinition", crd) in rendered
@@ -287,14 +287,14 @@ def test_the_install_check_names_what_the_install_creates():
     assert ("Deployment", deployment) in rendered
     for controller in ("mxjob-controller", "chainerjob-controller"):
         assert ("CompositeController", controller) in rendered and controller in check
-    smoke = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    smoke = yamlio.load((ROOT / "examples" / "smoke.yaml").read_text())
     assert f"kubectl wait --for=condition=Succeeded mxjob/{smoke['metadata']['name']}" in check
     assert "kubectl apply -f examples/smoke.yaml" in check
 
 
 @pytest.mark.apiserver
 def test_the_smoke_job_uses_a_public_image_and_succeeds_on_the_local_cluster(tmp_path: Path):
-    smoke = yaml.safe_load((ROOT / "examples" / "smoke.yaml").read_text())
+    smoke = yamlio.load((ROOT / "examples" / "smoke.yaml").read_text())
     [container] = smoke["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     # The hooks image's own base (Dockerfile), published on Docker Hub, not an image of this project.
     assert f"FROM {container['image']}" in (ROOT / "Dockerfile").read_text()
@@ -308,7 +308,7 @@ def test_the_smoke_job_uses_a_public_image_and_succeeds_on_the_local_cluster(tmp
 
 def test_submit_and_monitor_builds_the_image_it_submits():
     section = readme_section("Submit and monitor a job")
-    job = yaml.safe_load((ROOT / "examples" / "digits" / "mxjob.yaml").read_text())
+    job = yamlio.load((ROOT / "examples" / "digits" / "mxjob.yaml").read_text())
     images = {c["image"] for spec in job["spec"]["mxReplicaSpecs"].values() for c in spec["template"]["spec"]["containers"]}
     assert images == {"mxjob/digits-example:1.9.1"}
     assert "docker build -f examples/digits/Dockerfile -t <registry>/digits-example:1.9.1 ." in section

@@ -19,7 +19,7 @@ from typing import Any
 
 import gjson
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.crd import SCHEMA, broken_rules
 from helpers.ecosystem_oracles import (
     argo_requirements,
@@ -288,7 +288,7 @@ def test_katib_sees_the_outcome_with_a_reason_and_message(state, job):
 
 
 def test_the_pages_katib_snippet_uses_katibs_expressions_and_selects_the_workers():
-    config, rbac, template = yaml.safe_load_all(_blocks("yaml")[0])
+    config, rbac, template = yamlio.load_all(_blocks("yaml")[0])
     assert config["trialResources"] == ["MXJob.v1.kubeflow.org"]
     assert rbac["resources"] == ["mxjobs"] and {"get", "list", "watch", "create", "delete"} <= set(rbac["verbs"])
     assert (template["successCondition"], template["failureCondition"]) == (KATIB_SUCCESS, KATIB_FAILURE)
@@ -327,7 +327,7 @@ def test_the_pages_kubectl_lines_wait_for_what_they_say():
     lines = [shlex.split(line) for line in _blocks("sh")[0].splitlines() if line.strip()]
     succeeded = dict(LIFECYCLE)["Succeeded"]
     failed = dict(LIFECYCLE)["Failed"]
-    chainer = yaml.safe_load((ROOT / "tests/golden/chainerjob-master-complete/response.yaml").read_text())
+    chainer = yamlio.load((ROOT / "tests/golden/chainerjob-master-complete/response.yaml").read_text())
     for argv in lines:
         assert argv[:2] == ["kubectl", "wait"]
         target = next(a for a in argv[2:] if not a.startswith("--"))
@@ -472,7 +472,7 @@ def test_kueue_reads_finished_pods_ready_and_active(state, job):
 
 
 def test_the_pages_argo_conditions_match_only_the_outcome_they_name():
-    conditions = yaml.safe_load(_blocks("yaml")[1])
+    conditions = yamlio.load(_blocks("yaml")[1])
     success, failure = conditions["successCondition"], conditions["failureCondition"]
     assert argo_requirements(success) and argo_requirements(failure)  # parsable as label selectors
     expected = {"Succeeded": "succeeded", "Failed": "failed"}

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.gang_manifests import ROOT, readme_kustomizations, write_kustomization
 from helpers.manifests import render, the, validation_errors
 
@@ -76,7 +77,7 @@ def test_metacontroller_may_manage_podgroups(tmp_path, component):
 @pytest.mark.parametrize("component", sorted(COMPONENTS))
 def test_every_composite_controller_is_patched(tmp_path, component):
     """Patches go by kind, so a second job kind's controller gets the rule and annotation too."""
-    base = yaml.safe_load((ROOT / "metacontroller" / "compositecontroller.yaml").read_text())
+    base = yamlio.load((ROOT / "metacontroller" / "compositecontroller.yaml").read_text())
     other = {**base, "metadata": {"name": "other-controller"},
              "spec": {**base["spec"], "parentResource": {"apiVersion": "example.org/v1",
                                                          "resource": "others"}}}

@@ -9,13 +9,13 @@ import itertools
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 image_check = load_script("image_check")
 
-DEPLOYMENT = yaml.safe_load((ROOT / "metacontroller" / "hooks" / "deployment.yaml").read_text())
+DEPLOYMENT = yamlio.load((ROOT / "metacontroller" / "hooks" / "deployment.yaml").read_text())
 
 
 def flags(deployment: dict) -> list[str]:

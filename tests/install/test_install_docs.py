@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-import yaml
+from helpers import yamlio
 from helpers.manifests import render
 
 import hooks
@@ -64,4 +64,4 @@ def test_readme_names_the_keep_jobs_directory_it_deletes():
 def test_no_install_step_needs_a_standalone_kustomize():
     commands = "\n".join(re.findall(r"```sh\n(.*?)```", README, re.S))
     assert not re.search(r"(^|[;&|]\s*)kustomize\s", commands, re.M), "use kubectl kustomize / kubectl apply -k"
-    assert yaml.safe_load(readme_kustomization("# my-install/kustomization.yaml"))["images"][0]["name"] == "mxjob-hooks"
+    assert yamlio.load(readme_kustomization("# my-install/kustomization.yaml"))["images"][0]["name"] == "mxjob-hooks"

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.gang_manifests import readme_kustomizations
 from helpers.manifests import render, the, validation_errors
 
@@ -67,7 +68,7 @@ def hook_urls(controller: dict) -> dict[str, str]:
 
 def test_the_readme_install_offers_the_namespace_line():
     assert NAMESPACE_LINE.search(readme_install())
-    assert yaml.safe_load(readme_install()).get("namespace") is None  # commented out: mxjob-system by default
+    assert yamlio.load(readme_install()).get("namespace") is None  # commented out: mxjob-system by default
 
 
 @pytest.mark.parametrize("install", sorted(INSTALLS))
@@ -139,7 +140,7 @@ def sync_errors(cluster: LocalCluster, name: str) -> list[str]:
     assert cluster.control_plane is not None
     listed = cluster.control_plane.kubectl("get", "events", "-n", "default", "-o", "json",
                                            f"--field-selector=involvedObject.name={name},reason=SyncError").stdout
-    return [e["message"].removeprefix("Sync error: ") for e in yaml.safe_load(listed)["items"]]
+    return [e["message"].removeprefix("Sync error: ") for e in yamlio.load(listed)["items"]]
 
 
 def use_controller(cluster: LocalCluster, config: ControllerConfig) -> None:
@@ -176,7 +177,7 @@ def test_jobs_run_through_the_urls_of_an_install_in_the_chosen_namespace(tmp_pat
         assert cp.kubectl("get", "service", HOOKS, "-n", NAMESPACE, "-o", "name").stdout.strip() == f"service/{HOOKS}"
         # What the server stored (cluster-scoped: the namespace the kustomization wrote into metadata is dropped).
         for name, controller in rendered.items():
-            stored = yaml.safe_load(cp.kubectl("get", "compositecontroller", name, "-o", "yaml").stdout)
+            stored = yamlio.load(cp.kubectl("get", "compositecontroller", name, "-o", "yaml").stdout)
             assert "namespace" not in stored["metadata"], name
             assert hook_urls(stored) == hook_urls(controller), name
 

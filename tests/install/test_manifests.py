@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.manifests import KUBERNETES_VERSION, ROOT, render, the, validation_errors
 from kubernetes_validate.utils import all_versions
 
@@ -274,9 +274,9 @@ def test_deployment_runs_two_replicas_of_the_hooks_image():
 
 
 def test_hooks_image_tag_is_set_through_kustomize_images():
-    kustomization = yaml.safe_load((INSTALL_DIR / "kustomization.yaml").read_text())
+    kustomization = yamlio.load((INSTALL_DIR / "kustomization.yaml").read_text())
     assert {i["name"] for i in kustomization["images"]} == {HOOKS_NAME}
-    source = yaml.safe_load((INSTALL_DIR / "hooks" / "deployment.yaml").read_text())
+    source = yamlio.load((INSTALL_DIR / "hooks" / "deployment.yaml").read_text())
     assert source["spec"]["template"]["spec"]["containers"][0]["image"] == HOOKS_NAME
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.apiserver import dynamic, install, refresh
 from helpers.golden import golden_statuses
 from helpers.ksm import Sample, parse_exposition, render
@@ -41,10 +42,10 @@ from localcluster.node.dns import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"
-CONFIG = yaml.safe_load((MONITORING / "custom-resource-state.yaml").read_text())
-RULE = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+CONFIG = yamlio.load((MONITORING / "custom-resource-state.yaml").read_text())
+RULE = yamlio.load((MONITORING / "prometheusrule.yaml").read_text())
 CRDS = {crd["spec"]["names"]["kind"]: crd
-        for crd in (yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crd").glob("*-crd.yaml")))}
+        for crd in (yamlio.load(p.read_text()) for p in sorted((ROOT / "crd").glob("*-crd.yaml")))}
 CONDITION_TYPES = {"MXJob": MXCondition.__args__, "ChainerJob": ChainerCondition.__args__}  # type: ignore[attr-defined]
 PARENT = {"MXJob": "examples/dist-cpu-train.yaml", "ChainerJob": "examples/chainerjob/chainerjob-mn.yaml"}
 PREFIX = {"MXJob": "kube_mxjob_", "ChainerJob": "kube_chainerjob_"}
@@ -267,7 +268,7 @@ def stored_jobs(control_plane: ControlPlane) -> Iterator[tuple[str, list[dict]]]
     client = dynamic(control_plane)
     try:
         for case, (kind, status) in sorted(STATUS_CASES.items()):
-            [manifest] = [d for d in yaml.safe_load_all((ROOT / PARENT[kind]).read_text()) if d and d.get("kind") == kind]
+            [manifest] = [d for d in yamlio.load_all((ROOT / PARENT[kind]).read_text()) if d and d.get("kind") == kind]
             api_version = f"kubeflow.org/{storage_version(kind)}"
             resource = client.resources.get(api_version=api_version, kind=kind)
             body = {**manifest, "apiVersion": api_version, "metadata": {"name": case[:63], "namespace": namespace}}
@@ -403,10 +404,10 @@ def test_the_api_server_admits_monitoring(control_plane):
     assert applied.returncode == 0, applied.stderr
     assert applied.stderr == ""
     assert len(applied.stdout.splitlines()) == len(rendered)
-    stored = yaml.safe_load(control_plane.kubectl("get", "prometheusrule", "mxjob-operator-jobs", "-n", "monitoring", "-o", "yaml").stdout)
+    stored = yamlio.load(control_plane.kubectl("get", "prometheusrule", "mxjob-operator-jobs", "-n", "monitoring", "-o", "yaml").stdout)
     assert stored["spec"] == the(rendered, "PrometheusRule")["spec"]
     config = the(rendered, "ConfigMap", "mxjob-kube-state-metrics")
-    assert yaml.safe_load(config["data"]["custom-resource-state.yaml"]) == CONFIG
+    assert yamlio.load(config["data"]["custom-resource-state.yaml"]) == CONFIG
     # A misspelt rule field is refused, not dropped: the admission above is a check.
     broken = copy.deepcopy(the(rendered, "PrometheusRule"))
     broken["metadata"]["name"] = "broken"

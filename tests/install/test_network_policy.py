@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.manifests import render, the, validation_errors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_the_api_server_admits_the_policy(control_plane, tmp_path):
     created = control_plane.kubectl("apply", "--validate=strict", "-f", "-", input=json.dumps(policy), check=False)
     assert created.returncode == 0, created.stderr
     assert created.stderr == ""
-    stored = yaml.safe_load(control_plane.kubectl("get", "networkpolicy", "mxjob-hooks", "-n", "np-test", "-o", "yaml").stdout)
+    stored = yamlio.load(control_plane.kubectl("get", "networkpolicy", "mxjob-hooks", "-n", "np-test", "-o", "yaml").stdout)
     assert stored["spec"] == policy["spec"]
     # The server checks: a port it cannot accept is refused, so the admission above means something.
     broken = json.loads(json.dumps(policy))

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.apiserver import apply_objects, create, get, install, refresh, update, update_status, wait_for
 from helpers.scripts import load_script
 
@@ -60,7 +60,7 @@ def test_the_committed_crds_are_what_the_generator_makes_from_the_running_server
         assert path.read_text() == text, (
             f"{path.relative_to(ROOT)} is not what scripts/gen_crd_pod_schema.py makes from Kubernetes {version}: "
             "rerun it")
-    mxjob = yaml.safe_load(generated[ROOT / "crd" / "mxjob-crd.yaml"])
+    mxjob = yamlio.load(generated[ROOT / "crd" / "mxjob-crd.yaml"])
     template = mxjob["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
         "mxReplicaSpecs"]["additionalProperties"]["properties"]["template"]
     assert template["properties"]["spec"]["properties"]["containers"]["items"]["properties"]["args"]["type"] == "array"
@@ -135,7 +135,7 @@ def manifests() -> dict[str, dict]:
     """Every MXJob and ChainerJob in examples/ and in tests/versions (the old operators' manifests)."""
     found = {}
     for path in sorted([*(ROOT / "examples").rglob("*.yaml"), *(ROOT / "tests" / "versions").glob("*.yaml")]):
-        for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
+        for i, doc in enumerate(yamlio.load_all(path.read_text())):
             if doc and doc.get("kind") in ("MXJob", "ChainerJob"):
                 found[f"{path.relative_to(ROOT)}#{i}"] = doc
     return found
@@ -229,7 +229,7 @@ def regrouped(crd: dict, *, free_form: bool) -> dict:
 
 
 def test_a_job_stored_before_the_schema_takes_updates_and_status_writes(cp, ns):
-    shipped = yaml.safe_load((ROOT / "crd" / "mxjob-crd.yaml").read_text())
+    shipped = yamlio.load((ROOT / "crd" / "mxjob-crd.yaml").read_text())
     free, generated = regrouped(shipped, free_form=True), regrouped(shipped, free_form=False)
     # What the free-form CRD let users store: a typo, a duplicate env name (and a float quantity,
     # which the generated schema takes too).

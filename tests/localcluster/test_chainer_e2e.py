@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.engines import cluster_under, syncs
 
 from localcluster.cluster import LocalCluster, condition, finished
@@ -31,7 +31,7 @@ ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 
 
 def example(name: str) -> dict:
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["name"] = name
     return job
 

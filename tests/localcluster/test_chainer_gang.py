@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.localcluster_gang import PodRefusal, gang_controller, scheduled
 
 from localcluster.cluster import LocalCluster, finished
@@ -27,7 +27,7 @@ ACCURACY = re.compile(r"final test accuracy (\d\.\d+) over 3 ranks")
 
 
 def test_a_chainer_gang_is_held_then_trains_through_the_waiting_rsh_agent(tmp_path, cluster_plane: ControlPlane):
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["name"] = "cgang"
     config = gang_controller(tmp_path, "volcano", "chainerjob-controller")
     with (LocalCluster(tmp_path / "state", control_plane=cluster_plane, configs=[config]) as cluster,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.crd import pruned_paths, schema_errors
 
 from localcluster.cli.commands import load_job
@@ -95,9 +95,9 @@ def test_the_cli_loads_one_job_of_either_kind_and_names_the_right_api_version(tm
 
 def test_the_local_chainer_example_validates_against_the_chainerjob_crd():
     root = Path(__file__).resolve().parents[2]
-    crd = yaml.safe_load((root / "crd" / "chainerjob-crd.yaml").read_text())
+    crd = yamlio.load((root / "crd" / "chainerjob-crd.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    doc = yaml.safe_load((root / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
+    doc = yamlio.load((root / "examples" / "local" / "chainer-mn-digits.yaml").read_text())
     assert schema_errors(doc, schema) == []
     assert pruned_paths(doc, schema) == []
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import yamlio
 
 from localcluster.cli import commands as cli
 from localcluster.cluster import LocalCluster
@@ -342,7 +343,7 @@ def test_run_waits_for_workers_that_leave_after_the_scheduler(tmp_path: Path):
                                             "Server": replica(late), "Worker": replica(late, 2)}}}
     out = io.StringIO()
     assert cli.run(run_args(tmp_path, write(tmp_path, manifest), timeout=60), out=out, err=io.StringIO()) == 0
-    final = yaml.safe_load(out.getvalue().split("final status:\n", 1)[1].rsplit("\nMXJob", 1)[0])
+    final = yamlio.load(out.getvalue().split("final status:\n", 1)[1].rsplit("\nMXJob", 1)[0])
     replicas = final["status"]["replicaStatuses"]
     assert replicas["Worker"] == {"active": 0, "succeeded": 2, "failed": 0, "completedIndexes": "0-1"}
     assert replicas["Server"]["succeeded"] == 1

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.cluster import events_for, why_it_ended
 from helpers.costs import audit_mark, delta, metacontroller_reads, record_cost
 from helpers.engines import cluster_under
@@ -104,7 +105,7 @@ def phase_of(cluster: LocalCluster, pod: str) -> str | None:
 
 @pytest.mark.mxnet
 def test_digits_example_trains_distributed_and_succeeds(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         cluster.submit(job)
         done = cluster.wait_finished("dist-train-digits", timeout=150)
@@ -152,7 +153,7 @@ def test_make_run_ends_with_the_trained_models_accuracy(tmp_path: Path):
 
 @pytest.mark.mxnet
 def test_two_mxnet_jobs_run_at_once_without_interfering(tmp_path: Path, cluster_plane: ControlPlane):
-    base = yaml.safe_load(EXAMPLE.read_text())
+    base = yamlio.load(EXAMPLE.read_text())
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         for name in ("digits-a", "digits-b"):
             job = copy.deepcopy(base)

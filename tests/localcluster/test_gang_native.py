@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from helpers import apiserver
+from helpers import apiserver, yamlio
 from helpers import metacontroller_writes as mc
 from helpers.localcluster_gang import gang_controller, scheduled
 from helpers.native_gang import GENERIC_WORKLOAD, GOLDEN, KUBERNETES_GANG_API, golden_names
@@ -125,7 +124,7 @@ def test_every_child_of_a_golden_answer_is_admitted_and_its_pods_keep_their_grou
     """Written as Metacontroller writes them (tests/shared/test_children_admitted.py does the other
     goldens on the session's plane); the pods the Job and StatefulSet controllers make from a
     ChainerJob's templates are in the gang too."""
-    request = yaml.safe_load((GOLDEN / name / "request.yaml").read_text())
+    request = yamlio.load((GOLDEN / name / "request.yaml").read_text())
     now = datetime.fromisoformat(request.pop("now"))
     assert mc.admitted(gang_plane, fresh, request, now) == []
     pods = apiserver.dynamic(gang_plane).resources.get(api_version="v1", kind="Pod").get(namespace=fresh).to_dict()["items"]

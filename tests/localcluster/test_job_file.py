@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import yamlio
 
 from localcluster.cli import commands as cli
 from localcluster.cli import kubectlyaml
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def typo_job(tmp_path: Path) -> Path:
-    job = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
+    job = yamlio.load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
     job["spec"]["mxReplicaSpecs"]["Worker"]["replica"] = 2
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -107,7 +108,7 @@ def test_float_keys_are_written_as_go_writes_a_float32(value: float, text: str):
 
 
 def test_null_fields_are_left_out_as_kubectl_apply_does(tmp_path: Path):
-    job = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
+    job = yamlio.load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
     job["spec"]["typo"] = None
     job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["nodeName"] = None
     path = tmp_path / "job.yaml"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.costs import audit_mark, delta, metacontroller_reads, record_cost, writes
 from helpers.engines import cluster_under, syncs, wait_syncs, with_resync
 
@@ -107,7 +107,7 @@ def settle(cluster: LocalCluster, quiet_seconds: float = 2.0, timeout: float = 6
 def test_the_gpu_chainerjob_settles_with_zero_writes_per_resync(cluster: LocalCluster):
     """The shipped GPU example with two worker sets (nvidia.com/gpu limits the API server stores in its
     own form): once settled, a resync writes nothing at all, counted by the API server."""
-    job = yaml.safe_load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
+    job = yamlio.load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
     job["spec"]["master"]["template"]["spec"]["containers"][0]["command"] = SLEEP  # no GPUs or image here
     assert cluster.control_plane is not None
     before = cluster.control_plane.request_counts()
@@ -229,7 +229,7 @@ def test_a_template_edit_restarts_nothing(engine_cluster: LocalCluster):
     created. (An MXJob's templates cannot be edited while it runs: its CRD refuses it.)"""
     cluster = engine_cluster
     assert cluster.control_plane is not None
-    job = yaml.safe_load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
+    job = yamlio.load((ROOT / "examples/chainerjob/chainerjob-gpu-two-sets.yaml").read_text())
     job["spec"]["master"]["template"]["spec"]["containers"][0]["command"] = SLEEP  # no GPUs or image here
     name = job["metadata"]["name"]
     submitted = cluster.submit(job)
@@ -353,7 +353,7 @@ def test_localcluster_up_then_plain_kubectl_runs_the_digits_example(tmp_path: Pa
         assert run("apply", "-f", "examples/local/dist-train-digits.yaml") == "mxjob.kubeflow.org/dist-train-digits created\n"
         assert "condition met" in run("wait", "--for=condition=Succeeded", "mxjob/dist-train-digits", "--timeout=150s")
         table = run("get", "mxjobs").splitlines()
-        columns = yaml.safe_load((ROOT / "crd" / "mxjob-crd.yaml").read_text())["spec"]["versions"][0]["additionalPrinterColumns"]
+        columns = yamlio.load((ROOT / "crd" / "mxjob-crd.yaml").read_text())["spec"]["versions"][0]["additionalPrinterColumns"]
         assert table[0].split() == ["NAME", *(word for c in columns for word in c["name"].upper().split())]
         assert table[1].split()[:2] == ["dist-train-digits", "Succeeded"]
         log = run("logs", "dist-train-digits-worker-0")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.kueue_queues import (
     KUEUE_API,
     QUEUE_LABEL,
@@ -344,7 +345,7 @@ def distributed_mxjob(name: str, namespace: str, *, server: list[str], others: l
     job = queued_mxjob(name, namespace, others or ["true"], workers=1, cpu=cpu)
     replicas = job["spec"]["mxReplicaSpecs"]
     for rtype in ("Scheduler", "Server"):
-        replicas[rtype] = yaml.safe_load(yaml.safe_dump(replicas["Worker"]))
+        replicas[rtype] = yamlio.load(yaml.safe_dump(replicas["Worker"]))
     replicas["Server"]["template"]["spec"]["containers"][0]["command"] = server
     return job
 
@@ -493,7 +494,7 @@ DIGITS = REPO / "examples" / "local" / "dist-train-digits.yaml"
 def queued_digits(name: str, namespace: str, *, cpu: str) -> KubeObject:
     """The real MXNet digits example (scheduler, server, two workers), each pod asking for `cpu`, labelled for
     LocalQueue `q`, trained for 3 epochs to keep the test short."""
-    job = yaml.safe_load(DIGITS.read_text())
+    job = yamlio.load(DIGITS.read_text())
     job["metadata"] = {"name": name, "namespace": namespace, "labels": {QUEUE_LABEL: "q"}}
     job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 600  # the second job's wait for quota counts too
     for spec in job["spec"]["mxReplicaSpecs"].values():

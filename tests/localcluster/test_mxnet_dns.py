@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.cluster import why_it_ended
 from helpers.engines import cluster_under
 
@@ -74,7 +74,7 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         assert cluster.dns.strict
         assert cluster.throttle.qps == 5.0  # Metacontroller's client rate
-        cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
+        cluster.submit(yamlio.load(EXAMPLE.read_text()))
         done = cluster.wait_finished("dist-train-digits", timeout=150)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
         story = why_it_ended(cluster, done)
@@ -85,7 +85,7 @@ def test_the_digits_example_succeeds_with_the_real_write_order_and_strict_names(
 def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, cluster_plane: ControlPlane, metacontroller: str):
     """The per-job opt-in: one headless Service, every peer named `<pod>.<job>` (MX_CONFIG's urls,
     DMLC_PS_ROOT_URI), resolvable only once that Service exists and that pod runs, as in a cluster."""
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["annotations"] = {SERVICE_ANNOTATION: PER_JOB}
     with cluster_under(tmp_path / "state", metacontroller, control_plane=cluster_plane) as cluster:
         assert cluster.dns.strict
@@ -108,7 +108,7 @@ def test_the_digits_example_succeeds_with_one_service_per_job(tmp_path: Path, cl
 def test_without_dmlc_use_kubernetes_the_scheduler_cannot_bind_its_late_name_and_the_job_fails(tmp_path: Path, cluster_plane: ControlPlane):
     with hooks_without("DMLC_USE_KUBERNETES", tmp_path / "hooks.log") as url, \
             LocalCluster(tmp_path / "state", control_plane=cluster_plane, hook_url=url) as cluster:
-        cluster.submit(yaml.safe_load(EXAMPLE.read_text()))
+        cluster.submit(yamlio.load(EXAMPLE.read_text()))
         done = cluster.wait_finished("dist-train-digits", timeout=120)
         scheduler = cluster.log_path("dist-train-digits-scheduler-0").read_text()
     assert finished(done) == "Failed"

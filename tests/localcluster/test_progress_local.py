@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane.processes import ControlPlane
@@ -29,7 +29,7 @@ PROGRESS_KINDS = (("v1", "ConfigMap"), ("v1", "ServiceAccount"),
 
 
 def digits_job(name: str, *, epochs: int = 10, **run_policy: object) -> KubeObject:
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["name"] = name
     job["spec"]["runPolicy"].pop("progress", None)
     job["spec"]["runPolicy"].update(run_policy)
@@ -73,7 +73,7 @@ def pod_pids(cluster: LocalCluster, pod: str) -> list[int]:
 
 
 def test_the_digits_example_reports_progress_seen_in_status_and_the_progress_column(tmp_path: Path, cluster_plane: ControlPlane):
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     assert job["spec"]["runPolicy"].get("progress") == {}, "the example asks for progress"
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.cluster import why_it_ended
 from helpers.engines import EMULATION, REAL, cluster_under
 
@@ -29,7 +29,7 @@ EPOCHS = 8  # margin above --min-accuracy 0.9: six epochs ended at 0.919 to 0.96
 
 
 def resumable_job(checkpoints: Path, policy: str) -> dict:
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["name"] = "rec"
     for spec in job["spec"]["mxReplicaSpecs"].values():
         spec["restartPolicy"] = policy
@@ -124,7 +124,7 @@ CHAINER_BOUND = 120  # seconds from the kill to Complete (measured: 30 to 33 s, 
 @pytest.mark.chainer
 @pytest.mark.parametrize("victim", ["worker", "master"])
 def test_a_killed_chainermn_process_is_retried_by_the_master_job_and_completes(tmp_path: Path, victim: str, cluster_plane: ControlPlane):
-    job = yaml.safe_load(CHAINER_EXAMPLE.read_text())
+    job = yamlio.load(CHAINER_EXAMPLE.read_text())
     job["metadata"]["name"] = "cmn"
     with LocalCluster(tmp_path / "state", control_plane=cluster_plane) as cluster:
         cluster.submit(job)

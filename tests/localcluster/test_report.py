@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import yamlio
 
 from localcluster.cli import commands as cli
 from localcluster.cli import postmortem, runview
@@ -63,7 +64,7 @@ def test_two_workers_failing_at_once_are_both_reported(tmp_path: Path, delay: fl
     code, out, err = run(tmp_path, workers_job("both", command))
     assert code == cli.EXIT_FAILED, err
     reason = err.strip().splitlines()[-1]
-    status = yaml.safe_load(out.split("final status:\n", 1)[1].split("\nlast lines of", 1)[0])["status"]
+    status = yamlio.load(out.split("final status:\n", 1)[1].split("\nlast lines of", 1)[0])["status"]
     # Both logs are shown and both pods are listed, each with its exit code.
     for pod in ("both-worker-0", "both-worker-1"):
         assert f"last lines of {tmp_path / 'state' / 'default' / 'both' / pod}.log:" in out
@@ -107,7 +108,7 @@ def test_failed_containers_come_from_the_logs_in_exit_order_without_the_cleanups
 
 
 def typo_job() -> dict:
-    job = yaml.safe_load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
+    job = yamlio.load((ROOT / "examples" / "local" / "dist-train-digits.yaml").read_text())
     job["spec"]["mxReplicaSpecs"]["Worker"]["replica"] = 2
     job["spec"]["runPolicy"] = {"activeDeadlineSecond": 600}
     return job

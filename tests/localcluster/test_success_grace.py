@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 
 from localcluster.cluster import LocalCluster, condition, finished
 from localcluster.controlplane.processes import ControlPlane
@@ -27,7 +27,7 @@ def py(code: str) -> list[str]:
 
 @pytest.mark.mxnet
 def test_a_worker_exiting_1_after_the_schedulers_success_fails_the_job(tmp_path: Path, cluster_plane: ControlPlane):
-    job = yaml.safe_load(EXAMPLE.read_text())
+    job = yamlio.load(EXAMPLE.read_text())
     job["metadata"]["name"] = "late-fail"
     worker = job["spec"]["mxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     # The real digits training on every pod; worker 1 then exits 1 a moment after it is done,

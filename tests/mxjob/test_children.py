@@ -7,7 +7,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.mcsim import T0, mxjob
 
 from hooks.mxjob.sync import sync_mxjob
@@ -213,7 +213,7 @@ def test_existing_mxjob_port_is_not_added_twice():
 def example_mxjobs() -> list[Path]:
     found = []
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        docs = [d for d in yamlio.load_all(path.read_text()) if d]
         if any(d.get("kind") == "MXJob" for d in docs):
             found.append(path)
     return found
@@ -226,7 +226,7 @@ def test_there_are_examples_to_check():
 
 @pytest.mark.parametrize("path", example_mxjobs(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_example_children_validate_against_kubernetes_schemas(path):
-    for doc in yaml.safe_load_all(path.read_text()):
+    for doc in yamlio.load_all(path.read_text()):
         if not doc or doc.get("kind") != "MXJob":
             continue
         doc.setdefault("metadata", {}).setdefault("namespace", "default")
@@ -251,7 +251,7 @@ def test_the_schema_check_really_rejects_a_bad_pod():
 def test_example_children_fed_back_running_give_the_same_answer(path):
     from helpers.mcsim import Sim
 
-    doc = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "MXJob")
+    doc = next(d for d in yamlio.load_all(path.read_text()) if d and d.get("kind") == "MXJob")
     doc["metadata"].update(namespace="default", uid="uid-example", generation=1)
     sim = Sim(doc)
     first = sim.sync()

@@ -17,6 +17,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.crd import SCHEMA, broken_rules, pruned_paths, schema_errors
 from helpers.mcsim import T0
 from ruamel.yaml import YAML
@@ -56,7 +57,7 @@ WARNINGS = {
 
 
 def load(case: str) -> dict:
-    return yaml.safe_load((CASES_DIR / f"{case}.yaml").read_text())
+    return yamlio.load((CASES_DIR / f"{case}.yaml").read_text())
 
 
 def convert(case: str) -> tuple[dict, list[str]]:
@@ -190,7 +191,7 @@ def test_conversion_does_not_change_its_input():
 
 OTHER_DOCUMENTS = {
     "configmap": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}},
-    "v1-mxjob": yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "single-worker.yaml").read_text()),
+    "v1-mxjob": yamlio.load((Path(__file__).resolve().parents[2] / "examples" / "single-worker.yaml").read_text()),
     "v1beta1-mxjob": {"apiVersion": "kubeflow.org/v1beta1", "kind": "MXJob", "metadata": {"name": "b"},
                       "spec": {"mxReplicaSpecs": {}}},
     "a-list": [1, 2],
@@ -219,7 +220,7 @@ def run(args: list[str], stdin: str = "") -> tuple[int, str, str]:
 def test_a_clean_conversion_exits_0():
     code, out, err = run([str(CASES_DIR / "dist-psrootport.yaml")])
     assert code == 0
-    [doc] = yaml.safe_load_all(out)
+    [doc] = yamlio.load_all(out)
     assert doc == convert("dist-psrootport")[0]
     assert "converted to kubeflow.org/v1" in err
 
@@ -227,7 +228,7 @@ def test_a_clean_conversion_exits_0():
 def test_warnings_go_to_stderr_with_the_document_and_exit_1():
     code, out, err = run([str(CASES_DIR / "unknown-fields.yaml")])
     assert code == 1
-    assert yaml.safe_load(out)["apiVersion"] == "kubeflow.org/v1"
+    assert yamlio.load(out)["apiVersion"] == "kubeflow.org/v1"
     lines = [line for line in err.splitlines() if "converted to" not in line]
     assert len(lines) == len(WARNINGS["unknown-fields"])
     assert all(line.startswith(f"{CASES_DIR / 'unknown-fields.yaml'}: document 1 (MXJob odd-job): ")
@@ -238,7 +239,7 @@ def test_stdin_with_several_documents_converts_only_the_v1alpha1_mxjobs():
     others = [OTHER_DOCUMENTS["configmap"], OTHER_DOCUMENTS["v1-mxjob"]]
     text = yaml.safe_dump_all([others[0], load("local-single-worker"), others[1]])
     code, out, err = run(["-"], text)
-    docs = list(yaml.safe_load_all(out))
+    docs = list(yamlio.load_all(out))
     assert [d["apiVersion"] for d in docs] == ["v1", "kubeflow.org/v1", "kubeflow.org/v1"]
     assert (docs[0], docs[2]) == (others[0], others[1])
     assert docs[1] == convert("local-single-worker")[0]
@@ -249,7 +250,7 @@ def test_stdin_with_several_documents_converts_only_the_v1alpha1_mxjobs():
 def test_a_list_of_objects_converts_the_v1alpha1_mxjobs_among_its_items():
     items = [OTHER_DOCUMENTS["configmap"], load("local-single-worker")]
     code, out, err = run(["-"], yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
-    [doc] = yaml.safe_load_all(out)
+    [doc] = yamlio.load_all(out)
     assert doc["kind"] == "List" and doc["items"][0] == OTHER_DOCUMENTS["configmap"]
     assert doc["items"][1] == convert("local-single-worker")[0]
     assert "<stdin>: document 1, items[1] (MXJob local-job): converted to kubeflow.org/v1" in err
@@ -291,7 +292,7 @@ def test_comments_in_carried_parts_survive():
     assert out.startswith("---\n# A non-distributed v1alpha1 job")
     assert "owner: alice  # the team lead" in out
     assert "# the training process" in out
-    assert yaml.safe_load(out) == convert("local-single-worker")[0]
+    assert yamlio.load(out) == convert("local-single-worker")[0]
 
 
 def test_output_round_trips_through_ruamel_as_well():
@@ -306,4 +307,4 @@ def test_the_console_command_is_installed_by_setup():
     result = subprocess.run([command, "-"], input=(CASES_DIR / "dist-psrootport.yaml").read_text(),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert yaml.safe_load(result.stdout) == convert("dist-psrootport")[0]
+    assert yamlio.load(result.stdout) == convert("dist-psrootport")[0]

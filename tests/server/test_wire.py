@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.mcsim import Sim, mxjob
 
 import hooks.kinds
@@ -34,7 +34,7 @@ def _mxjob_goldens() -> list[str]:
 
 @pytest.mark.parametrize("case", _mxjob_goldens())
 def test_every_golden_answer_is_the_same_from_the_selective_decode(case):
-    request = yaml.safe_load((GOLDEN / case / "request.yaml").read_text())
+    request = yamlio.load((GOLDEN / case / "request.yaml").read_text())
     now = datetime.fromisoformat(request.pop("now"))
     full, selective = both_ways(request, now)
     assert selective == full

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import metacontroller_writes as mc
+from helpers import yamlio
 from helpers.chainer_strategies import jobs as chainerjobs
 from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim
 from helpers.chainersim import gang_controller as chainer_gang_controller
@@ -58,7 +58,7 @@ def fresh(plane: ControlPlane) -> Iterator[str]:
 
 
 def golden(name: str) -> tuple[dict, datetime]:
-    request = yaml.safe_load((GOLDEN / name / "request.yaml").read_text())
+    request = yamlio.load((GOLDEN / name / "request.yaml").read_text())
     return request, datetime.fromisoformat(request.pop("now"))
 
 
@@ -75,7 +75,7 @@ def test_every_child_of_a_golden_answer_is_admitted(plane, fresh, name):
 def examples() -> dict[str, dict]:
     found = {}
     for path in sorted(EXAMPLES.rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yamlio.load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") in ("MXJob", "ChainerJob"):
                 doc["metadata"].update(namespace="default", uid="uid-example", generation=1)
                 found[str(path.relative_to(EXAMPLES)).removesuffix(".yaml")] = doc
@@ -149,7 +149,7 @@ def largest_mxjob(name: str, namespace: str) -> tuple[dict, dict, int]:
     def attempt(workers: int) -> tuple[dict, dict, bool]:
         parent = mxjob(name, replicas={"Scheduler": 1, "Server": 1, "Worker": workers})
         parent["metadata"]["namespace"] = namespace
-        request = mxjob_sync_request(parent) | {"controller": yaml.safe_load(MXJOB_CONTROLLER.read_text())}
+        request = mxjob_sync_request(parent) | {"controller": yamlio.load(MXJOB_CONTROLLER.read_text())}
         answer = SYNC["MXJob"](request, now=T0)
         return request, answer, not any(c.get("reason") == "MXJobFailedValidation" for c in answer["status"]["conditions"])
 

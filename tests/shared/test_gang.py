@@ -5,7 +5,7 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers import yamlio
 from helpers.mcsim import T0, Sim, gang_controller, mxjob
 from openapi_schema_validator import OAS30Validator, oas30_format_checker
 
@@ -347,7 +347,7 @@ def _check_known_fields(value, schema, path):
                   "minResources": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 4}}, id="every-field"),
 ])
 def test_podgroup_matches_the_upstream_api(api_version, policy):
-    schema = yaml.safe_load((DATA / UPSTREAM_SPEC[api_version]).read_text())
+    schema = yamlio.load((DATA / UPSTREAM_SPEC[api_version]).read_text())
     worker = {"replicas": 2, "template": {"spec": {"containers": [
         {"name": "mxnet", "image": "i", "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": 1}}}]}}}
     parent = mxjob(replicas={"Scheduler": 1, "Server": 1, "Worker": worker},
@@ -366,7 +366,7 @@ def test_podgroup_matches_the_upstream_api(api_version, policy):
 def test_upstream_schemas_reject_what_they_should():
     """The copied schemas are live: a wrong type or a non-quantity fails validation."""
     for name in UPSTREAM_SPEC.values():
-        schema = yaml.safe_load((DATA / name).read_text())
+        schema = yamlio.load((DATA / name).read_text())
         validator = OAS30Validator(schema, format_checker=oas30_format_checker)
         assert not validator.is_valid({"minMember": "4"})
         assert not validator.is_valid({"minMember": 2**31})

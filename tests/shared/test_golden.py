@@ -19,6 +19,7 @@ from typing import Protocol
 
 import pytest
 import yaml
+from helpers import yamlio
 from helpers.chainersim import JOB_KEY, ChainerSim, chainerjob, example
 from helpers.chainersim import gang_controller as chainer_gang_controller
 from helpers.mcsim import Sim, gang_controller, mxjob
@@ -42,7 +43,7 @@ INLINE_MX_CONFIG = Path(__file__).resolve().parent / "data" / "golden_mx_config.
 
 
 def _example(name: str) -> Sim:
-    parent = yaml.safe_load((EXAMPLES / name).read_text())
+    parent = yamlio.load((EXAMPLES / name).read_text())
     parent["metadata"].update(namespace="default", uid="uid-example", generation=1)
     return Sim(parent)
 
@@ -584,12 +585,12 @@ def check_case(name: str, folder: Path, *, update: bool) -> None:
     written there first (and a missing request.yaml made from the scenario)."""
     if update and not (folder / "request.yaml").exists():
         _write_request(name, folder)
-    request = yaml.safe_load((folder / "request.yaml").read_text())
+    request = yamlio.load((folder / "request.yaml").read_text())
     now = datetime.fromisoformat(request.pop("now"))
     answer = SYNC[request["parent"]["kind"]](request, now=now)
     if update:
         (folder / "response.yaml").write_text(_dump(answer))
-    expected = yaml.safe_load((folder / "response.yaml").read_text())
+    expected = yamlio.load((folder / "response.yaml").read_text())
     assert answer == expected
 
 
@@ -633,7 +634,7 @@ def test_every_golden_process_sees_the_mx_config_it_saw_when_the_map_was_inline(
     then = {key.split("/")[0] for key in inline}
     seen = {}
     for folder in sorted(p for p in GOLDEN.iterdir() if p.is_dir() and p.name in then):
-        children = yaml.safe_load((folder / "response.yaml").read_text())["children"]
+        children = yamlio.load((folder / "response.yaml").read_text())["children"]
         config_maps = {c["metadata"]["name"]: c for c in children if c["kind"] == "ConfigMap"}
         for pod in (c for c in children if c["kind"] == "Pod"):
             for container in pod["spec"]["containers"]:
