@@ -166,9 +166,10 @@ def status_for(job: ChainerJob, old_status: Mapping[str, Any], master_status: Ma
     elif decision.master:
         own.clear("Waiting", WORKERS_READY, f"{subject(job.key)}: all {job.workers} workers were "
                                             f"ready, so the master was started.", at=times.master_started)
-    elif job.distributed and outcome is None and not decision.queued:
-        # A queued job's master never waits for ready workers (Kueue admits the group whole): while a
-        # restart replaces its children, Waiting stays as it was, until Kueue holds the new group.
+    elif job.distributed and outcome is None and not decision.queued and not decision.gang:
+        # A queued or gang-scheduled job's master never waits for ready workers (Kueue admits the group
+        # whole; the gang starts master and workers together): while a restart replaces its children,
+        # Waiting stays as it was, until Kueue holds the new group or the gang's new master is made.
         own.set("Waiting", WAITING_FOR_WORKERS, _waiting_message(job, ready).removesuffix(".") + waits, at=began)
     if outcome is not None:
         _finish(own, job.key, master_status, outcome)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
+from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob, gang_controller
 from helpers.stalewatch import MODES, Watch
 
+from hooks.shared.gang import COSCHEDULING_API, KUBERNETES_API, VOLCANO_API
 from localcluster.metacontroller import Stale
 
 PREEMPTED = ("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
@@ -19,9 +20,9 @@ LOST = f"(no exit code, reason {PREEMPTED[0]}: '{PREEMPTED[1]}')"
 ATTEMPT_LABEL = "chainerjob.kubeflow.org/attempt"
 
 
-def started(**run_policy) -> ChainerSim:
+def started(*, controller: dict | None = None, **run_policy) -> ChainerSim:
     """A job of two workers whose master Job runs: its pods observed running."""
-    sim = ChainerSim(chainerjob(workers={"ws": 2}, runPolicy=run_policy))
+    sim = ChainerSim(chainerjob(workers={"ws": 2}, runPolicy=run_policy), controller=controller)
     run(sim)
     return sim
 
@@ -84,6 +85,26 @@ def test_a_preempted_pod_restarts_the_whole_job_as_a_new_attempt_naming_it_and_t
     sim.master("chj-master", succeeded=1, finished=("Complete", "", "done"))
     sim.sync()
     assert sim.state() == "Complete" and sim.status["attempt"] == 1
+
+
+@pytest.mark.parametrize("api_version", [VOLCANO_API, COSCHEDULING_API, KUBERNETES_API],
+                         ids=["volcano", "scheduler-plugins", "kubernetes"])
+def test_under_a_gang_a_restart_says_restarting_and_never_that_the_master_waits_for_its_workers(api_version):
+    """Under a gang the master never waits for ready workers (the gang starts them together), so a restart
+    must not say it does: Waiting stays as the gang left it, and every sync of the restart is a fixed point
+    (each `sync` checks it), where Waiting used to flip to WaitingForWorkers and back."""
+    sim = started(controller=gang_controller(api_version))
+    waiting = sim.condition("Waiting")
+    assert (waiting["status"], waiting["reason"]) == ("False", "PodGroupCreated")
+    sim.disrupt(WORKER, *PREEMPTED, phase="Failed")
+    for _ in range(3):
+        sim.sync()
+        assert sim.condition("Waiting") == waiting
+        assert sim.condition("Restarting")["status"] == "True"
+    new_attempt(sim)
+    run(sim, attempt=1)
+    assert sim.condition("Waiting")["reason"] == "PodGroupCreated"
+    assert sim.condition("Restarting")["reason"] == "ChainerJobRestarted"
 
 
 @pytest.mark.parametrize("reason", ["EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet"])
