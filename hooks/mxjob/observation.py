@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from hooks.mxjob.observed import PodView
+from hooks.mxjob.observed import PodView, replica_slots, stopped_by_queue
 from hooks.mxjob.replicas import completed_before
 from hooks.mxjob.restarts import (
     Failures,
@@ -27,7 +27,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import STATE_ORDER, TERMINAL, ConditionType
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import RestartRecord
-from hooks.shared.kueue import counts_against_restarts
+from hooks.shared.kueue import GroupEviction, counts_against_restarts
 from hooks.shared.memory import Record
 from hooks.shared.progress import Report
 from hooks.shared.status import OldStatus
@@ -109,8 +109,22 @@ class Observation:
         return Conditions(self.old_conditions, self.now, state_order=STATE_ORDER)
 
 
-def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: datetime, memory: Memory) -> Observation:
-    """Read the observations once, in one order (the status warnings keep that order)."""
+def _gone_with_their_group(job: MXJob, all_pods: Mapping[str, PodView], completed: Mapping[str, set[int]],
+                           eviction: GroupEviction | None, attempt: int) -> dict[str, PodView]:
+    """The pods of the attempt's group that Kueue evicted and let go before a sync saw them stop: the
+    slots with no pod, but those completed (hooks.mxjob.observed.stopped_by_queue). They are lost as a
+    pod Kueue stops is; they are not observed, so nothing else counts or keeps them."""
+    if eviction is None:
+        return {}
+    slots = replica_slots(job)
+    missing = [name for name, slot in slots.items() if name not in all_pods and slot.index not in completed[slot.rtype]]
+    return stopped_by_queue(slots, missing, eviction, attempt)
+
+
+def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: datetime, memory: Memory,
+            group_evictions: Mapping[int, GroupEviction] | None = None) -> Observation:
+    """Read the observations once, in one order (the status warnings keep that order).
+    `group_evictions`: Kueue's evictions of the job's pod groups by job attempt, as their Workloads say."""
     # Whole-job restarts: a succeeded index is never rerun (its pod stays); the new attempt's pods
     # wait until no pod of an earlier attempt is observed.
     known_attempt = max([0, *memory.attempts, *(p.job_attempt for p in all_pods.values())])
@@ -134,7 +148,9 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     if was_terminal or job.run_policy.suspend or succeeded:
         failures = no_failures(history)
     else:
-        failures = classify_failures(job, pods, history, memory.restarts, now=now)
+        gone = _gone_with_their_group(job, all_pods, completed, (group_evictions or {}).get(known_attempt),
+                                      known_attempt)
+        failures = classify_failures(job, {**pods, **gone}, history, memory.restarts, now=now)
     old_attempt = old.counter("attempt") or 0
     failures = with_collateral(job, failures, job_restart_pending=old_attempt > known_attempt)
     # A pod lost for a whole-job restart now: its record is created; the old pods go on a later sync.

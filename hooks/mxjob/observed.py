@@ -10,7 +10,7 @@ from hooks.mxjob.spec import KUEUE_QUEUE_KEY, MXJob
 from hooks.mxjob.template import MAIN_CONTAINER
 from hooks.mxjob.vocabulary import one_of
 from hooks.shared.k8s import CONFIG_MAP_KEY, POD_KEY, SERVICE_KEY
-from hooks.shared.kueue import evicted_by_queue, gated_by_kueue, pending
+from hooks.shared.kueue import GroupEviction, evicted_by_queue, gated_by_kueue, pending
 from hooks.shared.scheduling import unscheduled, unscheduled_reason
 from hooks.shared.termination import (
     MAX_REASON,
@@ -183,6 +183,19 @@ def view_pods(slots: Mapping[str, Slot], observed: Mapping[str, Any],
             last_message=last_said.text if last_said else None, last_log_line=bool(last_said and last_said.log),
         )
     return views
+
+
+def stopped_by_queue(slots: Mapping[str, Slot], missing: list[str], eviction: GroupEviction,
+                     job_attempt: int) -> dict[str, PodView]:
+    """Views of the pods of a job attempt's group that Kueue stopped and let go before any sync saw
+    them go (`missing`: their slots' names), as a sync that saw them stopping would have read them:
+    Failed, evicted, in Kueue's words (`eviction`, from the group's Workload). Kueue's finalizer keeps a
+    stopped pod only until its group is finished, a moment after the pod stops; without these a sync
+    would create the same pods again, in the group Kueue has just evicted."""
+    return {name: PodView(name=name, rtype=slots[name].rtype, index=slots[name].index, uid="", phase="Failed",
+                          terminating=True, exit_code=None, restarts=0, job_attempt=job_attempt, evicted=True,
+                          grouped=True, reason=eviction.reason, message=eviction.message)
+            for name in missing}
 
 
 def _held(pod: Mapping[str, Any], workloads: Mapping[str, Any]) -> dict[str, str | None]:

@@ -45,6 +45,19 @@ def pod_group_name(job_name: str, uid: str, job_attempt: int) -> str:
     return f"{job_name[:_GROUP_NAME_PREFIX]}-{uid[:8]}-{job_attempt}"
 
 
+def group_attempts(workloads: Mapping[str, Any], job_name: str, uid: str) -> dict[int, Any]:
+    """The related Workloads of one job's pod groups by attempt, read back from their names (pod_group_name)."""
+    found: dict[int, Any] = {}
+    if not workloads:
+        return found
+    prefix = pod_group_name(str(job_name), str(uid), 0)[:-1]
+    for name, workload in workloads.items():
+        rest = name[len(prefix):] if isinstance(name, str) and name.startswith(prefix) else ""
+        if rest.isascii() and rest.isdigit() and str(int(rest)) == rest:
+            found[int(rest)] = workload
+    return found
+
+
 def group_marks(queue: str, group: str, total: int) -> tuple[dict[str, str], dict[str, str]]:
     """The labels and annotations that put a pod in a Kueue plain-pod group of `total` pods."""
     return ({QUEUE_LABEL: queue, KUEUE_POD_GROUP_LABEL: group},
@@ -124,6 +137,31 @@ def pending(workload: Any) -> Pending | None:
         if condition is not None and condition.get("status") == "False":
             reason = first_line(condition.get("reason"), MAX_REASON) or kind
             return Pending(reason, first_line(condition.get("message"), MAX_MESSAGE))
+    return None
+
+
+@dataclass(frozen=True)
+class GroupEviction:
+    """Kueue's words for the pods of a group it stopped: what it writes in each pod's TerminationTarget."""
+
+    reason: str
+    message: str | None
+
+
+def group_eviction(workload: Any) -> GroupEviction | None:
+    """Kueue's eviction of a pod group, read off the group's Workload: its Evicted condition when True,
+    worded as Kueue words the TerminationTarget of each pod it stops (Kueue v0.17.0, jobframework's
+    stopJob: reason `WorkloadEvictedDueTo<the condition's reason>`, the condition's message). Kueue
+    sets the condition False again once it reserves quota for the Workload. The Workload outlives the
+    pods it stopped (until they are gone): what tells a sync that first looks after they went that
+    the queue took them. None when it says no eviction."""
+    status = workload.get("status") if isinstance(workload, Mapping) else None
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Evicted" and condition.get("status") == "True":
+            cause = first_line(condition.get("reason"), MAX_REASON)
+            reason = first_line(f"WorkloadEvictedDueTo{cause}" if cause else "WorkloadEvicted", MAX_REASON)
+            return GroupEviction(reason or "WorkloadEvicted", first_line(condition.get("message"), MAX_MESSAGE))
     return None
 
 

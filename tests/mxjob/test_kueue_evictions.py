@@ -18,6 +18,7 @@ from helpers.kueue_stops import PREEMPTED, PREEMPTED_MESSAGE, kueue_stops
 from helpers.mcsim import Sim, mxjob, running
 from helpers.stalewatch import MODES, STALE_MODES, Watch, essence
 
+from hooks.shared.kueue import GroupEviction, group_attempts, group_eviction
 from localcluster.metacontroller import Stale
 
 KUEUE_STOPS = kueue_stops("ns/mx")
@@ -339,3 +340,134 @@ def test_a_pod_that_fails_on_its_own_beside_an_eviction_is_judged_as_in_several_
         assert "Worker 0 (pod mx-worker-0) failed with exit code 1" in sim.condition("Failed")["message"]  # type: ignore[index]
     else:
         assert restarting(sim)["reason"] == "MXJobEvictedByQueue" and sim.status.get("restartCount", 0) == 0
+
+
+# --- pods Kueue let go before any sync saw them stop ------------------------------------------------
+#
+# Kueue finishes a group marked not retriable once none of its pods runs, and then lets their finalizer
+# go: a stopped pod is gone a moment after it stopped, and a sync may first look after that. What is left
+# is the group's Workload, which the customize hook relates: Evicted True, in Kueue's words.
+
+WORKLOADS = "kueue.x-k8s.io/v1beta2"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+EVICTED = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": PREEMPTED_MESSAGE,
+           "lastTransitionTime": "2026-11-21T10:00:00Z"}
+
+
+def queued_running(replicas: dict, **spec) -> Sim:
+    """A queued job whose pods form Kueue pod groups, running, with its group's Workload admitted."""
+    job = mxjob(replicas=replicas, **spec)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    sim = Sim(job, settings={"kueue_pod_groups": "true"})
+    sim.sync()
+    sim.create({"apiVersion": WORKLOADS, "kind": "Workload", "metadata": {"name": group(sim), "namespace": "ns"},
+                "status": {"conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                                           "lastTransitionTime": "2026-11-21T10:00:00Z"}]}})
+    sim.run()
+    sim.sync()
+    return sim
+
+
+def group(sim: Sim) -> str:
+    [name] = {p["metadata"]["labels"][GROUP_LABEL] for p in sim.pods.values()}
+    return name
+
+
+def workload_says(sim: Sim, name: str, *conditions: dict) -> None:
+    sim.write_status(WORKLOADS, "Workload", name, {"conditions": list(conditions)})
+
+
+@pytest.mark.parametrize("shape", ["distributed", "worker-only"])
+def test_pods_kueue_let_go_before_any_sync_saw_them_stop_restart_the_job_as_if_seen(shape):
+    sim = queued_running(SHAPES[shape], runPolicy=NO_BUDGET)
+    seen = queued_running(SHAPES[shape], runPolicy=NO_BUDGET)
+    first = group(sim)
+    for scene in (sim, seen):
+        workload_says(scene, first, EVICTED)
+    evict(seen)  # seen as Kueue stops them ...
+    seen.sync()
+    for name in list(sim.pods):  # ... or only after they were gone
+        sim.terminating(name)
+        sim.gc(name)
+    sim.sync()
+    assert not sim.pods  # not created again in the group Kueue evicted
+    assert restarting(sim)["reason"] == "MXJobEvictedByQueue"
+    assert restarting(sim)["message"] == restarting(seen)["message"]
+    assert record(sim, 1)["queueEviction"] == {"reason": PREEMPTED, "message": PREEMPTED_MESSAGE}
+    next_attempt(sim)
+    assert attempts(sim) == {"1"} and group(sim) == first[:-1] + "1"
+    sim.run()
+    sim.sync()
+    assert (sim.state(), sim.status.get("restartCount", 0), sim.status["attempt"]) == ("Running", 0, 1)
+
+
+def test_a_pod_gone_while_its_workload_is_not_evicted_is_created_again_in_the_same_group():
+    """Someone else deleted it (kubectl delete): the job does not restart; the pod comes back as it was."""
+    sim = queued_running({"Worker": 2})
+    sim.gc("mx-worker-1")
+    sim.sync()
+    assert sorted(sim.pods) == ["mx-worker-0", "mx-worker-1"] and attempts(sim) == {None}
+    assert sim.status.get("attempt", 0) == 0 and sim.condition("Restarting") is None
+
+
+def test_one_pod_seen_stopping_and_one_already_gone_are_one_eviction():
+    sim = queued_running({"Worker": 2})
+    workload_says(sim, group(sim), EVICTED)
+    evict(sim, "mx-worker-0")
+    sim.gc("mx-worker-1")
+    sim.sync()
+    assert record(sim, 1)["lostPod"] == "mx-worker-0"
+    assert restarting(sim)["reason"] == "MXJobEvictedByQueue" and sim.status["attempt"] == 1
+    next_attempt(sim)
+    assert attempts(sim) == {"1"} and len(sim.pods) == 2
+
+
+def test_the_evicted_workload_of_an_earlier_attempt_leaves_the_current_one_alone():
+    """Kueue keeps the first group's Workload Evicted (then Finished); the new attempt's group is another."""
+    sim = queued_running({"Worker": 2})
+    first = group(sim)
+    workload_says(sim, first, EVICTED)
+    for name in list(sim.pods):
+        sim.gc(name)
+    sim.sync()
+    next_attempt(sim)
+    sim.run()
+    sim.sync()
+    sim.gc("mx-worker-1")  # a pod of attempt 1 deleted by someone else
+    sim.sync()
+    assert sim.status["attempt"] == 1 and attempts(sim) == {"1"} and len(sim.pods) == 2
+    assert not any(n.endswith("-attempt-2") for n in sim.config_maps)
+
+
+def test_without_kueue_pod_groups_no_workload_is_read():
+    """With the setting false (Kueue v0.5-v0.10 queues the job itself) a missing pod is created again."""
+    sim = running(mxjob(replicas={"Worker": 2}))
+    sim.gc("mx-worker-0")
+    sim.sync()
+    assert sorted(sim.pods) == ["mx-worker-0", "mx-worker-1"] and sim.status.get("attempt", 0) == 0
+
+
+@pytest.mark.parametrize(("conditions", "expected"), [
+    ([EVICTED], GroupEviction(PREEMPTED, PREEMPTED_MESSAGE)),
+    ([{**EVICTED, "reason": "PodsReadyTimeout", "message": "Exceeded the PodsReady timeout ns/w\nmore"}],
+     GroupEviction("WorkloadEvictedDueToPodsReadyTimeout", "Exceeded the PodsReady timeout ns/w")),
+    ([{**EVICTED, "reason": "", "message": ""}], GroupEviction("WorkloadEvicted", None)),
+    ([{**EVICTED, "status": "False"}], None),
+    ([{"type": "Admitted", "status": "True", "reason": "Admitted"}], None),
+    ([], None),
+], ids=["preempted", "first-line", "no-reason", "readmitted", "admitted", "none"])
+def test_group_eviction_words_a_workloads_eviction_as_kueue_words_its_pods(conditions, expected):
+    assert group_eviction({"status": {"conditions": conditions}}) == expected
+
+
+@pytest.mark.parametrize("bad", [None, "x", {"status": "x"}, {"status": {"conditions": "x"}},
+                                 {"status": {"conditions": ["x", {"type": "Evicted"}]}}],
+                         ids=["none", "text", "status-text", "conditions-text", "odd-conditions"])
+def test_group_eviction_of_a_workload_of_another_shape_is_none(bad):
+    assert group_eviction(bad) is None
+
+
+def test_group_attempts_reads_the_attempt_back_from_a_workloads_name():
+    found = group_attempts({"mx-u1-0": "a", "mx-u1-12": "b", "mx-u1-01": "c", "mx-u1-": "d", "mx-u1-1x": "e",
+                            "mx-u2-3": "f", "other-u1-3": "g", "mx-u1-²": "h"}, "mx", "u1")
+    assert found == {0: "a", 12: "b"}
