@@ -13,7 +13,8 @@ Metacontroller requires (it keeps one answer per parent uid and generation). `ma
 the newest failed master pod: its exit code, reason and the line of its message that says what went
 wrong, bounded (hooks.shared.termination). `not_scheduled` says which pods the scheduler has not
 placed, and why; `lost_pods` which were taken away by a disruption (preempted, evicted);
-`queue_evicted` whether Kueue stopped the job's pod group, and in which words.
+`queue_evicted` whether Kueue stopped the job's pod group, and in which words (`group_evicted` when
+its pods went before a sync saw them stop).
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from hooks.shared.kueue import (
     evicted_by_queue,
     eviction_record,
     gated_by_kueue,
+    group_attempts,
+    group_eviction,
     kueue_setting,
     pending,
     pod_group_name,
@@ -183,6 +186,22 @@ def queue_evicted(job_name: str, pods: Mapping[str, Any], attempt: int) -> dict[
         place = (0 if labels.get(names.ROLE_LABEL) == "master" else 1, name)
         found.append((place, eviction_record(reason, said.text if said is not None else None)))
     return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def group_evicted(job_name: str, uid: str, workloads: Mapping[str, Any], attempt: int,
+                  master_job: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """Kueue's reason and message when it stopped the `attempt`'s pod group and let its pods go before a
+    sync saw them stop (queue_evicted then finds none): the group's Workload says Evicted True
+    (hooks.shared.kueue.group_eviction) and the master Job has counted a failed pod, the master's pod
+    Kueue stopped. By then the Job and StatefulSet controllers have made other pods in the same group,
+    which Kueue's webhook holds at its gate, so only those two say what happened. Kueue evicting a
+    group whose pods never ran (still gated) stops nothing: the master Job counts no failure, and the
+    group waits to be admitted again as it is. None otherwise."""
+    failed = _object(_object(master_job).get("status")).get("failed")
+    if not (isinstance(failed, int) and not isinstance(failed, bool) and failed > 0):
+        return None
+    eviction = group_eviction(group_attempts(workloads, job_name, uid).get(attempt))
+    return eviction_record(eviction.reason, eviction.message) if eviction is not None else None
 
 
 def read_related_pods(request: Mapping[str, Any]) -> Mapping[str, Any]:

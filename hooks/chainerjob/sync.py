@@ -15,7 +15,14 @@ from typing import Any, NamedTuple
 from hooks.chainerjob import children, names, progress, restarts
 from hooks.chainerjob.decision import Decision, decide, ready_workers
 from hooks.chainerjob.names import CREATED_ANNOTATION, MASTER_STARTED_ANNOTATION, RESUMED_ANNOTATION
-from hooks.chainerjob.related import held_by_kueue, lost_pods, not_scheduled, queue_evicted, read_related_pods
+from hooks.chainerjob.related import (
+    group_evicted,
+    held_by_kueue,
+    lost_pods,
+    not_scheduled,
+    queue_evicted,
+    read_related_pods,
+)
 from hooks.chainerjob.spec import ChainerJob, SpecError, parse_chainerjob
 from hooks.chainerjob.status import (
     KeptTimes,
@@ -167,7 +174,8 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # stopping the pod group is the same move, uncounted (docs/ecosystem.md, "ChainerJob through Kueue").
         loss = restarts.after_loss(job.key, lost_pods(job.name, job_pods, attempts.known), attempt=attempts.counted,
                                    max_restarts=job.max_restarts, now=now,
-                                   evicted=queue_evicted(job.name, job_pods, attempts.known))
+                                   evicted=queue_evicted(job.name, job_pods, attempts.known)
+                                   or group_evicted(job.name, job.uid, kueue.workloads, attempts.known, master_job))
     failed = stall.failed or loss.failed  # FailJob, or a RestartJob (for a stall, a loss) past maxRestarts
     if failed is not None:
         master_status = progress.failed_by_hook(master_status, failed)

@@ -277,3 +277,83 @@ def test_an_eviction_is_one_uncounted_restart_whatever_the_syncs_read(stale: Sta
     assert sorted(n for n in sim.objects("v1", "ConfigMap") if "-attempt-" in n) == ["chj-attempt-1"]
     assert record(sim, 1)["queueEviction"] == {"reason": PREEMPTED, "message": PREEMPTED_MESSAGE}
     watch.check()
+
+
+# --- pods Kueue let go before any sync saw them stop ------------------------------------------------
+#
+# Kueue lets a stopped pod go once its group is finished, a moment after it stopped it; the Job and
+# StatefulSet controllers then make other pods in the same group, which Kueue's webhook gates. What tells
+# a sync that first looks then is the group's Workload (Evicted True) and the master Job's failed count.
+
+EVICTED_CONDITION = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": PREEMPTED_MESSAGE,
+                     "lastTransitionTime": "2026-11-21T10:00:00Z"}
+ADMITTED_CONDITION = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                      "lastTransitionTime": "2026-11-21T10:00:00Z"}
+
+
+def with_workload(sim: ChainerSim, *conditions: dict) -> str:
+    """The Workload of the job's attempt-0 group, saying `conditions`; its name."""
+    name = sim.objects("v1", "Pod")[WORKERS[0]]["metadata"]["labels"][GROUP]
+    sim.create({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": "ns"},
+                "status": {"conditions": list(conditions)}})
+    return name
+
+
+def replaced_unseen(sim: ChainerSim, *, failed: int) -> None:
+    """The pods are gone, unseen; the Job controller counted `failed` and made another master pod, the
+    StatefulSet controller the workers again: Kueue's webhook gates them all."""
+    for name in list(sim.objects("v1", "Pod")):
+        sim.remove("v1", "Pod", name)
+    sim.master(MASTER, active=1, failed=failed)
+    sim.master_pod("chj-master-fghij", phase="Pending")
+    gate(sim, "chj-master-fghij")
+    for name in WORKERS:
+        sim.worker_pod(name, phase="Pending")
+        gate(sim, name)
+
+
+def test_pods_kueue_let_go_before_a_sync_saw_them_stop_restart_the_job_as_if_seen():
+    seen, unseen = started(maxRestarts=0), started(maxRestarts=0)
+    for sim in (seen, unseen):
+        with_workload(sim, EVICTED_CONDITION)
+    evict_all(seen)
+    seen.sync()
+    replaced_unseen(unseen, failed=1)
+    unseen.sync()
+    for sim in (seen, unseen):
+        restarting = sim.condition("Restarting")
+        assert (restarting["status"], restarting["reason"]) == ("True", "ChainerJobEvictedByQueue"), sim.status
+        assert restarting["message"] == restarting_message(1, budget=0)
+        assert record(sim, 1)["queueEviction"] == {"reason": PREEMPTED, "message": PREEMPTED_MESSAGE}
+    requeued(unseen, 1)
+    templates = [obj["spec"]["template"]["metadata"]["labels"] for key in (JOB_KEY, STATEFULSET_KEY)
+                 for obj in unseen.children[key].values()]
+    assert {t[GROUP] for t in templates} == {"chj-uid-chj-1"}
+    run(unseen, attempt=1)
+    assert unseen.status["attempt"] == 1 and unseen.condition("Failed") is None
+
+
+def test_a_group_kueue_evicted_before_it_ran_waits_as_it_is():
+    """Kueue stops no gated pod: the master Job counts no failure, and the group is admitted again as it is."""
+    sim = ChainerSim(queued(), kueue_pod_groups="true")
+    for _ in range(2):
+        sim.sync()
+    sim.master(MASTER, active=1)
+    sim.master_pod(master_pod(0), phase="Pending")
+    gate(sim, master_pod(0))
+    for name in WORKERS:
+        sim.worker_pod(name, phase="Pending")
+        gate(sim, name)
+    with_workload(sim, EVICTED_CONDITION)
+    for _ in range(2):
+        sim.sync()
+    assert sim.status.get("attempt", 0) == 0 and sim.condition("Restarting") is None
+    assert sim.condition("Waiting")["reason"] == "WaitingForKueue"
+
+
+def test_a_master_pod_retried_by_its_job_while_the_workload_is_admitted_is_no_eviction():
+    sim = started()
+    with_workload(sim, ADMITTED_CONDITION)
+    replaced_unseen(sim, failed=1)
+    sim.sync()
+    assert sim.status.get("attempt", 0) == 0 and sim.condition("Restarting") is None

@@ -64,7 +64,9 @@ class ChainerSim(Stepped):
     def __init__(self, parent: dict, now: datetime = T0, controller: dict | None = None, *,
                  stale: Stale | None = None, **settings: str):
         super().__init__(parent, sync_chainerjob, CONTROLLER, now=now, controller=controller, stale=stale, settings=settings,
-                         customize=customize_chainerjob)
+                         # The customize route takes the server's Kueue setting, as the sync route does.
+                         customize=lambda request: customize_chainerjob(
+                             request, kueue_pod_groups=settings.get("kueue_pod_groups", "false")))
 
     def label(self, obj: Any) -> str:
         return key_of(obj)
