@@ -156,6 +156,8 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
     # The outcome is remembered in a child too (hooks.shared.memory): a master Job deleted after
     # the end must not be created again because a stale read shows the status of before the end.
     master_status = _master_status(master_job, observed, job.name, old_status, job_pods, job.master.main_container)
+    evicted, master_status = _stopped_by_kueue(job, job_pods, kueue, attempts.known, master_job, master_status,
+                                               recorded=outcome_name(job.name) in observed[CONFIG_MAP_KEY])
     reports = progress.job_reports(job, observed[CONFIG_MAP_KEY], old.raw.get("progress"),
                                    attempts.pending or attempts.known) \
         if job.progress.enabled else {}
@@ -173,9 +175,7 @@ def _answer(parent: JSON, gang: Gang | None, observed: dict[str, Mapping[str, An
         # would count against the Job's backoffLimit (docs/chainerjob.md, "Disruptions"). Kueue
         # stopping the pod group is the same move, uncounted (docs/ecosystem.md, "ChainerJob through Kueue").
         loss = restarts.after_loss(job.key, lost_pods(job.name, job_pods, attempts.known), attempt=attempts.counted,
-                                   max_restarts=job.max_restarts, now=now,
-                                   evicted=queue_evicted(job.name, job_pods, attempts.known)
-                                   or group_evicted(job.name, job.uid, kueue.workloads, attempts.known, master_job))
+                                   max_restarts=job.max_restarts, now=now, evicted=evicted)
     failed = stall.failed or loss.failed  # FailJob, or a RestartJob (for a stall, a loss) past maxRestarts
     if failed is not None:
         master_status = progress.failed_by_hook(master_status, failed)
@@ -251,6 +251,23 @@ def _kept_times(observed: Mapping[str, Mapping[str, Any]], master_job: Mapping[s
         launched = [*resumed_from[JOB_KEY].values(), *resumed_from[STATEFULSET_KEY].values()]
         resumed = stamped_time(launched, RESUMED_ANNOTATION) or now
     return KeptTimes(created=created or now, master_started=master_started, resumed=resumed)
+
+
+def _stopped_by_kueue(job: ChainerJob, job_pods: Mapping[str, Any], kueue: Kueue, attempt: int,
+                      master_job: Mapping[str, Any] | None, master_status: JSON, *,
+                      recorded: bool) -> tuple[dict[str, str] | None, JSON]:
+    """Kueue's words when it stopped the attempt's pod group, seen on the pods or, once they are gone, on
+    the group's Workload (docs/ecosystem.md, "ChainerJob through Kueue"), None before the master Job
+    exists; and the master's status as the job reads it then. A master Job that failed on the pod Kueue
+    stopped (spec.master.backoffLimit 0) is no failure of the job: the queue took its pod, and the job
+    restarts as for any eviction. An outcome already recorded (`recorded`) stays as it is."""
+    if master_job is None:
+        return None, master_status
+    evicted = (queue_evicted(job.name, job_pods, attempt)
+               or group_evicted(job.name, job.uid, kueue.workloads, attempt, master_job))
+    if evicted is not None and not recorded and finished(master_status) == "Failed":
+        return evicted, {"conditions": []}
+    return evicted, master_status
 
 
 def _master_status(master_job: Mapping[str, Any] | None, observed: dict[str, Mapping[str, Any]], name: str,

@@ -357,3 +357,46 @@ def test_a_master_pod_retried_by_its_job_while_the_workload_is_admitted_is_no_ev
     replaced_unseen(sim, failed=1)
     sim.sync()
     assert sim.status.get("attempt", 0) == 0 and sim.condition("Restarting") is None
+
+
+BACKOFF = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+
+
+@pytest.mark.parametrize("seen", ["pods-stopping", "workload-only"])
+def test_a_master_job_that_failed_on_the_pod_kueue_stopped_is_an_eviction_not_a_failure(seen):
+    """spec.master.backoffLimit 0: the Job controller fails the master Job on the pod Kueue stopped before
+    a sync sees the eviction. The queue took the pod; the job restarts uncounted and completes."""
+    sim = started(maxRestarts=0)
+    with_workload(sim, EVICTED_CONDITION)
+    if seen == "pods-stopping":
+        evict_all(sim, phase="Failed")
+    else:
+        for name in list(sim.objects("v1", "Pod")):
+            sim.remove("v1", "Pod", name)
+    sim.master(MASTER, failed=1, finished=BACKOFF)
+    sim.sync()
+    restarting = sim.condition("Restarting")
+    assert (restarting["status"], restarting["reason"]) == ("True", "ChainerJobEvictedByQueue"), sim.status
+    assert restarting["message"] == restarting_message(1, budget=0)
+    assert sim.condition("Failed") is None and "chj-outcome" not in sim.objects("v1", "ConfigMap")
+    requeued(sim, 1)
+    run(sim, attempt=1)
+    sim.master(MASTER, succeeded=1, finished=("Complete", "", "done"))
+    sim.sync()
+    assert sim.state() == "Complete" and sim.status["attempt"] == 1
+
+
+def test_a_master_that_failed_on_its_own_stays_failed_when_kueue_stops_the_rest_later():
+    sim = started(maxRestarts=0)
+    sim.master_pod(master_pod(0), phase="Failed", exit_code=1, reason="Error")
+    sim.master(MASTER, failed=1, finished=BACKOFF)
+    for _ in range(2):
+        sim.sync()
+    assert sim.state() == "Failed"
+    with_workload(sim, EVICTED_CONDITION)
+    for name in WORKERS:
+        if name in sim.objects("v1", "Pod"):
+            sim.evict(name, PREEMPTED, PREEMPTED_MESSAGE)
+    for _ in range(2):
+        sim.sync()
+    assert sim.state() == "Failed" and sim.status.get("attempt", 0) == 0
