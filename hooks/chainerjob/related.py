@@ -33,7 +33,6 @@ from hooks.shared.kueue import (
     evicted_by_queue,
     eviction_record,
     gated_by_kueue,
-    group_attempts,
     group_eviction,
     kueue_setting,
     pending,
@@ -42,6 +41,7 @@ from hooks.shared.kueue import (
 )
 from hooks.shared.request import read_parent
 from hooks.shared.scheduling import held_words, unscheduled
+from hooks.shared.status import is_counter
 from hooks.shared.termination import (
     MAX_MESSAGE,
     MAX_REASON,
@@ -198,9 +198,9 @@ def group_evicted(job_name: str, uid: str, workloads: Mapping[str, Any], attempt
     group whose pods never ran (still gated) stops nothing: the master Job counts no failure, and the
     group waits to be admitted again as it is. None otherwise."""
     failed = _object(_object(master_job).get("status")).get("failed")
-    if not (isinstance(failed, int) and not isinstance(failed, bool) and failed > 0):
+    if not (is_counter(failed) and failed > 0):
         return None
-    eviction = group_eviction(group_attempts(workloads, job_name, uid).get(attempt))
+    eviction = group_eviction(workloads.get(pod_group_name(job_name, uid, attempt)))
     return eviction_record(eviction.reason, eviction.message) if eviction is not None else None
 
 

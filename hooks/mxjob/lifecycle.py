@@ -69,7 +69,6 @@ from hooks.mxjob.vocabulary import (
 )
 from hooks.shared.conditions import Conditions, parse_rfc3339, rfc3339
 from hooks.shared.k8s import JSON
-from hooks.shared.kueue import GroupEviction
 from hooks.shared.memory import Record, attempt_record_name
 from hooks.shared.progress import progress_status
 from hooks.shared.scheduling import held_words
@@ -130,10 +129,10 @@ class GraceWait(NamedTuple):
 
 def decide(*, job: MXJob, old_status: Any, pods: Mapping[str, PodView], slots: Mapping[str, Slot],
            observed_services: Mapping[str, Any], now: datetime, memory: Memory = NO_MEMORY,
-           gang: GangView = NO_GANG, group_evictions: Mapping[int, GroupEviction] | None = None) -> Plan:
-    """The whole lifecycle step for a valid MXJob: a pure function of its arguments. `group_evictions`:
-    Kueue's evictions of the job's pod groups by attempt, read off their Workloads (hooks.shared.kueue)."""
-    obs = observe(job, old_status, pods, now, memory, group_evictions)
+           gang: GangView = NO_GANG, workloads: Mapping[str, Any] | None = None) -> Plan:
+    """The whole lifecycle step for a valid MXJob: a pure function of its arguments. `workloads`: the
+    Kueue Workloads of its pod groups by name (the customize hook relates them)."""
+    obs = observe(job, old_status, pods, now, memory, workloads)
     plan = _step(obs, slots, observed_services, memory, gang)
     if job.run_policy.progress.enabled:
         # status.progress, on every path: the reports of the attempt the status says the job is on

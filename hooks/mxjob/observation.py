@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from hooks.mxjob.names import pod_group_name
 from hooks.mxjob.observed import PodView, replica_slots, stopped_by_queue
 from hooks.mxjob.replicas import completed_before
 from hooks.mxjob.restarts import (
@@ -27,7 +28,7 @@ from hooks.mxjob.spec import MXJob
 from hooks.mxjob.vocabulary import STATE_ORDER, TERMINAL, ConditionType
 from hooks.shared.conditions import Conditions
 from hooks.shared.k8s import RestartRecord
-from hooks.shared.kueue import GroupEviction, counts_against_restarts
+from hooks.shared.kueue import counts_against_restarts, group_eviction
 from hooks.shared.memory import Record
 from hooks.shared.progress import Report
 from hooks.shared.status import OldStatus
@@ -110,10 +111,12 @@ class Observation:
 
 
 def _gone_with_their_group(job: MXJob, all_pods: Mapping[str, PodView], completed: Mapping[str, set[int]],
-                           eviction: GroupEviction | None, attempt: int) -> dict[str, PodView]:
-    """The pods of the attempt's group that Kueue evicted and let go before a sync saw them stop: the
-    slots with no pod, but those completed (hooks.mxjob.observed.stopped_by_queue). They are lost as a
-    pod Kueue stops is; they are not observed, so nothing else counts or keeps them."""
+                           workloads: Mapping[str, Any], attempt: int) -> dict[str, PodView]:
+    """The pods of the attempt's group that Kueue evicted (its Workload says so: hooks.shared.kueue.group_eviction)
+    and let go before a sync saw them stop: the slots with no pod, but those completed
+    (hooks.mxjob.observed.stopped_by_queue). They are lost as a pod Kueue stops is; they are not
+    observed, so nothing else counts or keeps them."""
+    eviction = group_eviction(workloads.get(pod_group_name(job.name, str(job.uid), attempt))) if workloads else None
     if eviction is None:
         return {}
     slots = replica_slots(job)
@@ -122,9 +125,9 @@ def _gone_with_their_group(job: MXJob, all_pods: Mapping[str, PodView], complete
 
 
 def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: datetime, memory: Memory,
-            group_evictions: Mapping[int, GroupEviction] | None = None) -> Observation:
+            workloads: Mapping[str, Any] | None = None) -> Observation:
     """Read the observations once, in one order (the status warnings keep that order).
-    `group_evictions`: Kueue's evictions of the job's pod groups by job attempt, as their Workloads say."""
+    `workloads`: the Kueue Workloads of the job's pod groups by name."""
     # Whole-job restarts: a succeeded index is never rerun (its pod stays); the new attempt's pods
     # wait until no pod of an earlier attempt is observed.
     known_attempt = max([0, *memory.attempts, *(p.job_attempt for p in all_pods.values())])
@@ -148,8 +151,7 @@ def observe(job: MXJob, old_status: Any, all_pods: Mapping[str, PodView], now: d
     if was_terminal or job.run_policy.suspend or succeeded:
         failures = no_failures(history)
     else:
-        gone = _gone_with_their_group(job, all_pods, completed, (group_evictions or {}).get(known_attempt),
-                                      known_attempt)
+        gone = _gone_with_their_group(job, all_pods, completed, workloads or {}, known_attempt)
         failures = classify_failures(job, {**pods, **gone}, history, memory.restarts, now=now)
     old_attempt = old.counter("attempt") or 0
     failures = with_collateral(job, failures, job_restart_pending=old_attempt > known_attempt)

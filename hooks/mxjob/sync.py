@@ -35,8 +35,6 @@ from hooks.shared.gang import Gang, new_pods_wait, podgroup_wait_message, read_g
 from hooks.shared.k8s import CONFIG_MAP_KEY, JSON, POD_KEY, SERVICE_KEY, SyncResponse
 from hooks.shared.kueue import (
     KUEUE_ATTEMPTS_RELATED,
-    group_attempts,
-    group_eviction,
     kueue_setting,
     read_related_workloads,
     workload_rule,
@@ -160,11 +158,9 @@ def sync_mxjob(request: Mapping[str, Any], *, now: datetime, kueue_pod_groups: s
     # A queued job's Kueue Workloads (its customize hook relates them) say why Kueue holds its pods back.
     workloads = read_related_workloads(request) if pod_groups and job.queue else {}
     views = view_pods(slots, observed.pods, workloads)
-    evictions = {n: e for n, w in group_attempts(workloads, job.name, job.uid).items()
-                 if (e := group_eviction(w)) is not None}
     plan = decide(job=job, old_status=old_status, pods=views, slots=slots,
                   observed_services=services_by_slot(job, slots, observed.services), memory=memory, now=now,
-                  gang=gang_view, group_evictions=evictions)
+                  gang=gang_view, workloads=workloads)
     size = attempt_group_size(plan, views) if pod_groups and job.queue else None
     pods = {rtype: pod_builder(job, spec, wiring, gang=gang, kueue_pod_groups=pod_groups, group_size=size)
             for rtype, spec in job.replicas.items()}

@@ -45,19 +45,6 @@ def pod_group_name(job_name: str, uid: str, job_attempt: int) -> str:
     return f"{job_name[:_GROUP_NAME_PREFIX]}-{uid[:8]}-{job_attempt}"
 
 
-def group_attempts(workloads: Mapping[str, Any], job_name: str, uid: str) -> dict[int, Any]:
-    """The related Workloads of one job's pod groups by attempt, read back from their names (pod_group_name)."""
-    found: dict[int, Any] = {}
-    if not workloads:
-        return found
-    prefix = pod_group_name(str(job_name), str(uid), 0)[:-1]
-    for name, workload in workloads.items():
-        rest = name[len(prefix):] if isinstance(name, str) and name.startswith(prefix) else ""
-        if rest.isascii() and rest.isdigit() and str(int(rest)) == rest:
-            found[int(rest)] = workload
-    return found
-
-
 def group_marks(queue: str, group: str, total: int) -> tuple[dict[str, str], dict[str, str]]:
     """The labels and annotations that put a pod in a Kueue plain-pod group of `total` pods."""
     return ({QUEUE_LABEL: queue, KUEUE_POD_GROUP_LABEL: group},
@@ -123,13 +110,18 @@ def read_related_workloads(request: Mapping[str, Any]) -> Mapping[str, Any]:
     return workloads
 
 
+def _conditions(workload: Any) -> dict[Any, Mapping[str, Any]]:
+    """A Workload's status conditions by type, read defensively (none when it has no such list)."""
+    status = workload.get("status") if isinstance(workload, Mapping) else None
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    return {c.get("type"): c for c in conditions if isinstance(c, Mapping)} if isinstance(conditions, list) else {}
+
+
 def pending(workload: Any) -> Pending | None:
     """Why Kueue holds a Workload back: its QuotaReserved condition when False, else its Admitted
     condition when False (quota reserved, admission checks due); None when it is admitted, or when
     Kueue has said nothing yet."""
-    status = workload.get("status") if isinstance(workload, Mapping) else None
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    by_type = {c.get("type"): c for c in conditions if isinstance(c, Mapping)} if isinstance(conditions, list) else {}
+    by_type = _conditions(workload)
     if (by_type.get("Admitted") or {}).get("status") == "True":
         return None
     for kind in ("QuotaReserved", "Admitted"):
@@ -155,14 +147,12 @@ def group_eviction(workload: Any) -> GroupEviction | None:
     sets the condition False again once it reserves quota for the Workload. The Workload outlives the
     pods it stopped (until they are gone): what tells a sync that first looks after they went that
     the queue took them. None when it says no eviction."""
-    status = workload.get("status") if isinstance(workload, Mapping) else None
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for condition in conditions if isinstance(conditions, list) else ():
-        if isinstance(condition, Mapping) and condition.get("type") == "Evicted" and condition.get("status") == "True":
-            cause = first_line(condition.get("reason"), MAX_REASON)
-            reason = first_line(f"WorkloadEvictedDueTo{cause}" if cause else "WorkloadEvicted", MAX_REASON)
-            return GroupEviction(reason or "WorkloadEvicted", first_line(condition.get("message"), MAX_MESSAGE))
-    return None
+    condition = _conditions(workload).get("Evicted")
+    if condition is None or condition.get("status") != "True":
+        return None
+    cause = first_line(condition.get("reason"), MAX_REASON)
+    reason = first_line(f"WorkloadEvictedDueTo{cause}", MAX_REASON) if cause else "WorkloadEvicted"
+    return GroupEviction(reason or "WorkloadEvicted", first_line(condition.get("message"), MAX_MESSAGE))
 
 
 # --- Evictions by the queue: one rule for both kinds (docs/lifecycle.md, "Evictions by the queue") ---

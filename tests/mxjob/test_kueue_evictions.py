@@ -18,7 +18,7 @@ from helpers.kueue_stops import PREEMPTED, PREEMPTED_MESSAGE, kueue_stops
 from helpers.mcsim import Sim, mxjob, running
 from helpers.stalewatch import MODES, STALE_MODES, Watch, essence
 
-from hooks.shared.kueue import GroupEviction, group_attempts, group_eviction
+from hooks.shared.kueue import GroupEviction, group_eviction
 from localcluster.metacontroller import Stale
 
 KUEUE_STOPS = kueue_stops("ns/mx")
@@ -465,9 +465,3 @@ def test_group_eviction_words_a_workloads_eviction_as_kueue_words_its_pods(condi
                          ids=["none", "text", "status-text", "conditions-text", "odd-conditions"])
 def test_group_eviction_of_a_workload_of_another_shape_is_none(bad):
     assert group_eviction(bad) is None
-
-
-def test_group_attempts_reads_the_attempt_back_from_a_workloads_name():
-    found = group_attempts({"mx-u1-0": "a", "mx-u1-12": "b", "mx-u1-01": "c", "mx-u1-": "d", "mx-u1-1x": "e",
-                            "mx-u2-3": "f", "other-u1-3": "g", "mx-u1-²": "h"}, "mx", "u1")
-    assert found == {0: "a", 12: "b"}
