@@ -15,7 +15,7 @@ import json
 import pytest
 from helpers.chainersim import JOB_KEY, STATEFULSET_KEY, ChainerSim, chainerjob
 from helpers.kueue_stops import PREEMPTED, PREEMPTED_MESSAGE, kueue_stops
-from helpers.stalewatch import MODES, Watch
+from helpers.stalewatch import MODES, Watch, terminal
 
 from localcluster.metacontroller import Stale
 
@@ -400,3 +400,45 @@ def test_a_master_that_failed_on_its_own_stays_failed_when_kueue_stops_the_rest_
     for _ in range(2):
         sim.sync()
     assert sim.state() == "Failed" and sim.status.get("attempt", 0) == 0
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["master-retried", "master-failed"])
+@pytest.mark.parametrize("stale", MODES, ids=["fresh", "stale-parent", "stale-children"])
+def test_pods_gone_unseen_are_one_uncounted_restart_whatever_the_syncs_read(stale: Stale | None, failed: bool):
+    """Read off the Workload, with the master Job retrying its pod or Failed on it (backoffLimit 0): a sync
+    reading a stale status or stale children neither restarts twice, counts the eviction nor ends the job."""
+    sim = ChainerSim(queued(maxRestarts=0), kueue_pod_groups="true", stale=stale)
+    watch = Watch(sim, "Job")
+    watch.settle()
+    for name in WORKERS:
+        sim.worker_pod(name)
+    sim.all_ready()
+    sim.master(MASTER, active=1)
+    sim.master_pod(master_pod(0), phase="Running")
+    watch.settle()
+    with_workload(sim, EVICTED_CONDITION)
+    mark = len(watch.statuses)
+    if failed:
+        for name in pods_of(sim, 0):
+            sim.remove("v1", "Pod", name)
+        sim.master(MASTER, failed=1, finished=BACKOFF)
+    else:
+        replaced_unseen(sim, failed=1)
+    for _ in range(3):
+        watch.sync()
+        sim.tick(1)
+    old_pods_go(sim, 1)
+    watch.settle()
+    assert sim.status["attempt"] == 1 and sim.condition("Restarting")["message"] == restarting_message(1, budget=0)
+    # Stale children show the master Job's count one sync late; once the restart is written it stays.
+    seen = [s.get("attempt") for s in watch.statuses[mark:]]
+    assert set(seen[:seen.index(1)]) <= {None} and set(seen[seen.index(1):]) == {1}, seen
+    assert not any(terminal(s) for s in watch.statuses) and "chj-outcome" not in sim.objects("v1", "ConfigMap")
+    sim.all_ready()
+    sim.master(MASTER, active=1)
+    watch.settle()
+    sim.master(MASTER, succeeded=1, finished=("Complete", "", "done"))
+    watch.settle()
+    assert sim.state() == "Complete" and sim.status["attempt"] == 1
+    assert sorted(n for n in sim.objects("v1", "ConfigMap") if "-attempt-" in n) == ["chj-attempt-1"]
+    watch.check()

@@ -465,3 +465,38 @@ def test_group_eviction_words_a_workloads_eviction_as_kueue_words_its_pods(condi
                          ids=["none", "text", "status-text", "conditions-text", "odd-conditions"])
 def test_group_eviction_of_a_workload_of_another_shape_is_none(bad):
     assert group_eviction(bad) is None
+
+
+def _vanished_run(stale: Stale | None) -> tuple[Sim, Watch]:
+    """A queued distributed job whose pods Kueue stopped and let go unseen, a second passing between the syncs,
+    settled; then attempt 1 runs and the job settles."""
+    job = mxjob(replicas=DISTRIBUTED, runPolicy=NO_BUDGET)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    sim = Sim(job, stale=stale, settings={"kueue_pod_groups": "true"})
+    watch = Watch(sim, "Pod")
+    watch.settle()
+    sim.create({"apiVersion": WORKLOADS, "kind": "Workload", "metadata": {"name": group(sim), "namespace": "ns"},
+                "status": {"conditions": []}})
+    sim.run()
+    watch.settle()
+    workload_says(sim, group(sim), EVICTED)
+    for name in list(sim.pods):
+        sim.gc(name)
+    for _ in range(4):
+        watch.sync()
+        sim.tick(1)
+    watch.settle()
+    sim.run()
+    watch.settle()
+    return sim, watch
+
+
+@pytest.mark.parametrize("stale", MODES, ids=lambda m: f"stale-{m}")
+def test_pods_gone_unseen_under_stale_reads_are_one_uncounted_restart(stale):
+    sim, watch = _vanished_run(stale)
+    fresh, _ = _vanished_run(None)
+    assert (sim.state(), sim.status.get("restartCount", 0), sim.status["attempt"]) == ("Running", 0, 1)
+    assert essence(sim.status) == essence(fresh.status)
+    assert attempts(sim) == {"1"} and len(sim.pods) == 4
+    assert sorted(n for n in sim.config_maps if "-attempt-" in n) == ["mx-attempt-1"]
+    watch.check()
